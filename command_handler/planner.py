@@ -1,0 +1,199 @@
+"""Group commit planning: decide a batch of commands in order against head state, and lay out the rows.
+
+The planner is the shell's bookkeeping around the pure core: it threads head state from one command to
+the next inside a batch (so two updates of one object in one batch see each other), assigns ledger
+sequences and hashes, and keeps replies in command order. It does no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import msgspec
+
+from command_handler.chain import row_hash
+from command_handler.core import decide
+from command_handler.intake import Parsed
+from command_handler.state import Decision, ObjectHead, Stamp
+from command_handler.store import Batch, ContentRow, IdempotencyRow, LedgerRow, VersionRow
+from schemas.canonical import canonical_bytes
+from schemas.commands import CreateObject, CreateScope
+from schemas.errors import DuplicateOperation, PamledgerError, ScopeNotFound
+
+
+@dataclass
+class Accepted:
+    """A command that will commit with the batch."""
+
+    parsed: Parsed
+    decision: Decision
+    ledger_sequence: int
+    content: bytes | None
+
+
+@dataclass
+class Outcome:
+    """How one message is answered: an accepted command, an error, a replay or a scope ack."""
+
+    accepted: Accepted | None = None
+    error: PamledgerError | None = None
+    replay_of: IdempotencyRow | None = None
+    same_as: int | None = None  # index of an earlier accepted command in this batch (same key)
+    scope_result: dict[str, Any] | None = None
+
+
+@dataclass
+class Plan:
+    outcomes: list[Outcome]
+    batch: Batch
+    heads: dict[tuple[str, str], ObjectHead]
+    idempotency: dict[tuple[str, str], IdempotencyRow]
+    new_scopes: set[str]
+    tail: tuple[int, bytes]
+
+
+@dataclass
+class PlanInputs:
+    """What the planner may look at: state loaded for this batch, and how to mint ids."""
+
+    heads: dict[tuple[str, str], ObjectHead]
+    idempotency: dict[tuple[str, str], IdempotencyRow]
+    scope_known: Callable[[str], bool]
+    stamp: Callable[[Parsed], Stamp]
+    tail: tuple[int, bytes]
+    contents: dict[str, bytes] = field(default_factory=dict)
+
+
+def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan:
+    """Decide every item in order; rejected ones get their error and write nothing."""
+    seq, prev = inputs.tail
+    batch = Batch(ledger=[], versions=[], content=[], idempotency=[], erase=[], scopes=[])
+    heads: dict[tuple[str, str], ObjectHead] = {}
+    keys: dict[tuple[str, str], tuple[str, int | None]] = {}
+    new_scopes: set[str] = set()
+    outcomes: list[Outcome] = []
+    for index, item in enumerate(items):
+        if isinstance(item, PamledgerError):
+            outcomes.append(Outcome(error=item))
+            continue
+        command = item.command
+        if isinstance(command, CreateScope):
+            outcomes.append(_create_scope(command, inputs, new_scopes, batch))
+            continue
+        try:
+            if not (command.scope_id in new_scopes or inputs.scope_known(command.scope_id)):
+                raise ScopeNotFound("scope not found", details={"scope_id": command.scope_id})
+            replay = _idempotent(item, inputs, keys)
+            if replay is not None:
+                outcomes.append(replay)
+                continue
+            stamp = inputs.stamp(item)
+            key = (command.scope_id, stamp.object_id)
+            head = heads.get(key) or inputs.heads.get(key)
+            decision = decide(head, command, stamp)  # type: ignore[arg-type]
+        except PamledgerError as exc:
+            outcomes.append(Outcome(error=exc))
+            continue
+        seq += 1
+        event_bytes = canonical_bytes(decision.event)
+        new_hash = row_hash(prev, seq, event_bytes)
+        _add_rows(batch, decision, item, seq, event_bytes, prev, new_hash, stamp)
+        prev = new_hash
+        heads[key] = decision.head
+        if item.idempotency_key is not None:
+            keys[(command.scope_id, item.idempotency_key)] = (item.request_digest, index)
+        content = decision.content
+        if content is None and decision.head.content_digest is not None:
+            content = inputs.contents.get(decision.head.content_digest)
+        outcomes.append(Outcome(accepted=Accepted(item, decision, seq, content)))
+    return Plan(outcomes, batch, heads, _new_records(batch), new_scopes, (seq, prev))
+
+
+def _idempotent(
+    item: Parsed, inputs: PlanInputs, keys: dict[tuple[str, str], tuple[str, int | None]]
+) -> Outcome | None:
+    if item.idempotency_key is None:
+        return None
+    key = (item.scope_id, item.idempotency_key)
+    earlier = keys.get(key)
+    if earlier is not None:
+        _same_request(item, earlier[0])
+        return Outcome(same_as=earlier[1])
+    record = inputs.idempotency.get(key)
+    if record is not None:
+        _same_request(item, record.request_digest)
+        return Outcome(replay_of=record)
+    return None
+
+
+def _same_request(item: Parsed, digest: str) -> None:
+    if digest != item.request_digest:
+        raise DuplicateOperation(
+            "idempotency key was already used with a different request",
+            details={"idempotency_key": item.idempotency_key, "scope_id": item.scope_id},
+        )
+
+
+def _create_scope(
+    command: CreateScope, inputs: PlanInputs, new_scopes: set[str], batch: Batch
+) -> Outcome:
+    created = not (command.scope_id in new_scopes or inputs.scope_known(command.scope_id))
+    if created:
+        new_scopes.add(command.scope_id)
+        policy = canonical_bytes(command.policy).decode() if command.policy is not None else None
+        batch.scopes.append((command.scope_id, command.scope_kind, command.parent_scope_id, policy))
+    return Outcome(scope_result={"scope_id": command.scope_id, "created": created})
+
+
+def _add_rows(
+    batch: Batch, decision: Decision, item: Parsed, seq: int, event_bytes: bytes, prev: bytes, new_hash: bytes,
+    stamp: Stamp,
+) -> None:
+    event, head = decision.event, decision.head
+    batch.ledger.append(LedgerRow(
+        ledger_sequence=seq, event_id=event.event_id, operation_id=event.operation_id, scope_id=event.scope_id,
+        object_id=event.object_id, version_id=event.version_id, event_type=event.event_type,
+        recorded_at=event.recorded_at, event=event_bytes, prev_hash=prev, row_hash=new_hash,
+    ))
+    batch.versions.append(VersionRow(
+        scope_id=head.scope_id, object_id=head.object_id, sequence=head.sequence, version_id=head.version_id,
+        ledger_sequence=seq, meta=canonical_bytes(head.meta), content_digest=head.content_digest,
+    ))
+    if decision.content is not None and head.content_digest is not None:
+        batch.content.append(ContentRow(
+            content_digest=head.content_digest, scope_id=head.scope_id, object_id=head.object_id,
+            salt=stamp.salt, content=decision.content,
+        ))
+    if decision.erase_content:
+        batch.erase.append((head.scope_id, head.object_id))
+    if item.idempotency_key is not None:
+        batch.idempotency.append(IdempotencyRow(
+            scope_id=head.scope_id, idempotency_key=item.idempotency_key, request_digest=item.request_digest,
+            object_id=head.object_id, version_id=head.version_id, ledger_sequence=seq,
+        ))
+
+
+def _new_records(batch: Batch) -> dict[tuple[str, str], IdempotencyRow]:
+    return {(r.scope_id, r.idempotency_key): r for r in batch.idempotency}
+
+
+def result_bytes(head: ObjectHead, ledger_sequence: int, event_id: str, content: bytes | None) -> bytes:
+    """The success reply: ids, sequences and the committed envelope in canonical bytes."""
+    return canonical_bytes({"result": {
+        "object_id": head.object_id,
+        "version_id": head.version_id,
+        "sequence": head.sequence,
+        "ledger_sequence": ledger_sequence,
+        "event_id": event_id,
+        "envelope": msgspec.Raw(envelope_bytes(head.meta, content)),
+    }})
+
+
+def envelope_bytes(meta: dict[str, Any], content: bytes | None) -> bytes:
+    """A version's canonical envelope: its metadata plus content (tombstone marker, or null once erased)."""
+    if meta.get("availability_state") == "deleted":
+        raw = msgspec.Raw(canonical_bytes({"tombstone": True}))
+    else:
+        raw = msgspec.Raw(content if content is not None else b"null")
+    return canonical_bytes({**meta, "canonical_content": raw})

@@ -1,0 +1,196 @@
+"""The writer's Postgres port: leadership lock, head and idempotency look-ups, and the batch append.
+
+Every write of one batch happens in ONE transaction on the connection that holds the advisory lock, so
+a writer that lost the lock (its session died) cannot commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import msgspec
+import psycopg
+
+from command_handler.chain import GENESIS_HASH
+from command_handler.state import ObjectHead
+from schemas.canonical import decode_json
+
+_WRITER_LOCK_BASE = 0x70616D00  # 'pam\0' + partition
+
+
+class LedgerRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One ledger row as written and as replicated to JetStream."""
+
+    ledger_sequence: int
+    event_id: str
+    operation_id: str
+    scope_id: str
+    object_id: str | None
+    version_id: str | None
+    event_type: str
+    recorded_at: Any
+    event: bytes
+    prev_hash: bytes
+    row_hash: bytes
+
+
+class VersionRow(msgspec.Struct, frozen=True, kw_only=True):
+    scope_id: str
+    object_id: str
+    sequence: int
+    version_id: str
+    ledger_sequence: int
+    meta: bytes
+    content_digest: str | None
+
+
+class ContentRow(msgspec.Struct, frozen=True, kw_only=True):
+    content_digest: str
+    scope_id: str
+    object_id: str
+    salt: bytes
+    content: bytes
+
+
+class IdempotencyRow(msgspec.Struct, frozen=True, kw_only=True):
+    scope_id: str
+    idempotency_key: str
+    request_digest: str
+    object_id: str
+    version_id: str
+    ledger_sequence: int
+
+
+class Batch(msgspec.Struct, kw_only=True):
+    """Everything one group commit writes."""
+
+    ledger: list[LedgerRow]
+    versions: list[VersionRow]
+    content: list[ContentRow]
+    idempotency: list[IdempotencyRow]
+    erase: list[tuple[str, str]]
+    scopes: list[tuple[str, str, str | None, str | None]]
+
+
+class LedgerStore(Protocol):
+    async def load_heads(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], ObjectHead]: ...
+    async def load_idempotency(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], IdempotencyRow]: ...
+    async def known_scopes(self, scope_ids: list[str]) -> set[str]: ...
+    async def load_contents(self, digests: list[str]) -> dict[str, bytes]: ...
+    async def append(self, batch: Batch) -> None: ...
+
+
+def writer_lock_key(partition: int) -> int:
+    return _WRITER_LOCK_BASE + partition
+
+
+class PostgresLedgerStore:
+    """LedgerStore on one psycopg AsyncConnection that holds the partition's writer lock."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any], partition: int = 0):
+        self.conn = conn
+        self.partition = partition
+
+    async def try_lock(self) -> bool:
+        cur = await self.conn.execute("SELECT pg_try_advisory_lock(%s)", (writer_lock_key(self.partition),))
+        row = await cur.fetchone()
+        return bool(row and row[0])
+
+    async def tail(self) -> tuple[int, bytes]:
+        cur = await self.conn.execute(
+            "SELECT ledger_sequence, row_hash FROM ledger WHERE partition = %s ORDER BY ledger_sequence DESC LIMIT 1",
+            (self.partition,),
+        )
+        row = await cur.fetchone()
+        return (int(row[0]), bytes(row[1])) if row else (0, GENESIS_HASH)
+
+    async def load_heads(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], ObjectHead]:
+        if not keys:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT DISTINCT ON (v.scope_id, v.object_id) v.scope_id, v.object_id, v.version_id, v.sequence,"
+            " v.meta, v.content_digest"
+            " FROM memory_versions v JOIN unnest(%s::text[], %s::text[]) AS k(s, o)"
+            " ON v.scope_id = k.s AND v.object_id = k.o"
+            " ORDER BY v.scope_id, v.object_id, v.sequence DESC",
+            ([k[0] for k in keys], [k[1] for k in keys]),
+        )
+        heads = {}
+        for scope_id, object_id, version_id, sequence, meta, digest in await cur.fetchall():
+            heads[(scope_id, object_id)] = ObjectHead(
+                scope_id=scope_id, object_id=object_id, version_id=version_id, sequence=sequence,
+                meta=decode_json(bytes(meta)), content_digest=digest,
+            )
+        return heads
+
+    async def load_idempotency(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], IdempotencyRow]:
+        if not keys:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT r.scope_id, r.idempotency_key, r.request_digest, r.object_id, r.version_id, r.ledger_sequence"
+            " FROM idempotency_records r JOIN unnest(%s::text[], %s::text[]) AS k(s, i)"
+            " ON r.scope_id = k.s AND r.idempotency_key = k.i",
+            ([k[0] for k in keys], [k[1] for k in keys]),
+        )
+        return {
+            (r[0], r[1]): IdempotencyRow(
+                scope_id=r[0], idempotency_key=r[1], request_digest=r[2], object_id=r[3], version_id=r[4],
+                ledger_sequence=r[5],
+            )
+            for r in await cur.fetchall()
+        }
+
+    async def load_contents(self, digests: list[str]) -> dict[str, bytes]:
+        """Canonical content by digest (what a transition's reply envelope carries unchanged)."""
+        if not digests:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT content_digest, content FROM content_store WHERE content_digest = ANY(%s)", (digests,))
+        return {r[0]: bytes(r[1]) for r in await cur.fetchall()}
+
+    async def known_scopes(self, scope_ids: list[str]) -> set[str]:
+        if not scope_ids:
+            return set()
+        cur = await self.conn.execute("SELECT scope_id FROM scopes WHERE scope_id = ANY(%s)", (scope_ids,))
+        return {r[0] for r in await cur.fetchall()}
+
+    async def append(self, batch: Batch) -> None:
+        """Write the batch in one transaction; raises (and writes nothing) on any failure."""
+        async with self.conn.transaction():
+            cur = self.conn.cursor()
+            if batch.scopes:
+                await cur.executemany(
+                    "INSERT INTO scopes (scope_id, scope_kind, parent_scope_id, policy) VALUES (%s, %s, %s, %s)"
+                    " ON CONFLICT (scope_id) DO NOTHING",
+                    batch.scopes,
+                )
+            await self._copy(cur, "ledger (partition, ledger_sequence, event_id, operation_id, scope_id, object_id,"
+                              " version_id, event_type, recorded_at, event, prev_hash, row_hash)",
+                              [(self.partition, r.ledger_sequence, r.event_id, r.operation_id, r.scope_id,
+                                r.object_id, r.version_id, r.event_type, r.recorded_at, r.event, r.prev_hash,
+                                r.row_hash) for r in batch.ledger])
+            await self._copy(cur, "memory_versions (scope_id, object_id, sequence, version_id, ledger_sequence,"
+                              " meta, content_digest)",
+                              [(v.scope_id, v.object_id, v.sequence, v.version_id, v.ledger_sequence, v.meta,
+                                v.content_digest) for v in batch.versions])
+            await self._copy(cur, "content_store (content_digest, scope_id, object_id, salt, content)",
+                              [(c.content_digest, c.scope_id, c.object_id, c.salt, c.content)
+                               for c in batch.content])
+            await self._copy(cur, "idempotency_records (scope_id, idempotency_key, request_digest, object_id,"
+                              " version_id, ledger_sequence)",
+                              [(i.scope_id, i.idempotency_key, i.request_digest, i.object_id, i.version_id,
+                                i.ledger_sequence) for i in batch.idempotency])
+            if batch.erase:
+                await cur.execute(
+                    "DELETE FROM content_store c USING unnest(%s::text[], %s::text[]) AS k(s, o)"
+                    " WHERE c.scope_id = k.s AND c.object_id = k.o",
+                    ([e[0] for e in batch.erase], [e[1] for e in batch.erase]),
+                )
+
+    @staticmethod
+    async def _copy(cur: psycopg.AsyncCursor[Any], target: str, rows: list[tuple[Any, ...]]) -> None:
+        if not rows:
+            return
+        async with cur.copy(f"COPY {target} FROM STDIN") as copy:  # type: ignore[arg-type]
+            for row in rows:
+                await copy.write_row(row)

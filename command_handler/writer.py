@@ -1,0 +1,207 @@
+"""The single writer's shell: leadership, the inbox, group commit, replies after COMMIT, relay hand-off.
+
+Ordering and durability: a batch is decided in arrival order against head state, written in ONE
+transaction on the connection that holds the partition's advisory lock, and only after COMMIT returns
+are caches advanced, replies sent and rows handed to the relay. If the commit fails nothing in memory
+moves, so the next batch starts from the last committed tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+import nats
+import psycopg
+import structlog
+from nats.aio.msg import Msg
+
+from command_handler.intake import Parsed, error_reply, parse
+from command_handler.planner import Plan, PlanInputs, plan_batch, result_bytes
+from command_handler.state import ObjectHead, Stamp
+from command_handler.store import IdempotencyRow, PostgresLedgerStore
+from infra.db_errors import map_db_error
+from infra.lru import LRU
+from infra.settings import Settings
+from infra.subjects import COMMANDS, command_subject, status_subject
+from query.reads import fetch_replay
+from schemas.canonical import canonical_bytes
+from schemas.commands import CreateScope, TransitionState
+from schemas.errors import PamledgerError
+from subscriptions.relay import Relay
+
+log = structlog.get_logger(__name__)
+
+
+class Writer:
+    """Serves the command subjects while it holds the partition lock."""
+
+    def __init__(self, settings: Settings, nc: nats.NATS, store: PostgresLedgerStore, relay: Relay):
+        self.settings = settings
+        self.nc = nc
+        self.store = store
+        self.relay = relay
+        self.inbox: asyncio.Queue[Msg] = asyncio.Queue()
+        cache = settings.writer.head_cache_size
+        self.heads: LRU[tuple[str, str], ObjectHead] = LRU(cache)
+        self.idempotency: LRU[tuple[str, str], IdempotencyRow] = LRU(cache)
+        self.scopes: LRU[str, bool] = LRU(cache)
+        self.tail: tuple[int, bytes] = (0, b"")
+        self._subs: list[Any] = []
+
+    async def serve(self) -> None:
+        """Subscribe and run group commits until cancelled."""
+        self.tail = await self.store.tail()
+        prefix = self.settings.subject_prefix
+        for name in COMMANDS:
+            self._subs.append(await self.nc.subscribe(
+                command_subject(prefix, name), queue="pamledger-writer", cb=self.inbox.put,
+                pending_msgs_limit=1_000_000, pending_bytes_limit=1 << 30,
+            ))
+        self._subs.append(await self.nc.subscribe(status_subject(prefix, "writer"), cb=self._status))
+        await self.nc.flush()
+        log.info("writer.serving", ledger_sequence=self.tail[0], partition=self.store.partition)
+        try:
+            while True:
+                first = await self.inbox.get()
+                batch = [first]
+                while len(batch) < self.settings.writer.max_batch and not self.inbox.empty():
+                    batch.append(self.inbox.get_nowait())
+                await self._commit_batch(batch)
+        finally:
+            for sub in self._subs:
+                await sub.unsubscribe()
+
+    async def _status(self, msg: Msg) -> None:
+        await msg.respond(canonical_bytes({"result": {
+            "role": "leader", "partition": self.store.partition, "ledger_sequence": self.tail[0],
+            "relayed_sequence": self.relay.published, "pid": os.getpid(),
+        }}))
+
+    async def _commit_batch(self, msgs: list[Msg]) -> None:
+        items = [self._parse(m) for m in msgs]
+        parsed = [i for i in items if isinstance(i, Parsed)]
+        try:
+            inputs = await self._load(parsed)
+            plan = plan_batch(items, inputs)
+            if plan.batch.ledger or plan.batch.scopes:
+                await self.store.append(plan.batch)
+        except PamledgerError as exc:
+            await self._fail_all(msgs, items, exc)
+            return
+        except psycopg.Error as exc:
+            err = map_db_error(exc)
+            log.error("batch.failed", error=type(exc).__name__, size=len(msgs))
+            await self._fail_all(msgs, items, err)
+            if self.store.conn.broken or self.store.conn.closed:
+                raise
+            return
+        self._advance(plan)
+        await self._reply(msgs, items, plan)
+        if plan.batch.ledger:
+            self.relay.submit(plan.batch.ledger)
+
+    def _parse(self, msg: Msg) -> Parsed | PamledgerError:
+        name = msg.subject.rsplit(".", 1)[-1]
+        try:
+            return parse(name, msg.data, msg.headers, self.settings.writer.max_payload_bytes)
+        except PamledgerError as exc:
+            log.info("command.rejected", code=exc.code, command=name, reason=exc.message[:200])
+            return exc
+
+    async def _load(self, parsed: list[Parsed]) -> PlanInputs:
+        """Fetch, in one query each, the heads, idempotency records and scopes the caches lack."""
+        head_keys, idem_keys, scope_ids = set(), set(), set()
+        for p in parsed:
+            if isinstance(p.command, CreateScope):
+                scope_ids.add(p.command.scope_id)
+                continue
+            object_id = getattr(p.command, "object_id", None)
+            if object_id is not None and (p.scope_id, object_id) not in self.heads:
+                head_keys.add((p.scope_id, object_id))
+            if p.idempotency_key and (p.scope_id, p.idempotency_key) not in self.idempotency:
+                idem_keys.add((p.scope_id, p.idempotency_key))
+            if p.scope_id not in self.scopes:
+                scope_ids.add(p.scope_id)
+        for scope_id in await self.store.known_scopes(sorted(scope_ids)):
+            self.scopes.put(scope_id, True)
+        for key, head in (await self.store.load_heads(sorted(head_keys))).items():
+            self.heads.put(key, head)
+        for key, record in (await self.store.load_idempotency(sorted(idem_keys))).items():
+            self.idempotency.put(key, record)
+        heads = {}
+        for p in parsed:
+            object_id = getattr(p.command, "object_id", None)
+            if object_id is not None:
+                head = self.heads.get((p.scope_id, object_id))
+                if head is not None:
+                    heads[(p.scope_id, object_id)] = head
+        idem = {}
+        for p in parsed:
+            if p.idempotency_key:
+                rec = self.idempotency.get((p.scope_id, p.idempotency_key))
+                if rec is not None:
+                    idem[(p.scope_id, p.idempotency_key)] = rec
+        digests = [h.content_digest for p in parsed if isinstance(p.command, TransitionState)
+                   for h in [heads.get((p.scope_id, p.command.object_id))] if h and h.content_digest]
+        return PlanInputs(heads=heads, idempotency=idem, scope_known=self.scopes.__contains__,
+                          stamp=_new_stamp, tail=self.tail, contents=await self.store.load_contents(digests))
+
+    def _advance(self, plan: Plan) -> None:
+        self.tail = plan.tail
+        for key, head in plan.heads.items():
+            self.heads.put(key, head)
+        for key, record in plan.idempotency.items():
+            self.idempotency.put(key, record)
+        for scope_id in plan.new_scopes:
+            self.scopes.put(scope_id, True)
+
+    async def _reply(self, msgs: list[Msg], items: list[Parsed | PamledgerError], plan: Plan) -> None:
+        replies: list[bytes | None] = []
+        for msg, item, outcome in zip(msgs, items, plan.outcomes):
+            if outcome.accepted is not None:
+                a = outcome.accepted
+                body = result_bytes(a.decision.head, a.ledger_sequence, a.decision.event.event_id, a.content)
+            elif outcome.error is not None:
+                body = error_reply(outcome.error, _op_id(msg, item))
+            elif outcome.scope_result is not None:
+                body = canonical_bytes({"result": outcome.scope_result})
+            elif outcome.same_as is not None:
+                body = replies[outcome.same_as] or b""
+            else:
+                assert outcome.replay_of is not None
+                body = await fetch_replay(self.store.conn, outcome.replay_of)
+            replies.append(body)
+            if msg.reply:
+                await self.nc.publish(msg.reply, body)
+
+    async def _fail_all(self, msgs: list[Msg], items: list[Any], error: PamledgerError) -> None:
+        for msg, item in zip(msgs, items):
+            err = item if isinstance(item, PamledgerError) else error
+            if msg.reply:
+                await self.nc.publish(msg.reply, error_reply(err, _op_id(msg, item)))
+
+
+def _op_id(msg: Msg, item: Parsed | PamledgerError) -> str | None:
+    if isinstance(item, Parsed) and item.operation_id:
+        return item.operation_id
+    return (msg.headers or {}).get("Pam-Operation-Id")
+
+
+def _new_stamp(parsed: Parsed) -> Stamp:
+    """Fresh ids and the commit clock for one command (the shell's job, never the core's)."""
+    command = parsed.command
+    object_id = getattr(command, "object_id", None)
+    if object_id is None:
+        object_id = f"mem:{uuid.uuid4()}"
+    return Stamp(
+        operation_id=parsed.operation_id or f"op:{uuid.uuid4()}",
+        event_id=f"evt:{uuid.uuid4()}",
+        version_id=f"ver:{uuid.uuid4()}",
+        object_id=object_id,
+        now=datetime.now(timezone.utc),
+        salt=os.urandom(16),
+    )

@@ -1,0 +1,83 @@
+"""Running the service: query service always, the writer when this process wins the partition lock.
+
+A second process is a hot standby: it serves queries and polls the advisory lock; when the leader's
+database session ends (crash, SIGKILL, network loss) Postgres releases the lock and the standby takes
+over within `lock_poll_seconds`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import nats
+import psycopg
+import structlog
+from psycopg_pool import AsyncConnectionPool
+
+from command_handler.store import PostgresLedgerStore
+from command_handler.writer import Writer
+from infra.settings import Settings
+from query.service import QueryService
+from subscriptions.relay import Relay
+
+log = structlog.get_logger(__name__)
+
+
+async def connect_nats(url: str, name: str) -> nats.NATS:
+    """A NATS connection that reconnects forever (the service outlives NATS restarts)."""
+    return await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
+                              connect_timeout=5, pending_size=64 * 1024 * 1024)
+
+
+async def run_service(settings: Settings, nats_url: str, database_url: str, stop: asyncio.Event) -> None:
+    """Serve until `stop` is set."""
+    nc = await connect_nats(nats_url, "pamledger-service")
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(database_url, min_size=1, max_size=4, open=False,
+                                                         kwargs={"autocommit": True})
+    await pool.open()
+    query = QueryService(nc, pool, settings.subject_prefix)
+    await query.start()
+    writer_task = asyncio.create_task(lead_forever(settings, nc, database_url))
+    try:
+        await stop.wait()
+    finally:
+        writer_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await writer_task
+        await query.stop()
+        await pool.close()
+        await nc.drain()
+        log.info("service.stopped")
+
+
+async def lead_forever(settings: Settings, nc: nats.NATS, database_url: str) -> None:
+    """Wait for the writer lock, serve as writer, and go back to waiting if the database session dies."""
+    while True:
+        try:
+            await _lead_once(settings, nc, database_url)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            log.warning("writer.lost_database", error=type(exc).__name__)
+            await asyncio.sleep(settings.writer.lock_poll_seconds)
+
+
+async def _lead_once(settings: Settings, nc: nats.NATS, database_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        store = PostgresLedgerStore(conn, settings.partition)
+        announced = False
+        while not await store.try_lock():
+            if not announced:
+                log.info("writer.standby", partition=settings.partition)
+                announced = True
+            await asyncio.sleep(settings.writer.lock_poll_seconds)
+        log.info("writer.elected", partition=settings.partition)
+        relay = Relay(nc.jetstream(), database_url, settings.stream_name, settings.subject_prefix,
+                      settings.partition)
+        relay_task = asyncio.create_task(relay.run())
+        try:
+            await Writer(settings, nc, store, relay).serve()
+        finally:
+            relay_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await relay_task

@@ -1,0 +1,34 @@
+"""Service settings (pydantic-settings, PAMLEDGER_ prefix), built in each main() and passed down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class WriterSettings(BaseModel):
+    """The single writer: batching and its bounded head-state cache."""
+
+    max_batch: int = Field(default=1024, ge=1)
+    head_cache_size: int = Field(default=100_000, ge=1)
+    max_payload_bytes: int = Field(default=1_048_576, ge=1024)
+    lock_poll_seconds: float = Field(default=0.5, gt=0)
+
+
+class Settings(BaseSettings):
+    """Everything a pamledger process needs; unset URLs mean 'the servers `pamledger up` started'."""
+
+    model_config = SettingsConfigDict(env_prefix="PAMLEDGER_", env_nested_delimiter="__")
+
+    nats_url: str | None = None
+    database_url: str | None = None
+    state_dir: Path = Path(".pamledger")
+    subject_prefix: str = "pamledger"
+    stream_name: str = "PAMLEDGER"
+    partition: int = 0
+    log_format: str = "auto"
+    log_level: str = "info"
+    request_timeout_seconds: float = 10.0
+    writer: WriterSettings = WriterSettings()

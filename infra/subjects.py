@@ -1,0 +1,37 @@
+"""The NATS subject scheme, in one place (docs/protocol.md documents it)."""
+
+from __future__ import annotations
+
+import base64
+
+COMMANDS = ("create", "update", "transition", "delete", "create_scope")
+QUERIES = ("read", "history")
+
+
+def scope_token(scope_id: str) -> str:
+    """Scope ids may hold '.', '*', '>': subjects carry them base64url-encoded, unpadded."""
+    return base64.urlsafe_b64encode(scope_id.encode()).decode().rstrip("=")
+
+
+def decode_scope_token(token: str) -> str:
+    return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+
+
+def command_subject(prefix: str, command: str) -> str:
+    return f"{prefix}.cmd.{command}"
+
+
+def query_subject(prefix: str, query: str) -> str:
+    return f"{prefix}.query.{query}"
+
+
+def status_subject(prefix: str, component: str) -> str:
+    return f"{prefix}.status.{component}"
+
+
+def ledger_subject(prefix: str, partition: int, scope_id: str, event_type: str) -> str:
+    return f"{prefix}.ledger.p{partition}.{scope_token(scope_id)}.{event_type}"
+
+
+def ledger_wildcard(prefix: str) -> str:
+    return f"{prefix}.ledger.>"

@@ -1,0 +1,248 @@
+"""The `pamledger` command line. Every command prints JSON on stdout; logs go to stderr."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from typing import Any
+
+from infra.endpoints import NoServers, resolve
+from infra.logging import configure_logging
+from infra.settings import Settings
+from memory_client.client import MemoryClient, PamspecError
+
+
+def _print(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+def _json_arg(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"not valid JSON: {exc}") from None
+
+
+def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.local_servers import LocalStack
+    from infra.migrations import migrate
+
+    stack = LocalStack.up(settings.state_dir)
+    applied = migrate(stack.postgres.url)
+    _print({"nats_url": stack.nats.url, "database_url": stack.postgres.url, "started": sorted(stack.started),
+            "migrations_applied": applied, "state_dir": str(settings.state_dir)})
+    return 0
+
+
+def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.local_servers import stop_from_file
+
+    stop_from_file(settings.state_dir)
+    _print({"stopped": True, "state_dir": str(settings.state_dir)})
+    return 0
+
+
+def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.migrations import migrate
+    from infra.runtime import run_service
+
+    stack = None
+    if not (settings.nats_url and settings.database_url):
+        from infra.local_servers import LocalStack
+
+        stack = LocalStack.up(settings.state_dir)
+        settings = settings.model_copy(update={"nats_url": stack.nats.url, "database_url": stack.postgres.url})
+    assert settings.nats_url and settings.database_url
+    try:
+        migrate(settings.database_url)
+        print(json.dumps({"serving": True, "nats_url": settings.nats_url, "database_url": settings.database_url}),
+              file=sys.stderr)
+        asyncio.run(_serve(settings))
+    finally:
+        if stack is not None:
+            stack.stop_started()
+    return 0
+
+
+async def _serve(settings: Settings) -> None:
+    from infra.runtime import run_service
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    assert settings.nats_url and settings.database_url
+    await run_service(settings, settings.nats_url, settings.database_url, stop)
+
+
+def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    report: dict[str, Any] = {"state_dir": str(settings.state_dir)}
+    try:
+        endpoints = resolve(settings)
+    except NoServers as exc:
+        _print({**report, "ok": False, "error": str(exc)})
+        return 1
+    report.update(nats_url=endpoints.nats_url, database_url=endpoints.database_url, source=endpoints.source)
+    report.update(asyncio.run(_probe(settings, endpoints.nats_url, endpoints.database_url)))
+    _print(report)
+    return 0 if report["nats"]["answers"] and report["postgres"]["answers"] else 1
+
+
+async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[str, Any]:
+    import psycopg
+
+    out: dict[str, Any] = {"nats": {"answers": False}, "postgres": {"answers": False}}
+    try:
+        async with await psycopg.AsyncConnection.connect(database_url, connect_timeout=3) as conn:
+            cur = await conn.execute("SELECT coalesce(max(ledger_sequence), 0) FROM ledger WHERE partition = %s",
+                                     (settings.partition,))
+            row = await cur.fetchone()
+            out["postgres"] = {"answers": True, "ledger_sequence": row[0] if row else 0}
+    except psycopg.Error as exc:
+        out["postgres"] = {"answers": False, "error": type(exc).__name__}
+    try:
+        client = await MemoryClient.connect(nats_url, settings.subject_prefix, timeout=2.0)
+    except Exception as exc:  # noqa: BLE001 - any connect failure means "does not answer"
+        out["nats"] = {"answers": False, "error": type(exc).__name__}
+        return out
+    out["nats"] = {"answers": True}
+    client.retries = 0
+    for component in ("writer", "query"):
+        try:
+            out[component] = {"answers": True, **await client.status(component)}
+        except PamspecError as exc:
+            out[component] = {"answers": False, "error": exc.code}
+    await client.close()
+    return out
+
+
+def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
+    from command_handler.verify import verify_ledger
+
+    result = verify_ledger(resolve(settings).database_url, settings.partition)
+    _print(result)
+    return 0 if result["ok"] else 2
+
+
+def cmd_client(settings: Settings, args: argparse.Namespace) -> int:
+    """create / read / history / update / transition / delete / scope-create through the SDK."""
+    try:
+        _print(asyncio.run(_client_call(settings, args)))
+        return 0
+    except PamspecError as exc:
+        _print({"error": {"code": exc.code, "message": exc.message, "retryable": exc.retryable,
+                          "details": exc.details, "operation_id": exc.operation_id}})
+        return 1
+
+
+async def _client_call(settings: Settings, args: argparse.Namespace) -> Any:
+    client = await MemoryClient.connect(resolve(settings).nats_url, settings.subject_prefix,
+                                        settings.request_timeout_seconds)
+    actor = {"actor_id": args.actor_id, "actor_kind": args.actor_kind} if hasattr(args, "actor_id") else {}
+    provenance = {"provenance_id": getattr(args, "provenance_id", None) or "prov:cli", "actor": actor,
+                  "activity": getattr(args, "activity", "cli")}
+    try:
+        match args.command:
+            case "scope-create":
+                return await client.create_scope(args.scope_id, args.scope_kind)
+            case "create":
+                optional = {k: v for k, v in (("object_id", args.object_id),
+                                              ("idempotency_key", args.idempotency_key)) if v}
+                return await client.create(args.scope_id, args.object_type, _json_arg(args.content), actor,
+                                           provenance, **optional)
+            case "update":
+                return await client.update(args.scope_id, args.object_id, args.expected_version_id,
+                                           _json_arg(args.content), actor, provenance)
+            case "transition":
+                return await client.transition(args.scope_id, args.object_id, args.expected_version_id,
+                                               args.dimension, args.target_state, actor, provenance)
+            case "delete":
+                return await client.delete(args.scope_id, args.object_id, args.expected_version_id, actor,
+                                           provenance)
+            case "read":
+                return await client.read(args.scope_id, args.object_id, args.version_id)
+            case "history":
+                return await client.history(args.scope_id, args.object_id)
+    finally:
+        await client.close()
+    raise SystemExit(f"unknown command {args.command}")
+
+
+def cmd_conformance(settings: Settings, args: argparse.Namespace) -> int:
+    from memory_client.conformance import run_adapter
+
+    return run_adapter(settings)
+
+
+def _writer_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--actor-id", default="actor:cli:user")
+    p.add_argument("--actor-kind", default="human")
+    p.add_argument("--provenance-id", default=None)
+    p.add_argument("--activity", default="cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pamledger", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", help="start local NATS and Postgres in the background and migrate")
+    sub.add_parser("down", help="stop the servers `up` started")
+    sub.add_parser("status", help="URLs in use, whether servers and services answer, the ledger head")
+    run = sub.add_parser("run", help="serve in the foreground (starts local servers unless URLs are set)")
+    run.add_argument("--local", action="store_true", help="accepted for clarity; local servers are the default")
+    sub.add_parser("verify", help="recompute the ledger hash chain")
+    sub.add_parser("conformance-adapter", help="PAMSPEC conformance harness protocol v1 on stdin/stdout")
+    sc = sub.add_parser("scope-create", help="register a memory scope")
+    sc.add_argument("scope_id")
+    sc.add_argument("--scope-kind", default="workspace")
+    create = sub.add_parser("create", help="create a memory object")
+    create.add_argument("scope_id")
+    create.add_argument("object_type")
+    create.add_argument("content", help="canonical content as JSON")
+    create.add_argument("--object-id")
+    create.add_argument("--idempotency-key")
+    _writer_args(create)
+    update = sub.add_parser("update", help="write new content as a new version")
+    for name in ("scope_id", "object_id", "expected_version_id", "content"):
+        update.add_argument(name)
+    _writer_args(update)
+    transition = sub.add_parser("transition", help="move one state dimension")
+    for name in ("scope_id", "object_id", "expected_version_id", "dimension", "target_state"):
+        transition.add_argument(name)
+    _writer_args(transition)
+    delete = sub.add_parser("delete", help="tombstone an object and erase its content")
+    for name in ("scope_id", "object_id", "expected_version_id"):
+        delete.add_argument(name)
+    _writer_args(delete)
+    read = sub.add_parser("read", help="read the current (or a given) version")
+    read.add_argument("scope_id")
+    read.add_argument("object_id")
+    read.add_argument("--version-id")
+    hist = sub.add_parser("history", help="versions oldest first and the object's ledger events")
+    hist.add_argument("scope_id")
+    hist.add_argument("object_id")
+    return parser
+
+
+HANDLERS = {
+    "up": cmd_up, "down": cmd_down, "run": cmd_run, "status": cmd_status, "verify": cmd_verify,
+    "conformance-adapter": cmd_conformance,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = Settings()
+    configure_logging(settings.log_format, settings.log_level)
+    handler = HANDLERS.get(args.command, cmd_client)
+    try:
+        return handler(settings, args)
+    except NoServers as exc:
+        print(json.dumps({"error": {"code": "service_unavailable", "message": str(exc)}}), file=sys.stdout)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""The Python SDK: MemoryClient (async) and SyncMemoryClient, speaking the NATS binding.
+
+Writes carry an idempotency key (one is generated when the caller gives none), so the client can safely
+retry a write whose reply was lost (timeout, no writer during fail-over, service_unavailable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import msgspec
+import nats
+from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+
+from infra.subjects import command_subject, query_subject, status_subject
+from schemas.canonical import decode_json
+from schemas.errors import RETRYABLE, ErrorCode
+
+_encoder = msgspec.json.Encoder()
+
+
+class PamspecError(Exception):
+    """A PAMSPEC error envelope raised on the client side."""
+
+    def __init__(self, code: str, message: str, retryable: bool, details: dict[str, Any] | None = None,
+                 operation_id: str = ""):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+        self.details = details or {}
+        self.operation_id = operation_id
+
+    @classmethod
+    def from_envelope(cls, env: dict[str, Any]) -> PamspecError:
+        return cls(env["code"], env["message"], env["retryable"], env.get("details"), env.get("operation_id", ""))
+
+
+def _unavailable(message: str) -> PamspecError:
+    code: ErrorCode = "service_unavailable"
+    return PamspecError(code, message, RETRYABLE[code])
+
+
+class MemoryClient:
+    """Async client. Use `await MemoryClient.connect(url)` or pass an existing nats connection."""
+
+    def __init__(self, nc: nats.NATS, prefix: str = "pamledger", timeout: float = 10.0, retries: int = 5):
+        self.nc = nc
+        self.prefix = prefix
+        self.timeout = timeout
+        self.retries = retries
+        self.last_sequence = 0
+        self._owns = False
+
+    @classmethod
+    async def connect(cls, url: str, prefix: str = "pamledger", timeout: float = 10.0) -> MemoryClient:
+        client = cls(await nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.25), prefix, timeout)
+        client._owns = True
+        return client
+
+    async def close(self) -> None:
+        if self._owns:
+            await self.nc.drain()
+
+    async def __aenter__(self) -> MemoryClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def create_scope(self, scope_id: str, scope_kind: str = "workspace", **extra: Any) -> dict[str, Any]:
+        return await self._command("create_scope", {"scope_id": scope_id, "scope_kind": scope_kind, **extra})
+
+    async def create(self, scope_id: str, object_type: str, canonical_content: Any, actor: dict[str, Any],
+                     provenance: dict[str, Any], **optional: Any) -> dict[str, Any]:
+        body = {"scope_id": scope_id, "object_type": object_type, "canonical_content": canonical_content,
+                "actor": actor, "provenance": provenance, **optional}
+        return await self._command("create", body)
+
+    async def update(self, scope_id: str, object_id: str, expected_version_id: str, canonical_content: Any,
+                     actor: dict[str, Any], provenance: dict[str, Any], **optional: Any) -> dict[str, Any]:
+        body = {"scope_id": scope_id, "object_id": object_id, "expected_version_id": expected_version_id,
+                "canonical_content": canonical_content, "actor": actor, "provenance": provenance, **optional}
+        return await self._command("update", body)
+
+    async def transition(self, scope_id: str, object_id: str, expected_version_id: str, dimension: str,
+                         target_state: str, actor: dict[str, Any], provenance: dict[str, Any],
+                         **optional: Any) -> dict[str, Any]:
+        body = {"scope_id": scope_id, "object_id": object_id, "expected_version_id": expected_version_id,
+                "dimension": dimension, "target_state": target_state, "actor": actor, "provenance": provenance,
+                **optional}
+        return await self._command("transition", body)
+
+    async def delete(self, scope_id: str, object_id: str, expected_version_id: str, actor: dict[str, Any],
+                     provenance: dict[str, Any], **optional: Any) -> dict[str, Any]:
+        body = {"scope_id": scope_id, "object_id": object_id, "expected_version_id": expected_version_id,
+                "actor": actor, "provenance": provenance, **optional}
+        return await self._command("delete", body)
+
+    async def read(self, scope_id: str, object_id: str, version_id: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"scope_id": scope_id, "object_id": object_id}
+        if version_id is not None:
+            body["version_id"] = version_id
+        return await self._request(query_subject(self.prefix, "read"), body, {}, retry=True)
+
+    async def history(self, scope_id: str, object_id: str) -> dict[str, Any]:
+        body = {"scope_id": scope_id, "object_id": object_id}
+        return await self._request(query_subject(self.prefix, "history"), body, {}, retry=True)
+
+    async def status(self, component: str = "writer") -> dict[str, Any]:
+        return await self._request(status_subject(self.prefix, component), {}, {}, retry=False)
+
+    async def _command(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Pam-Operation-Id": body.get("operation_id") or f"op:{uuid.uuid4()}"}
+        if name != "create_scope" and not body.get("idempotency_key"):
+            headers["Pam-Idempotency-Key"] = f"sdk:{uuid.uuid4()}"
+        result = await self._request(command_subject(self.prefix, name), body, headers, retry=True)
+        self.last_sequence = max(self.last_sequence, int(result.get("ledger_sequence", 0)))
+        return result
+
+    async def _request(self, subject: str, body: dict[str, Any], headers: dict[str, str],
+                       retry: bool) -> dict[str, Any]:
+        payload = _encoder.encode(body)
+        delay = 0.05
+        for attempt in range(self.retries + 1 if retry else 1):
+            try:
+                msg = await self.nc.request(subject, payload, timeout=self.timeout, headers=headers or None)
+            except (NoRespondersError, NatsTimeout) as exc:
+                error = _unavailable(f"no answer from the service ({type(exc).__name__})")
+            else:
+                reply = decode_json(msg.data)
+                if "result" in reply:
+                    return reply["result"]  # type: ignore[no-any-return]
+                error = PamspecError.from_envelope(reply["error"])
+                if error.code != "service_unavailable":
+                    raise error
+            if attempt < self.retries and retry:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        raise error
+
+
+class SyncMemoryClient:
+    """Blocking wrapper around MemoryClient for scripts and notebooks (runs its own event loop)."""
+
+    def __init__(self, url: str, prefix: str = "pamledger", timeout: float = 10.0):
+        self._loop = asyncio.new_event_loop()
+        self._client = self._loop.run_until_complete(MemoryClient.connect(url, prefix, timeout))
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._loop.run_until_complete(method(*args, **kwargs))
+
+        return call
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._client.close())
+        self._loop.close()

@@ -1,0 +1,100 @@
+"""Read and Inspect History from authoritative committed state (versions, content store, ledger).
+
+Scope rules: an unknown scope is scope_not_found; an object that is absent here or lives in another
+scope is object_not_found, worded the same either way so existence elsewhere never leaks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import psycopg
+
+from command_handler.planner import envelope_bytes
+from command_handler.store import IdempotencyRow
+from schemas.canonical import canonical_bytes, decode_json
+from schemas.errors import ObjectDeleted, ObjectNotFound, ObjectRedacted, ScopeNotFound
+
+_VERSIONS = (
+    "SELECT v.version_id, v.sequence, v.meta, c.content, v.ledger_sequence"
+    " FROM memory_versions v LEFT JOIN content_store c ON c.content_digest = v.content_digest"
+    " WHERE v.scope_id = %s AND v.object_id = %s"
+)
+
+
+async def read_envelope(
+    conn: psycopg.AsyncConnection[Any], scope_id: str, object_id: str, version_id: str | None
+) -> bytes:
+    """The canonical envelope of the current (or named) version, or the error Read answers."""
+    await _require_scope(conn, scope_id)
+    cur = await conn.execute(_VERSIONS + " ORDER BY v.sequence DESC LIMIT 1", (scope_id, object_id))
+    latest = await cur.fetchone()
+    if latest is None:
+        raise ObjectNotFound("object not found in this scope", details={"object_id": object_id})
+    row = latest
+    if version_id is not None and version_id != latest[0]:
+        cur = await conn.execute(_VERSIONS + " AND v.version_id = %s", (scope_id, object_id, version_id))
+        row = await cur.fetchone()
+        if row is None:
+            raise ObjectNotFound("version not found for this object", details={"object_id": object_id,
+                                                                                "version_id": version_id})
+    latest_meta = decode_json(bytes(latest[2]))
+    if latest_meta["availability_state"] == "deleted" and row[0] != latest[0]:
+        raise ObjectDeleted("object has been deleted", details={"object_id": object_id,
+                                                                 "tombstone_version_id": latest[0]})
+    meta = latest_meta if row is latest else decode_json(bytes(row[2]))
+    if meta["availability_state"] == "deleted" and version_id is None:
+        raise ObjectDeleted("object has been deleted", details={"object_id": object_id,
+                                                                 "tombstone_version_id": latest[0]})
+    if meta["availability_state"] == "redacted":
+        raise ObjectRedacted("object content is redacted", details={"object_id": object_id, "version_id": row[0]})
+    return envelope_bytes(meta, bytes(row[3]) if row[3] is not None else None)
+
+
+async def history(conn: psycopg.AsyncConnection[Any], scope_id: str, object_id: str) -> bytes:
+    """Versions oldest first (content null where erased) and the object's ledger events in ledger order."""
+    await _require_scope(conn, scope_id)
+    cur = await conn.execute(_VERSIONS + " ORDER BY v.sequence", (scope_id, object_id))
+    versions = await cur.fetchall()
+    if not versions:
+        raise ObjectNotFound("object not found in this scope", details={"object_id": object_id})
+    cur = await conn.execute(
+        "SELECT ledger_sequence, event FROM ledger WHERE scope_id = %s AND object_id = %s ORDER BY ledger_sequence",
+        (scope_id, object_id),
+    )
+    events = [{"ledger_sequence": seq, "event": msgspec.Raw(bytes(ev))} for seq, ev in await cur.fetchall()]
+    envelopes = [
+        msgspec.Raw(envelope_bytes(decode_json(bytes(v[2])), bytes(v[3]) if v[3] is not None else None))
+        for v in versions
+    ]
+    return canonical_bytes({"result": {"object_id": object_id, "scope_id": scope_id,
+                                       "versions": envelopes, "events": events}})
+
+
+async def fetch_replay(conn: psycopg.AsyncConnection[Any], record: IdempotencyRow) -> bytes:
+    """The original result of an idempotent command, rebuilt from the version it committed."""
+    cur = await conn.execute(
+        "SELECT v.sequence, v.meta, c.content, l.event_id FROM memory_versions v"
+        " LEFT JOIN content_store c ON c.content_digest = v.content_digest"
+        " JOIN ledger l ON l.ledger_sequence = v.ledger_sequence"
+        " WHERE v.version_id = %s",
+        (record.version_id,),
+    )
+    row = await cur.fetchone()
+    assert row is not None, "idempotency record without its version"
+    return canonical_bytes({"result": {
+        "object_id": record.object_id,
+        "version_id": record.version_id,
+        "sequence": row[0],
+        "ledger_sequence": record.ledger_sequence,
+        "event_id": row[3],
+        "envelope": msgspec.Raw(envelope_bytes(decode_json(bytes(row[1])), bytes(row[2]) if row[2] else None)),
+        "idempotency_result": "replayed_original_result",
+    }})
+
+
+async def _require_scope(conn: psycopg.AsyncConnection[Any], scope_id: str) -> None:
+    cur = await conn.execute("SELECT 1 FROM scopes WHERE scope_id = %s", (scope_id,))
+    if await cur.fetchone() is None:
+        raise ScopeNotFound("scope not found", details={"scope_id": scope_id})

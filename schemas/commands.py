@@ -1,0 +1,128 @@
+"""Commands: imperatives sent to the writer. They reject unknown fields.
+
+Each command has its own NATS subject and its own decoder, built once. The idempotency key may travel in
+the payload or in the `Pam-Idempotency-Key` header (the header wins when both are present and equal;
+differing values are invalid_request).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+from schemas.common import (
+    AvailabilityState,
+    Dimension,
+    Id,
+    LifecycleState,
+    RetentionState,
+    Text,
+    Timestamp,
+    ValidationState,
+)
+from schemas.envelope import Actor, Integrity, Provenance, QualitySignals
+
+ObjectType = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+IdempotencyKey = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+StateName = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+
+_COMMAND = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)
+
+
+class CreateObject(msgspec.Struct, tag="create", **_COMMAND):  # type: ignore[call-arg,misc]
+    """Create a new Memory Object (section 10.1)."""
+
+    scope_id: Id
+    object_type: ObjectType
+    canonical_content: Any
+    actor: Actor
+    provenance: Provenance
+    object_id: Id | None = None
+    schema_id: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
+    lifecycle_state: LifecycleState | None = None
+    availability_state: AvailabilityState = "available"
+    retention_state: RetentionState = "retained"
+    validation_state: ValidationState = "unverified"
+    observed_at: Timestamp | None = None
+    asserted_at: Timestamp | None = None
+    valid_from: Timestamp | None = None
+    valid_until: Timestamp | None = None
+    relationship_refs: list[Id] | None = None
+    integrity: Integrity | None = None
+    quality_signals: QualitySignals | None = None
+    idempotency_key: IdempotencyKey | None = None
+    operation_id: Id | None = None
+
+
+class UpdateObject(msgspec.Struct, tag="update", **_COMMAND):  # type: ignore[call-arg,misc]
+    """Write new canonical content as a new version (section 10.3)."""
+
+    scope_id: Id
+    object_id: Id
+    expected_version_id: Id
+    canonical_content: Any
+    actor: Actor
+    provenance: Provenance
+    observed_at: Timestamp | None = None
+    asserted_at: Timestamp | None = None
+    valid_from: Timestamp | None = None
+    valid_until: Timestamp | None = None
+    relationship_refs: list[Id] | None = None
+    integrity: Integrity | None = None
+    quality_signals: QualitySignals | None = None
+    idempotency_key: IdempotencyKey | None = None
+    operation_id: Id | None = None
+
+
+class TransitionState(msgspec.Struct, tag="transition", **_COMMAND):  # type: ignore[call-arg,misc]
+    """Move one state dimension to a target state (section 10.4, tables of 9.5)."""
+
+    scope_id: Id
+    object_id: Id
+    expected_version_id: Id
+    dimension: Dimension
+    target_state: StateName
+    actor: Actor
+    provenance: Provenance
+    policy_basis: Text | None = None
+    idempotency_key: IdempotencyKey | None = None
+    operation_id: Id | None = None
+
+
+class DeleteObject(msgspec.Struct, tag="delete", **_COMMAND):  # type: ignore[call-arg,misc]
+    """Write the final tombstone version and erase the object's content (section 10.11)."""
+
+    scope_id: Id
+    object_id: Id
+    expected_version_id: Id
+    actor: Actor
+    provenance: Provenance
+    policy_basis: Text | None = None
+    idempotency_key: IdempotencyKey | None = None
+    operation_id: Id | None = None
+
+
+class CreateScope(msgspec.Struct, tag="create_scope", **_COMMAND):  # type: ignore[call-arg,misc]
+    """Register a Memory Scope (memory-scope.schema.json); creating an existing scope is a no-op."""
+
+    scope_id: Id
+    scope_kind: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    parent_scope_id: Id | None = None
+    policy: dict[str, Any] | None = None
+
+
+ObjectCommand = CreateObject | UpdateObject | TransitionState | DeleteObject
+Command = ObjectCommand | CreateScope
+
+COMMAND_TYPES: dict[str, type[Command]] = {
+    "create": CreateObject,
+    "update": UpdateObject,
+    "transition": TransitionState,
+    "delete": DeleteObject,
+    "create_scope": CreateScope,
+}
+
+DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
+    name: msgspec.json.Decoder(cls) for name, cls in COMMAND_TYPES.items()
+}

@@ -1,0 +1,51 @@
+"""Shared wire vocabulary: identifiers, the four state dimensions, object types, timestamps."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+ID_PATTERN = r"^[A-Za-z][A-Za-z0-9+.\-]*:[A-Za-z0-9+._:\-/]+$"
+EXTENSION_TYPE_PATTERNS = (
+    re.compile(r"^[a-z0-9]+(?:\.[a-z0-9-]+)+\.[a-z][a-z0-9-]*$"),
+    re.compile(r"^[a-z][a-z0-9+.-]*:"),
+)
+SPEC_VERSION = "0.1.0-draft"
+
+Id = Annotated[str, msgspec.Meta(pattern=ID_PATTERN, max_length=512)]
+Text = Annotated[str, msgspec.Meta(max_length=4096)]
+Timestamp = Annotated[datetime, msgspec.Meta(tz=True)]
+Unit = Annotated[float, msgspec.Meta(ge=0, le=1)]
+
+LifecycleState = Literal["scratch", "candidate", "active", "superseded", "deprecated", "archived"]
+AvailabilityState = Literal["available", "partially_redacted", "redacted", "deleted"]
+RetentionState = Literal["retained", "expired", "pending_deletion", "legal_hold"]
+ValidationState = Literal["unverified", "corroborated", "disputed", "rejected"]
+Dimension = Literal["lifecycle", "availability", "retention", "validation"]
+
+STANDARD_OBJECT_TYPES = frozenset(
+    {
+        "claim", "decision", "task", "artifact", "observation", "entity", "summary",
+        "tool_invocation", "tool_result", "working_memory",
+    }
+)
+
+DIMENSION_STATES: dict[str, frozenset[str]] = {
+    "lifecycle": frozenset(LifecycleState.__args__),  # type: ignore[attr-defined]
+    "availability": frozenset(AvailabilityState.__args__),  # type: ignore[attr-defined]
+    "retention": frozenset(RetentionState.__args__),  # type: ignore[attr-defined]
+    "validation": frozenset(ValidationState.__args__),  # type: ignore[attr-defined]
+}
+
+
+def is_extension_type(object_type: str) -> bool:
+    """True for reverse-DNS or URI object types, which PAMSPEC allows with a schema_id."""
+    return any(p.match(object_type) for p in EXTENSION_TYPE_PATTERNS)
+
+
+def is_valid_id(value: str) -> bool:
+    """True when value follows the PAMSPEC `scheme:rest` identifier pattern."""
+    return len(value) <= 512 and re.match(ID_PATTERN, value) is not None

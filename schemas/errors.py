@@ -1,0 +1,142 @@
+"""The PAMSPEC error envelope (section 14), its 19 stable codes, and the service's error hierarchy.
+
+One root error type; below it: rejected (a reply, done), conflict (retryable), unavailable (retry with
+backoff) and poison (undecodable input). Every error a client can see becomes an ErrorEnvelope.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+ErrorCode = Literal[
+    "invalid_request",
+    "invalid_object",
+    "unsupported_object_type",
+    "object_not_found",
+    "scope_not_found",
+    "access_denied",
+    "policy_denied",
+    "version_conflict",
+    "duplicate_operation",
+    "invalid_state_transition",
+    "relationship_conflict",
+    "embedding_space_mismatch",
+    "snapshot_not_found",
+    "retention_restriction",
+    "legal_hold",
+    "object_redacted",
+    "object_deleted",
+    "service_unavailable",
+    "internal_error",
+]
+
+ERROR_CODES: tuple[str, ...] = ErrorCode.__args__  # type: ignore[attr-defined]
+
+# Retryable per the section 14 table: only "Yes" counts as retryable; "Maybe" codes are not retried blindly.
+RETRYABLE: dict[str, bool] = {code: code in ("version_conflict", "service_unavailable") for code in ERROR_CODES}
+
+
+class ErrorEnvelope(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What a client sees for any failure."""
+
+    code: ErrorCode
+    message: str
+    retryable: bool
+    operation_id: str
+    details: dict[str, Any] = msgspec.field(default_factory=dict)
+    policy_rule_id: str | None = None
+    correlation_id: str | None = None
+
+
+class PamledgerError(Exception):
+    """Root of every error the service raises on purpose; carries a stable PAMSPEC code."""
+
+    code: ErrorCode = "internal_error"
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None, code: ErrorCode | None = None):
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+        if code is not None:
+            self.code = code
+
+    @property
+    def retryable(self) -> bool:
+        return RETRYABLE[self.code]
+
+    def envelope(self, operation_id: str) -> ErrorEnvelope:
+        return ErrorEnvelope(
+            code=self.code,
+            message=self.message,
+            retryable=self.retryable,
+            operation_id=operation_id,
+            details=self.details,
+        )
+
+
+class CommandRejected(PamledgerError):
+    """The command is answered with an error and nothing is written."""
+
+    code: ErrorCode = "invalid_request"
+
+
+class InvalidRequest(CommandRejected):
+    code: ErrorCode = "invalid_request"
+
+
+class InvalidObject(CommandRejected):
+    code: ErrorCode = "invalid_object"
+
+
+class UnsupportedObjectType(CommandRejected):
+    code: ErrorCode = "unsupported_object_type"
+
+
+class ObjectNotFound(CommandRejected):
+    code: ErrorCode = "object_not_found"
+
+
+class ScopeNotFound(CommandRejected):
+    code: ErrorCode = "scope_not_found"
+
+
+class VersionConflict(CommandRejected):
+    code: ErrorCode = "version_conflict"
+
+
+class DuplicateOperation(CommandRejected):
+    code: ErrorCode = "duplicate_operation"
+
+
+class InvalidStateTransition(CommandRejected):
+    code: ErrorCode = "invalid_state_transition"
+
+
+class LegalHold(CommandRejected):
+    code: ErrorCode = "legal_hold"
+
+
+class ObjectDeleted(CommandRejected):
+    code: ErrorCode = "object_deleted"
+
+
+class ObjectRedacted(CommandRejected):
+    code: ErrorCode = "object_redacted"
+
+
+class ServiceUnavailable(PamledgerError):
+    """Infrastructure trouble: the client may retry with backoff."""
+
+    code: ErrorCode = "service_unavailable"
+
+
+class PoisonMessage(InvalidRequest):
+    """Bytes that cannot be decoded at all: answered with invalid_request, logged, never fatal."""
+
+
+def error_from_envelope(envelope: ErrorEnvelope) -> PamledgerError:
+    """Rebuild a raisable error from an envelope received over the wire."""
+    err = PamledgerError(envelope.message, details=dict(envelope.details), code=envelope.code)
+    return err

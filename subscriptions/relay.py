@@ -1,0 +1,132 @@
+"""The ledger relay: replicates committed ledger rows to JetStream, in order, stream seq == ledger seq.
+
+Every message carries `Nats-Msg-Id = event_id` (deduplication) and `Nats-Expected-Last-Sequence =
+ledger_sequence - 1` (order). After a crash, or when the stream was lost, the relay asks the stream for
+its last sequence and republishes from the Postgres ledger, the source of truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import nats
+import psycopg
+import structlog
+from nats.js import JetStreamContext
+from nats.js.api import StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+
+from command_handler.store import LedgerRow
+from infra.subjects import ledger_subject, ledger_wildcard
+
+log = structlog.get_logger(__name__)
+CATCH_UP_CHUNK = 2000
+
+_LEDGER_COLUMNS = (
+    "ledger_sequence, event_id, operation_id, scope_id, object_id, version_id, event_type, recorded_at,"
+    " event, prev_hash, row_hash"
+)
+
+
+def ensure_stream_config(stream_name: str, prefix: str) -> StreamConfig:
+    return StreamConfig(
+        name=stream_name, subjects=[ledger_wildcard(prefix)], storage=StorageType.FILE,
+        duplicate_window=120.0, allow_direct=True,
+    )
+
+
+async def ensure_stream(js: JetStreamContext, stream_name: str, prefix: str) -> int:
+    """Create the stream if it is missing; return its last sequence."""
+    try:
+        info = await js.stream_info(stream_name)
+    except NotFoundError:
+        info = await js.add_stream(ensure_stream_config(stream_name, prefix))
+        log.info("stream.created", stream=stream_name)
+    return int(info.state.last_seq)
+
+
+class Relay:
+    """Publishes what the writer committed; falls back to reading the ledger whenever it sees a gap."""
+
+    def __init__(self, js: JetStreamContext, database_url: str, stream_name: str, prefix: str, partition: int):
+        self.js = js
+        self.database_url = database_url
+        self.stream_name = stream_name
+        self.prefix = prefix
+        self.partition = partition
+        self.published = 0
+        self.queue: asyncio.Queue[list[LedgerRow]] = asyncio.Queue()
+        self.caught_up = asyncio.Event()
+
+    def submit(self, rows: list[LedgerRow]) -> None:
+        self.queue.put_nowait(rows)
+
+    async def run(self) -> None:
+        """Catch up from the ledger, then follow what the writer submits."""
+        await self._resync()
+        self.caught_up.set()
+        while True:
+            rows = await self.queue.get()
+            while not self.queue.empty():
+                rows = rows + self.queue.get_nowait()
+            rows = [r for r in rows if r.ledger_sequence > self.published]
+            if not rows:
+                continue
+            if rows[0].ledger_sequence != self.published + 1:
+                await self._resync()
+                continue
+            try:
+                await self._publish(rows)
+            except (nats.errors.Error, asyncio.TimeoutError) as exc:
+                log.warning("relay.publish_failed", error=type(exc).__name__, at=self.published)
+                await asyncio.sleep(0.2)
+                await self._resync()
+
+    async def _resync(self) -> None:
+        """Publish every ledger row the stream lacks, reading them from Postgres."""
+        while True:
+            try:
+                self.published = await ensure_stream(self.js, self.stream_name, self.prefix)
+                async with await psycopg.AsyncConnection.connect(self.database_url) as conn:
+                    while True:
+                        rows = await self._read(conn, self.published)
+                        if not rows:
+                            break
+                        await self._publish(rows)
+                log.info("relay.caught_up", ledger_sequence=self.published)
+                return
+            except (nats.errors.Error, asyncio.TimeoutError, psycopg.OperationalError) as exc:
+                log.warning("relay.resync_failed", error=type(exc).__name__)
+                await asyncio.sleep(0.5)
+
+    async def _read(self, conn: psycopg.AsyncConnection[Any], after: int) -> list[LedgerRow]:
+        cur = await conn.execute(
+            f"SELECT {_LEDGER_COLUMNS} FROM ledger WHERE partition = %s AND ledger_sequence > %s"
+            " ORDER BY ledger_sequence LIMIT %s",
+            (self.partition, after, CATCH_UP_CHUNK),
+        )
+        return [
+            LedgerRow(ledger_sequence=r[0], event_id=r[1], operation_id=r[2], scope_id=r[3], object_id=r[4],
+                      version_id=r[5], event_type=r[6], recorded_at=r[7], event=bytes(r[8]),
+                      prev_hash=bytes(r[9]), row_hash=bytes(r[10]))
+            for r in await cur.fetchall()
+        ]
+
+    async def _publish(self, rows: list[LedgerRow]) -> None:
+        """Pipelined publishes, then wait for every ack; a failed order check raises."""
+        futures = []
+        for row in rows:
+            headers = {
+                "Nats-Msg-Id": row.event_id,
+                "Nats-Expected-Last-Sequence": str(row.ledger_sequence - 1),
+                "Pam-Ledger-Sequence": str(row.ledger_sequence),
+                "Pam-Event-Type": row.event_type,
+            }
+            subject = ledger_subject(self.prefix, self.partition, row.scope_id, row.event_type)
+            futures.append(await self.js.publish_async(subject, row.event, headers=headers))
+        acks = await asyncio.wait_for(asyncio.gather(*futures), timeout=30)
+        for row, ack in zip(rows, acks):
+            if ack.seq != row.ledger_sequence and not ack.duplicate:
+                raise nats.errors.Error(f"stream sequence {ack.seq} != ledger sequence {row.ledger_sequence}")
+        self.published = rows[-1].ledger_sequence

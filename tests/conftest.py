@@ -1,0 +1,168 @@
+"""Shared fixtures: a private NATS and Postgres per test session, a fresh database and fresh stream
+names per test module, and the service running in-process against them.
+
+Set PAMLEDGER_TEST_NATS_URL and PAMLEDGER_TEST_DATABASE_URL (a superuser URL) to use servers you run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from infra.migrations import migrate
+from infra.settings import Settings
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+PAMSPEC = SHARED / "pamspec"
+TEMPLATE_DB = "pamledger_template"
+
+
+@dataclass(frozen=True)
+class Servers:
+    nats_url: str
+    admin_url: str  # superuser URL of the `postgres` database
+
+    def database_url(self, name: str) -> str:
+        return self.admin_url.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    nats_url = os.environ.get("PAMLEDGER_TEST_NATS_URL")
+    admin_url = os.environ.get("PAMLEDGER_TEST_DATABASE_URL")
+    handles: list[Any] = []
+    if not (nats_url and admin_url):
+        from infra.local_servers import start_nats, start_postgres
+
+        root = tmp_path_factory.mktemp("servers")
+        nats = start_nats(root / "nats")
+        handles.append(nats)
+        postgres = start_postgres(root / "postgres")
+        handles.append(postgres)
+        nats_url, admin_url = nats.url, postgres.url
+    found = Servers(nats_url, admin_url)
+    _make_template(found)
+    try:
+        yield found
+    finally:
+        for handle in reversed(handles):
+            handle.stop()
+
+
+def _make_template(servers: Servers) -> None:
+    with psycopg.connect(servers.admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE_DB} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {TEMPLATE_DB}")
+    migrate(servers.database_url(TEMPLATE_DB))
+
+
+def fresh_database(servers: Servers, label: str) -> str:
+    """A new database cloned from the migrated template; returns its URL."""
+    name = f"t_{label}_{uuid.uuid4().hex[:8]}".lower()
+    with psycopg.connect(servers.admin_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE_DB}")
+    return servers.database_url(name)
+
+
+def fresh_settings(label: str, **overrides: Any) -> Settings:
+    """Subject prefix and stream name of their own, so modules never see each other's traffic."""
+    tag = f"{label}_{uuid.uuid4().hex[:6]}".lower()
+    return Settings(subject_prefix=f"pam_{tag}", stream_name=f"PAM_{tag.upper()}", **overrides)
+
+
+@dataclass
+class Env:
+    """One module's world: servers, its own database and settings."""
+
+    servers: Servers
+    database_url: str
+    settings: Settings
+
+    @property
+    def nats_url(self) -> str:
+        return self.servers.nats_url
+
+
+@pytest.fixture(scope="module")
+def env(servers: Servers, request: pytest.FixtureRequest) -> Env:
+    label = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")[:20]
+    return Env(servers, fresh_database(servers, label), fresh_settings(label))
+
+
+@contextlib.asynccontextmanager
+async def running_service(env: Env) -> AsyncIterator[None]:
+    """The whole service (query, writer, relay) as a task in this event loop."""
+    from infra.runtime import run_service
+    from memory_client.client import MemoryClient
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_service(env.settings, env.nats_url, env.database_url, stop))
+    client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
+    try:
+        await wait_for(lambda: _answers(client), timeout=30)
+        yield
+    finally:
+        await client.close()
+        stop.set()
+        await task
+
+
+async def _answers(client: Any) -> bool:
+    from memory_client.client import PamspecError
+
+    client.retries = 0
+    try:
+        await client.status("writer")
+        return True
+    except PamspecError:
+        return False
+
+
+async def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> Any:
+    """Poll an (async or sync) predicate until it is truthy; fail loudly after `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+@pytest.fixture(scope="module")
+async def service(env: Env) -> AsyncIterator[Env]:
+    async with running_service(env):
+        yield env
+
+
+@pytest.fixture(scope="module")
+async def client(service: Env) -> AsyncIterator[Any]:
+    from memory_client.client import MemoryClient
+
+    c = await MemoryClient.connect(service.nats_url, service.settings.subject_prefix)
+    yield c
+    await c.close()
+
+
+ACTOR = {"actor_id": "actor:agent:tester", "actor_kind": "agent"}
+PROVENANCE = {"provenance_id": "prov:test:1", "actor": ACTOR, "activity": "test"}
+
+
+def pamspec_dir() -> Path:
+    """The official PAMSPEC files, or skip (saying why) where ../shared is absent."""
+    if not PAMSPEC.is_dir():
+        pytest.skip(f"PAMSPEC files not found at {PAMSPEC} (../shared is absent)")
+    return PAMSPEC

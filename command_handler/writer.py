@@ -26,7 +26,7 @@ from command_handler.store import IdempotencyRow, PostgresLedgerStore
 from infra.db_errors import map_db_error
 from infra.lru import LRU
 from infra.settings import Settings
-from infra.subjects import COMMANDS, command_subject, status_subject
+from infra.subjects import command_subject, status_subject
 from query.reads import fetch_replay
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateScope, TransitionState
@@ -56,11 +56,11 @@ class Writer:
         """Subscribe and run group commits until cancelled."""
         self.tail = await self.store.tail()
         prefix = self.settings.subject_prefix
-        for name in COMMANDS:
-            self._subs.append(await self.nc.subscribe(
-                command_subject(prefix, name), queue="pamledger-writer", cb=self.inbox.put,
-                pending_msgs_limit=1_000_000, pending_bytes_limit=1 << 30,
-            ))
+        # One wildcard subscription: unknown command names get an invalid_request, not silence.
+        self._subs.append(await self.nc.subscribe(
+            command_subject(prefix, "*"), queue="pamledger-writer", cb=self.inbox.put,
+            pending_msgs_limit=1_000_000, pending_bytes_limit=1 << 30,
+        ))
         self._subs.append(await self.nc.subscribe(status_subject(prefix, "writer"), cb=self._status))
         await self.nc.flush()
         log.info("writer.serving", ledger_sequence=self.tail[0], partition=self.store.partition)

@@ -13,7 +13,7 @@ class WriterSettings(BaseModel):
 
     max_batch: int = Field(default=1024, ge=1)
     head_cache_size: int = Field(default=100_000, ge=1)
-    max_payload_bytes: int = Field(default=1_048_576, ge=1024)
+    max_payload_bytes: int = Field(default=524_288, ge=1024)
     lock_poll_seconds: float = Field(default=0.5, gt=0)
 
 

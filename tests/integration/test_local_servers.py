@@ -1,0 +1,195 @@
+"""Real NATS and PostgreSQL started by infra.local_servers on free ports under a temp dir."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import nats
+import psycopg
+import pytest
+
+from infra.local_nats import NatsServer, pid_alive
+from infra.local_postgres import PostgresServer
+from infra.local_servers import (
+    LocalStack,
+    free_port,
+    purge,
+    read_servers_file,
+    start_nats,
+    start_postgres,
+    status,
+    stop_from_file,
+)
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    """A private nats-server, stopped at teardown."""
+    server = start_nats(tmp_path / "nats")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_server(tmp_path: Path) -> Iterator[PostgresServer]:
+    """A private PostgreSQL, stopped and deleted (with any /var/tmp mirror) at teardown."""
+    server = start_postgres(tmp_path / "postgres")
+    yield server
+    server.destroy()
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Iterator[Path]:
+    """A state dir whose servers are stopped and data purged at teardown."""
+    path = tmp_path / "state"
+    yield path
+    purge(path)
+
+
+async def _publish(url: str, count: int) -> None:
+    """Create stream EVENTS and publish count acknowledged messages to it."""
+    client = await nats.connect(url)
+    try:
+        js = client.jetstream()
+        await js.add_stream(name="EVENTS", subjects=["events.>"])
+        for index in range(count):
+            await js.publish("events.test", str(index).encode())
+    finally:
+        await client.close()
+
+
+async def _stream_messages(url: str) -> int:
+    """Return how many messages stream EVENTS holds."""
+    client = await nats.connect(url)
+    try:
+        info = await client.jetstream().stream_info("EVENTS")
+        return info.state.messages
+    finally:
+        await client.close()
+
+
+def test_free_port_is_bindable_and_not_the_shared_defaults() -> None:
+    port = free_port()
+    assert 1024 < port < 65536
+    assert port not in (4222, 5432)
+
+
+async def test_nats_starts_with_jetstream(nats_server: NatsServer) -> None:
+    assert nats_server.url == f"nats://127.0.0.1:{nats_server.port}"
+    assert nats_server.is_running()
+    await _publish(nats_server.url, 5)
+    assert await _stream_messages(nats_server.url) == 5
+
+
+async def test_nats_kill_then_restart_keeps_stream(nats_server: NatsServer) -> None:
+    await _publish(nats_server.url, 20)
+    old_pid, port = nats_server.pid, nats_server.port
+    nats_server.kill()
+    assert not pid_alive(old_pid)
+    nats_server.restart()
+    assert nats_server.port == port
+    assert nats_server.pid != old_pid
+    assert await _stream_messages(nats_server.url) == 20
+
+
+def test_nats_stop_escalates_nothing_when_already_dead(nats_server: NatsServer) -> None:
+    os.kill(nats_server.pid, signal.SIGKILL)
+    nats_server.stop()
+    assert not nats_server.is_running()
+
+
+def test_postgres_serves_sql_and_pgvector(postgres_server: PostgresServer) -> None:
+    assert postgres_server.url == f"postgresql://postgres@127.0.0.1:{postgres_server.port}/postgres"
+    with psycopg.connect(postgres_server.url, autocommit=True) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        row = conn.execute("SELECT '[1,2,3]'::vector <-> '[1,2,5]'::vector").fetchone()
+        assert row is not None and row[0] == pytest.approx(2.0)
+        assert conn.execute("SHOW fsync").fetchone() == ("on",)
+        assert conn.execute("SHOW server_encoding").fetchone() == ("UTF8",)
+
+
+def test_postgres_stop_refuses_connections(postgres_server: PostgresServer) -> None:
+    postgres_server.stop()
+    assert not postgres_server.is_running()
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(postgres_server.url, connect_timeout=2)
+
+
+def test_postgres_keeps_data_across_restart(tmp_path: Path, postgres_server: PostgresServer) -> None:
+    with psycopg.connect(postgres_server.url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE kept (x int)")
+        conn.execute("INSERT INTO kept VALUES (42)")
+    postgres_server.stop()
+    again = start_postgres(tmp_path / "postgres")
+    with psycopg.connect(again.url) as conn:
+        assert conn.execute("SELECT x FROM kept").fetchone() == (42,)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root-only layout")
+def test_postgres_as_root_runs_as_system_user(postgres_server: PostgresServer) -> None:
+    assert postgres_server.layout.run_as == "pamledger-pg"
+    assert str(postgres_server.data_dir).startswith("/var/tmp/pamledger-")
+    status_line = Path(f"/proc/{postgres_server.pid}/status").read_text()
+    uid = int(next(line for line in status_line.splitlines() if line.startswith("Uid:")).split()[1])
+    assert uid != 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root-only layout")
+def test_orphaned_root_mirror_is_collected(tmp_path: Path) -> None:
+    first = start_postgres(tmp_path / "gone" / "postgres")
+    first.stop()
+    mirror = first.layout.mirror
+    assert mirror is not None and mirror.is_dir()
+    shutil.rmtree(tmp_path / "gone")
+    second = start_postgres(tmp_path / "kept" / "postgres")
+    try:
+        assert not mirror.exists()
+    finally:
+        second.destroy()
+    assert second.layout.mirror is not None and not second.layout.mirror.exists()
+
+
+def test_stack_up_records_reuses_and_stops(state_dir: Path) -> None:
+    assert read_servers_file(state_dir) is None
+    first = LocalStack.up(state_dir)
+    assert first.started == {"nats", "postgres"}
+    recorded = read_servers_file(state_dir)
+    assert recorded is not None
+    assert recorded["nats_url"] == first.nats.url
+    assert recorded["database_url"] == first.postgres.url
+    assert recorded["nats_pid"] == first.nats.pid
+    assert status(state_dir).all_up
+
+    second = LocalStack.up(state_dir)
+    assert second.reused
+    assert (second.nats.pid, second.postgres.pid) == (first.nats.pid, first.postgres.pid)
+
+    stop_from_file(state_dir)
+    assert read_servers_file(state_dir) is None
+    assert not first.nats.is_running()
+    assert not first.postgres.is_running()
+    assert not status(state_dir).nats_answers
+
+
+def test_stack_restarts_stale_servers_on_same_data(state_dir: Path) -> None:
+    first = LocalStack.up(state_dir)
+    with psycopg.connect(first.postgres.url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE survivor (x int)")
+    first.nats.kill()
+    first.postgres.stop()
+    stale = status(state_dir)
+    assert stale.recorded and not stale.nats_answers and not stale.postgres_answers
+
+    second = LocalStack.up(state_dir)
+    assert second.started == {"nats", "postgres"}
+    assert second.nats.port == first.nats.port
+    assert second.postgres.port == first.postgres.port
+    with psycopg.connect(second.postgres.url) as conn:
+        assert conn.execute("SELECT count(*) FROM survivor").fetchone() == (0,)
+    second.stop_started()
+    assert not status(state_dir).all_up

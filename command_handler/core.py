@@ -196,7 +196,7 @@ def _update(head: ObjectHead, command: UpdateObject, stamp: Stamp) -> Decision:
 def _transition(head: ObjectHead, command: TransitionState, stamp: Stamp) -> Decision:
     dimension, target = command.dimension, command.target_state
     current = head.state(dimension)
-    details = {"object_id": head.object_id, "dimension": dimension, "from": current, "to": target}
+    details: dict[str, Any] = {"object_id": head.object_id, "dimension": dimension, "from": current, "to": target}
     if target not in DIMENSION_STATES[dimension]:
         raise InvalidStateTransition(f"{target!r} is not a {dimension} state", details=details)
     if target not in allowed_targets(dimension, current):

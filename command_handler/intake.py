@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from typing import Any
 
@@ -11,8 +12,14 @@ import msgspec
 from schemas.canonical import canonical_bytes
 from schemas.commands import DECODERS, Command, CreateScope
 from schemas.common import is_valid_id
-from schemas.errors import InvalidRequest, PamledgerError
+from schemas.errors import InvalidObject, InvalidRequest, PamledgerError
 
+# A value that breaks the object model inside the envelope (as opposed to a malformed command) is
+# invalid_object, e.g. quality_signals.assessed_confidence = 1.5.
+_ENVELOPE_PATH = re.compile(
+    r"at `\$\.(actor|provenance|integrity|quality_signals|relationship_refs|schema_id|observed_at|asserted_at"
+    r"|valid_from|valid_until)\b"
+)
 IDEMPOTENCY_HEADER = "Pam-Idempotency-Key"
 OPERATION_HEADER = "Pam-Operation-Id"
 
@@ -43,7 +50,10 @@ def parse(name: str, data: bytes, headers: dict[str, str] | None, max_bytes: int
         raise InvalidRequest(f"unknown command {name!r}", details={"command": name})
     try:
         command = decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except msgspec.ValidationError as exc:
+        error = InvalidObject if _ENVELOPE_PATH.search(str(exc)) else InvalidRequest
+        raise error(f"invalid {name} command: {exc}", details={"reason": str(exc)}) from None
+    except msgspec.DecodeError as exc:
         raise InvalidRequest(f"malformed {name} command: {exc}", details={"reason": str(exc)}) from None
     headers = headers or {}
     key = _idempotency_key(command, headers)

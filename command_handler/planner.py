@@ -91,7 +91,7 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             stamp = inputs.stamp(item)
             key = (command.scope_id, stamp.object_id)
             head = heads.get(key) or inputs.heads.get(key)
-            decision = decide(head, command, stamp)  # type: ignore[arg-type]
+            decision = decide(head, command, stamp)
         except PamledgerError as exc:
             outcomes.append(Outcome(error=exc))
             continue

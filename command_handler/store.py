@@ -191,6 +191,6 @@ class PostgresLedgerStore:
     async def _copy(cur: psycopg.AsyncCursor[Any], target: str, rows: list[tuple[Any, ...]]) -> None:
         if not rows:
             return
-        async with cur.copy(f"COPY {target} FROM STDIN") as copy:  # type: ignore[arg-type]
+        async with cur.copy(f"COPY {target} FROM STDIN") as copy:
             for row in rows:
                 await copy.write_row(row)

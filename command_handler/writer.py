@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import nats
+from nats.aio.client import Client as NATS
 import psycopg
 import structlog
 from nats.aio.msg import Msg
@@ -39,7 +40,7 @@ log = structlog.get_logger(__name__)
 class Writer:
     """Serves the command subjects while it holds the partition lock."""
 
-    def __init__(self, settings: Settings, nc: nats.NATS, store: PostgresLedgerStore, relay: Relay):
+    def __init__(self, settings: Settings, nc: NATS, store: PostgresLedgerStore, relay: Relay):
         self.settings = settings
         self.nc = nc
         self.store = store
@@ -132,13 +133,12 @@ class Writer:
             self.heads.put(key, head)
         for key, record in (await self.store.load_idempotency(sorted(idem_keys))).items():
             self.idempotency.put(key, record)
-        heads = {}
+        heads: dict[tuple[str, str], ObjectHead] = {}
         for p in parsed:
             object_id = getattr(p.command, "object_id", None)
-            if object_id is not None:
-                head = self.heads.get((p.scope_id, object_id))
-                if head is not None:
-                    heads[(p.scope_id, object_id)] = head
+            cached = self.heads.get((p.scope_id, object_id)) if object_id is not None else None
+            if cached is not None:
+                heads[(p.scope_id, str(object_id))] = cached
         idem = {}
         for p in parsed:
             if p.idempotency_key:

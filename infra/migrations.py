@@ -35,7 +35,7 @@ def migrate(database_url: str) -> list[str]:
                 if version in done:
                     continue
                 with conn.transaction():
-                    conn.execute(sql)  # type: ignore[call-overload]
+                    conn.execute(sql)  # type: ignore[call-overload,unused-ignore]
                     conn.execute("INSERT INTO pamledger_migrations (version, name) VALUES (%s, %s)", (version, name))
                 log.info("migration.applied", name=name)
                 applied.append(name)

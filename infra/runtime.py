@@ -12,6 +12,7 @@ import contextlib
 from typing import Any
 
 import nats
+from nats.aio.client import Client as NATS
 import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
@@ -25,7 +26,7 @@ from subscriptions.relay import Relay
 log = structlog.get_logger(__name__)
 
 
-async def connect_nats(url: str, name: str) -> nats.NATS:
+async def connect_nats(url: str, name: str) -> NATS:
     """A NATS connection that reconnects forever (the service outlives NATS restarts)."""
     return await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
                               connect_timeout=5, pending_size=64 * 1024 * 1024)
@@ -52,7 +53,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
         log.info("service.stopped")
 
 
-async def lead_forever(settings: Settings, nc: nats.NATS, database_url: str) -> None:
+async def lead_forever(settings: Settings, nc: NATS, database_url: str) -> None:
     """Wait for the writer lock, serve as writer, and go back to waiting if the database session dies."""
     while True:
         try:
@@ -62,7 +63,7 @@ async def lead_forever(settings: Settings, nc: nats.NATS, database_url: str) -> 
             await asyncio.sleep(settings.writer.lock_poll_seconds)
 
 
-async def _lead_once(settings: Settings, nc: nats.NATS, database_url: str) -> None:
+async def _lead_once(settings: Settings, nc: NATS, database_url: str) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         store = PostgresLedgerStore(conn, settings.partition)
         announced = False

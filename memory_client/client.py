@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 import nats
+from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
 from infra.subjects import command_subject, query_subject, status_subject
@@ -46,7 +47,7 @@ def _unavailable(message: str) -> PamspecError:
 class MemoryClient:
     """Async client. Use `await MemoryClient.connect(url)` or pass an existing nats connection."""
 
-    def __init__(self, nc: nats.NATS, prefix: str = "pamledger", timeout: float = 10.0, retries: int = 5):
+    def __init__(self, nc: NATS, prefix: str = "pamledger", timeout: float = 10.0, retries: int = 5):
         self.nc = nc
         self.prefix = prefix
         self.timeout = timeout

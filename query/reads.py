@@ -43,6 +43,8 @@ async def read_envelope(
     if latest_meta["availability_state"] == "deleted" and row[0] != latest[0]:
         raise ObjectDeleted("object has been deleted", details={"object_id": object_id,
                                                                  "tombstone_version_id": latest[0]})
+    if latest_meta["availability_state"] == "redacted" and row[0] != latest[0]:
+        raise ObjectRedacted("object content is redacted", details={"object_id": object_id, "version_id": row[0]})
     meta = latest_meta if row is latest else decode_json(bytes(row[2]))
     if meta["availability_state"] == "deleted" and version_id is None:
         raise ObjectDeleted("object has been deleted", details={"object_id": object_id,

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import msgspec
 import nats
+from nats.aio.client import Client as NATS
 import psycopg
 import structlog
 from nats.aio.msg import Msg
@@ -43,7 +44,7 @@ _history_decoder = msgspec.json.Decoder(HistoryRequest)
 class QueryService:
     """Answers read/history requests from any number of instances (queue group `pamledger-query`)."""
 
-    def __init__(self, nc: nats.NATS, pool: AsyncConnectionPool[Any], prefix: str):
+    def __init__(self, nc: NATS, pool: AsyncConnectionPool[Any], prefix: str):
         self.nc = nc
         self.pool = pool
         self.prefix = prefix

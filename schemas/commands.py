@@ -25,12 +25,13 @@ from schemas.envelope import Actor, Integrity, Provenance, QualitySignals
 
 ObjectType = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 IdempotencyKey = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+SchemaUri = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$", max_length=1024)]
 StateName = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 
-_COMMAND = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)
+_COMMAND: dict[str, bool] = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)
 
 
-class CreateObject(msgspec.Struct, tag="create", **_COMMAND):  # type: ignore[call-arg,misc]
+class CreateObject(msgspec.Struct, tag="create", **_COMMAND):
     """Create a new Memory Object (section 10.1)."""
 
     scope_id: Id
@@ -39,7 +40,7 @@ class CreateObject(msgspec.Struct, tag="create", **_COMMAND):  # type: ignore[ca
     actor: Actor
     provenance: Provenance
     object_id: Id | None = None
-    schema_id: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
+    schema_id: SchemaUri | None = None
     lifecycle_state: LifecycleState | None = None
     availability_state: AvailabilityState = "available"
     retention_state: RetentionState = "retained"
@@ -55,7 +56,7 @@ class CreateObject(msgspec.Struct, tag="create", **_COMMAND):  # type: ignore[ca
     operation_id: Id | None = None
 
 
-class UpdateObject(msgspec.Struct, tag="update", **_COMMAND):  # type: ignore[call-arg,misc]
+class UpdateObject(msgspec.Struct, tag="update", **_COMMAND):
     """Write new canonical content as a new version (section 10.3)."""
 
     scope_id: Id
@@ -75,7 +76,7 @@ class UpdateObject(msgspec.Struct, tag="update", **_COMMAND):  # type: ignore[ca
     operation_id: Id | None = None
 
 
-class TransitionState(msgspec.Struct, tag="transition", **_COMMAND):  # type: ignore[call-arg,misc]
+class TransitionState(msgspec.Struct, tag="transition", **_COMMAND):
     """Move one state dimension to a target state (section 10.4, tables of 9.5)."""
 
     scope_id: Id
@@ -90,7 +91,7 @@ class TransitionState(msgspec.Struct, tag="transition", **_COMMAND):  # type: ig
     operation_id: Id | None = None
 
 
-class DeleteObject(msgspec.Struct, tag="delete", **_COMMAND):  # type: ignore[call-arg,misc]
+class DeleteObject(msgspec.Struct, tag="delete", **_COMMAND):
     """Write the final tombstone version and erase the object's content (section 10.11)."""
 
     scope_id: Id
@@ -103,7 +104,7 @@ class DeleteObject(msgspec.Struct, tag="delete", **_COMMAND):  # type: ignore[ca
     operation_id: Id | None = None
 
 
-class CreateScope(msgspec.Struct, tag="create_scope", **_COMMAND):  # type: ignore[call-arg,misc]
+class CreateScope(msgspec.Struct, tag="create_scope", **_COMMAND):
     """Register a Memory Scope (memory-scope.schema.json); creating an existing scope is a no-op."""
 
     scope_id: Id

@@ -13,17 +13,17 @@ import msgspec
 from schemas.common import Id, Timestamp
 from schemas.errors import InvalidObject
 
-_STRICT = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)
+_STRICT: dict[str, bool] = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 
 
-class SafetyCheckOutcome(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
+class SafetyCheckOutcome(msgspec.Struct, **_STRICT):
     checker: str | None = None
     outcome: Literal["allowed", "denied", "flagged", "not_evaluated"] | None = None
     rationale: str | None = None
 
 
-class ToolInvocationContent(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
+class ToolInvocationContent(msgspec.Struct, **_STRICT):
     tool_name: Annotated[str, msgspec.Meta(min_length=1)]
     arguments: Any
     tool_version: str | None = None
@@ -34,25 +34,25 @@ class ToolInvocationContent(msgspec.Struct, **_STRICT):  # type: ignore[call-arg
     safety_check_outcome: SafetyCheckOutcome | None = None
 
 
-class ToolError(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
+class ToolError(msgspec.Struct, **_STRICT):
     code: str | None = None
     message: str | None = None
     retryable: bool | None = None
 
 
-class Cost(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
+class Cost(msgspec.Struct, **_STRICT):
     amount: Annotated[float, msgspec.Meta(ge=0)] | None = None
     currency: str | None = None
     unit: str | None = None
 
 
-class ResourceUsage(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
+class ResourceUsage(msgspec.Struct, **_STRICT):
     input_tokens: NonNegative | None = None
     output_tokens: NonNegative | None = None
     wall_clock_ms: NonNegative | None = None
 
 
-class ToolResultContent(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
+class ToolResultContent(msgspec.Struct, **_STRICT):
     invocation_object_id: Id
     outcome: Literal["success", "error", "partial", "timeout", "cancelled"]
     invocation_version_id: Id | None = None
@@ -66,13 +66,13 @@ class ToolResultContent(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,mis
     resource_usage: ResourceUsage | None = None
 
 
-class PromotionHint(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
+class PromotionHint(msgspec.Struct, **_STRICT):
     target_object_type: str | None = None
     confidence: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
     rationale: str | None = None
 
 
-class WorkingMemoryContent(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
+class WorkingMemoryContent(msgspec.Struct, **_STRICT):
     task_ref: Id
     content: Any
     purpose: str | None = None

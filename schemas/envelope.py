@@ -21,10 +21,10 @@ from schemas.common import (
     ValidationState,
 )
 
-_STRICT = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)
+_STRICT: dict[str, bool] = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)
 
 
-class Attestation(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
+class Attestation(msgspec.Struct, **_STRICT):
     """Optional, non-authoritative identity attestation of an actor."""
 
     agent_manifest_ref: Text | None = None
@@ -41,7 +41,7 @@ class Attestation(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
     did_ref: Text | None = None
 
 
-class Actor(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
+class Actor(msgspec.Struct, **_STRICT):
     """Who performed an operation, and for whom."""
 
     actor_id: Id
@@ -52,7 +52,7 @@ class Actor(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
     attestation: Attestation | None = None
 
 
-class Provenance(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
+class Provenance(msgspec.Struct, **_STRICT):
     """Machine-readable origin of a version (section 8.6)."""
 
     provenance_id: Id
@@ -67,7 +67,7 @@ class Provenance(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
     integrity_ref: Text | None = None
 
 
-class Integrity(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
+class Integrity(msgspec.Struct, **_STRICT):
     """Digests and signatures bound to a version."""
 
     digest: Annotated[str, msgspec.Meta(min_length=1)] | None = None
@@ -77,7 +77,7 @@ class Integrity(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
     ledger_ref: Text | None = None
 
 
-class QualitySignals(msgspec.Struct, **_STRICT):  # type: ignore[call-arg,misc]
+class QualitySignals(msgspec.Struct, **_STRICT):
     """Non-authoritative quality signals; never override validation_state."""
 
     assessed_confidence: Unit | None = None

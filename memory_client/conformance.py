@@ -1,0 +1,243 @@
+"""PAMSPEC conformance harness subprocess protocol v1 over stdin/stdout, against the running service.
+
+The harness writes one JSON request per line and reads one JSON response per line; stdout carries only
+protocol lines (logs go to stderr). Requests are handled one at a time, in order. The harness cannot
+provision scopes, so the first mention of a scope creates it (create_scope is idempotent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import json
+import sys
+from typing import Any, TextIO
+
+import psycopg
+import structlog
+
+from infra.db_errors import map_db_error
+from infra.endpoints import resolve
+from infra.settings import Settings
+from memory_client.client import MemoryClient, PamspecError
+
+log = structlog.get_logger(__name__)
+PROTOCOL_VERSION = 1
+_WRITE = frozenset({"scope_id", "object_id", "expected_version_id", "actor", "provenance"})
+# operation -> (required argument names, optional argument names)
+OPERATIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "create": (frozenset({"scope_id", "object_type", "canonical_content", "actor", "provenance"}),
+               frozenset({"object_id", "lifecycle_state", "availability_state", "retention_state",
+                          "validation_state", "idempotency_key"})),
+    "read": (frozenset({"scope_id", "object_id"}), frozenset({"version_id"})),
+    "update": (_WRITE | {"canonical_content"}, frozenset()),
+    "transition": (_WRITE | {"dimension", "target_state"}, frozenset()),
+    "delete": (_WRITE, frozenset()),
+    "query": (frozenset({"scope_id"}),
+              frozenset({"object_type", "lifecycle_state", "availability_state", "validation_state", "limit"})),
+    "history": (frozenset({"scope_id", "object_id"}), frozenset()),
+}
+QUERY_DEFAULTS: dict[str, Any] = {"object_type": None, "lifecycle_state": "active",
+                                  "availability_state": "available", "validation_state": "corroborated",
+                                  "limit": 50}
+RESULT_KEYS = {"delete": ("object_id", "version_id", "envelope")}
+WRITE_RESULT_KEYS = ("object_id", "version_id", "sequence", "envelope")
+
+# Current version of every object in a scope (latest row per object), filtered, newest first.
+_QUERY_SQL = """
+SELECT object_id, version_id FROM (
+    SELECT DISTINCT ON (object_id) object_id, version_id, ledger_sequence,
+           convert_from(meta, 'UTF8')::jsonb AS m
+    FROM memory_versions WHERE scope_id = %(scope_id)s
+    ORDER BY object_id, sequence DESC
+) AS current
+WHERE (%(object_type)s::text IS NULL OR m->>'object_type' = %(object_type)s)
+  AND (%(lifecycle_state)s::text IS NULL OR m->>'lifecycle_state' = %(lifecycle_state)s)
+  AND (%(availability_state)s::text IS NULL OR m->>'availability_state' = %(availability_state)s)
+  AND (%(validation_state)s::text IS NULL OR m->>'validation_state' = %(validation_state)s)
+ORDER BY ledger_sequence DESC, object_id
+LIMIT %(limit)s
+"""
+
+
+class BadRequest(Exception):
+    """A request the adapter cannot act on: answered with invalid_request."""
+
+    def __init__(self, message: str, request_id: str | None = None, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.request_id = request_id
+        self.details = details or {}
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("pamledger")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def hello() -> dict[str, Any]:
+    version = _version()
+    return {"type": "hello", "protocol_version": PROTOCOL_VERSION,
+            "adapter": {"name": "pamledger-conformance-adapter", "version": version},
+            "implementation": {"name": "pamledger", "version": version},
+            "profiles_supported": ["PAMSPEC-Lite"]}
+
+
+def error_line(request_id: str | None, code: str, message: str, retryable: bool,
+               details: dict[str, Any]) -> dict[str, Any]:
+    return {"request_id": request_id,
+            "error": {"code": code, "message": message, "retryable": retryable, "details": details}}
+
+
+def parse_request(line: bytes) -> tuple[str, str, dict[str, Any]]:
+    """(request_id, operation, arguments) with arguments checked against the operation's names."""
+    try:
+        request = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"request line is not JSON: {exc}") from None
+    if not isinstance(request, dict) or not isinstance(request.get("request_id"), str):
+        raise BadRequest("request must be an object with a string request_id")
+    request_id = request["request_id"]
+    operation, arguments = request.get("operation"), request.get("arguments")
+    if not isinstance(operation, str) or operation not in OPERATIONS:
+        raise BadRequest(f"unknown operation {operation!r}", request_id, {"operations": sorted(OPERATIONS)})
+    if not isinstance(arguments, dict):
+        raise BadRequest("arguments must be a JSON object", request_id)
+    return request_id, operation, check_arguments(operation, arguments, request_id)
+
+
+def check_arguments(operation: str, arguments: dict[str, Any], request_id: str) -> dict[str, Any]:
+    """Required names present, no unknown names; optional arguments given as null count as omitted."""
+    required, optional = OPERATIONS[operation]
+    missing, unknown = sorted(required - arguments.keys()), sorted(arguments.keys() - required - optional)
+    if missing or unknown:
+        raise BadRequest(f"bad arguments for {operation}", request_id, {"missing": missing, "unknown": unknown})
+    if not isinstance(arguments["scope_id"], str):
+        raise BadRequest("scope_id must be a string", request_id, {"argument": "scope_id"})
+    if operation == "query":
+        return _query_arguments(arguments, request_id)
+    return {k: v for k, v in arguments.items() if k in required or v is not None}
+
+
+def _query_arguments(arguments: dict[str, Any], request_id: str) -> dict[str, Any]:
+    merged = {**QUERY_DEFAULTS, **arguments}
+    limit = merged["limit"]
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise BadRequest("limit must be a non-negative integer", request_id, {"argument": "limit"})
+    for name in ("object_type", "lifecycle_state", "availability_state", "validation_state"):
+        if merged[name] is not None and not isinstance(merged[name], str):
+            raise BadRequest(f"{name} must be a string or null", request_id, {"argument": name})
+    return merged
+
+
+class ConformanceAdapter:
+    """Turns harness operations into SDK calls (and one read-only ledger query)."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.client: MemoryClient | None = None
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self.scopes: set[str] = set()
+
+    async def handle(self, line: bytes) -> dict[str, Any]:
+        request_id: str | None = None
+        try:
+            request_id, operation, arguments = parse_request(line)
+            return {"request_id": request_id, "result": await self.call(operation, arguments)}
+        except BadRequest as exc:
+            return error_line(exc.request_id, "invalid_request", exc.message, False, exc.details)
+        except PamspecError as exc:
+            return error_line(request_id, exc.code, exc.message, exc.retryable, exc.details)
+        except Exception as exc:  # noqa: BLE001 - never crash on one request
+            log.exception("conformance.request_failed", error=type(exc).__name__)
+            return error_line(request_id, "internal_error", f"adapter failure: {type(exc).__name__}", False, {})
+
+    async def call(self, operation: str, arguments: dict[str, Any]) -> Any:
+        client = await self._client()
+        await self._ensure_scope(client, arguments["scope_id"])
+        if operation == "query":
+            return await self._query(client, arguments)
+        if operation == "history":
+            return (await client.history(**arguments))["versions"]
+        result = await getattr(client, operation)(**arguments)
+        if operation == "read":
+            return result
+        return {key: result[key] for key in RESULT_KEYS.get(operation, WRITE_RESULT_KEYS)}
+
+    async def _client(self) -> MemoryClient:
+        if self.client is None:
+            timeout = self.settings.request_timeout_seconds
+            try:
+                url = resolve(self.settings).nats_url
+                self.client = await asyncio.wait_for(
+                    MemoryClient.connect(url, self.settings.subject_prefix, timeout), timeout)
+            except Exception as exc:  # noqa: BLE001 - NoServers, refused, timeout: all mean unavailable
+                log.warning("conformance.connect_failed", error=type(exc).__name__)
+                raise PamspecError("service_unavailable", f"cannot reach the service: {type(exc).__name__}",
+                                   True) from None
+            self.client.retries = 0  # the harness owns retry policy
+        return self.client
+
+    async def _ensure_scope(self, client: MemoryClient, scope_id: str) -> None:
+        if scope_id not in self.scopes:
+            await client.create_scope(scope_id)
+            self.scopes.add(scope_id)
+
+    async def _query(self, client: MemoryClient, arguments: dict[str, Any]) -> list[dict[str, Any]]:
+        try:
+            conn = await self._connection()
+            cur = await conn.execute(_QUERY_SQL, arguments)
+            rows = await cur.fetchall()
+        except psycopg.Error as exc:
+            err = map_db_error(exc)
+            raise PamspecError(err.code, err.message, err.retryable, err.details) from None
+        envelopes = []
+        for object_id, version_id in rows:
+            try:
+                envelopes.append(await client.read(arguments["scope_id"], object_id, version_id))
+            except PamspecError as exc:
+                if exc.code != "object_redacted":  # redacted content is never disclosed by Query
+                    raise
+        return envelopes
+
+    async def _connection(self) -> psycopg.AsyncConnection[Any]:
+        if self.conn is None or self.conn.closed or self.conn.broken:
+            url = resolve(self.settings).database_url
+            self.conn = await psycopg.AsyncConnection.connect(
+                url, autocommit=True, connect_timeout=10, options="-c default_transaction_read_only=on")
+        return self.conn
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+        if self.client is not None:
+            await self.client.close()
+
+
+def _emit(out: TextIO, message: dict[str, Any]) -> None:
+    out.write(json.dumps(message, separators=(",", ":")) + "\n")  # ASCII: safe under any locale
+    out.flush()
+
+
+async def _serve(settings: Settings, out: TextIO) -> int:
+    _emit(out, hello())
+    adapter = ConformanceAdapter(settings)
+    loop = asyncio.get_running_loop()
+    try:
+        while line := await loop.run_in_executor(None, sys.stdin.buffer.readline):
+            if line.strip():
+                _emit(out, await adapter.handle(line))
+    finally:
+        await adapter.close()
+    return 0
+
+
+def run_adapter(settings: Settings) -> int:
+    """Speak the harness protocol until stdin closes; exit status 0."""
+    out, sys.stdout = sys.stdout, sys.stderr  # anything printed by accident lands on stderr
+    try:
+        return asyncio.run(_serve(settings, out))
+    finally:
+        sys.stdout = out

@@ -1,0 +1,248 @@
+"""The conformance adapter as the PAMSPEC harness runs it: a subprocess speaking NDJSON on its pipes.
+
+Why: the harness only sees stdout lines, so the test drives the real `pamledger conformance-adapter`
+process against the running service and checks every line it answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import json
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ACTOR, PROVENANCE, Env
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 60.0  # per line; the machine is a loaded 2-core box
+SCOPE = "workspace:adapter"
+
+
+class AdapterProcess:
+    """One adapter subprocess; stderr goes to a file so a chatty log can never block the pipes."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, stderr_path: Path):
+        self.proc = proc
+        self.stderr_path = stderr_path
+        self._ids = 0
+
+    @classmethod
+    async def start(cls, env: Env, tmp_path: Path) -> AdapterProcess:
+        stderr_path = tmp_path / f"adapter-{uuid.uuid4().hex[:6]}.stderr"
+        child_env = {**os.environ, "PAMLEDGER_NATS_URL": env.nats_url, "PAMLEDGER_DATABASE_URL": env.database_url,
+                     "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix}
+        with stderr_path.open("wb") as stderr:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "memory_client", "conformance-adapter", cwd=ROOT, env=child_env,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr,
+                limit=16 * 1024 * 1024,
+            )
+        return cls(proc, stderr_path)
+
+    async def read_line(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = await asyncio.wait_for(self.proc.stdout.readline(), TIMEOUT)
+        assert line.endswith(b"\n"), f"adapter closed stdout; stderr: {self.stderr_path.read_text()[-2000:]}"
+        message = json.loads(line)
+        assert isinstance(message, dict)
+        return message
+
+    async def send_raw(self, line: bytes) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + b"\n")
+        await self.proc.stdin.drain()
+        return await self.read_line()
+
+    async def call(self, operation: str, **arguments: Any) -> dict[str, Any]:
+        """Send one request; return the whole response line after checking it echoes the request_id."""
+        self._ids += 1
+        request_id = f"req-{self._ids}"
+        line = json.dumps({"request_id": request_id, "operation": operation, "arguments": arguments})
+        response = await self.send_raw(line.encode())
+        assert response["request_id"] == request_id
+        assert ("result" in response) != ("error" in response), response
+        return response
+
+    async def ok(self, operation: str, **arguments: Any) -> Any:
+        response = await self.call(operation, **arguments)
+        assert "result" in response, response
+        return response["result"]
+
+    async def close(self) -> int:
+        """Close stdin (the harness's shutdown signal) and return the exit status."""
+        assert self.proc.stdin is not None
+        if not self.proc.stdin.is_closing():
+            self.proc.stdin.close()
+        try:
+            return await asyncio.wait_for(self.proc.wait(), TIMEOUT)
+        except asyncio.TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+            raise
+
+
+@pytest.fixture
+async def adapter(service: Env, tmp_path: Path) -> AsyncIterator[AdapterProcess]:
+    proc = await AdapterProcess.start(service, tmp_path)
+    hello = await proc.read_line()
+    assert hello["type"] == "hello"
+    yield proc
+    if proc.proc.returncode is None:
+        await proc.close()
+
+
+def _assert_error(response: dict[str, Any], code: str, retryable: bool = False) -> dict[str, Any]:
+    error = response["error"]
+    assert set(error) == {"code", "message", "retryable", "details"}
+    assert error["code"] == code, error
+    assert error["retryable"] is retryable
+    assert isinstance(error["message"], str) and isinstance(error["details"], dict)
+    return error  # type: ignore[no-any-return]
+
+
+async def test_hello_is_the_first_line_and_names_the_protocol_and_profile(service: Env, tmp_path: Path) -> None:
+    proc = await AdapterProcess.start(service, tmp_path)
+    hello = await proc.read_line()
+    version = importlib.metadata.version("pamledger")
+    assert hello == {
+        "type": "hello",
+        "protocol_version": 1,
+        "adapter": {"name": "pamledger-conformance-adapter", "version": version},
+        "implementation": {"name": "pamledger", "version": version},
+        "profiles_supported": ["PAMSPEC-Lite"],
+    }
+    assert await proc.close() == 0
+
+
+async def test_lite_lifecycle_runs_end_to_end_through_the_adapter(adapter: AdapterProcess) -> None:
+    scope = f"{SCOPE}:{uuid.uuid4().hex[:8]}"
+    created = await adapter.ok("create", scope_id=scope, object_type="claim",
+                               canonical_content={"statement": "adapters speak NDJSON"}, actor=ACTOR,
+                               provenance=PROVENANCE, validation_state="corroborated")
+    assert set(created) == {"object_id", "version_id", "sequence", "envelope"}
+    assert created["sequence"] == 1 and created["envelope"]["lifecycle_state"] == "active"
+    object_id, v1 = created["object_id"], created["version_id"]
+
+    read = await adapter.ok("read", scope_id=scope, object_id=object_id)
+    assert read == created["envelope"]
+
+    updated = await adapter.ok("update", scope_id=scope, object_id=object_id, expected_version_id=v1,
+                               canonical_content={"statement": "adapters still speak NDJSON"}, actor=ACTOR,
+                               provenance=PROVENANCE)
+    assert updated["sequence"] == 2
+    assert updated["envelope"]["canonical_content"] == {"statement": "adapters still speak NDJSON"}
+
+    moved = await adapter.ok("transition", scope_id=scope, object_id=object_id,
+                             expected_version_id=updated["version_id"], dimension="lifecycle",
+                             target_state="deprecated", actor=ACTOR, provenance=PROVENANCE)
+    assert moved["sequence"] == 3 and moved["envelope"]["lifecycle_state"] == "deprecated"
+
+    history = await adapter.ok("history", scope_id=scope, object_id=object_id)
+    assert [v["version_id"] for v in history] == [v1, updated["version_id"], moved["version_id"]]
+    assert [v["sequence"] for v in history] == [1, 2, 3]
+
+    deleted = await adapter.ok("delete", scope_id=scope, object_id=object_id,
+                               expected_version_id=moved["version_id"], actor=ACTOR, provenance=PROVENANCE)
+    assert set(deleted) == {"object_id", "version_id", "envelope"}
+    assert deleted["envelope"]["availability_state"] == "deleted"
+
+    _assert_error(await adapter.call("read", scope_id=scope, object_id=object_id), "object_deleted")
+
+
+async def test_query_returns_current_versions_newest_first_with_default_trusted_filters(
+    adapter: AdapterProcess,
+) -> None:
+    scope = f"{SCOPE}:{uuid.uuid4().hex[:8]}"
+
+    async def create(object_type: str, validation: str, **extra: Any) -> Any:
+        return await adapter.ok("create", scope_id=scope, object_type=object_type, canonical_content={"n": 1},
+                                actor=ACTOR, provenance=PROVENANCE, validation_state=validation, **extra)
+
+    first = await create("claim", "corroborated")
+    second = await create("decision", "corroborated")
+    await create("claim", "unverified")  # filtered out by the default validation_state
+    gone = await create("claim", "corroborated")
+    await adapter.ok("delete", scope_id=scope, object_id=gone["object_id"], expected_version_id=gone["version_id"],
+                     actor=ACTOR, provenance=PROVENANCE)
+    touched = await adapter.ok("update", scope_id=scope, object_id=first["object_id"],
+                               expected_version_id=first["version_id"], canonical_content={"n": 2}, actor=ACTOR,
+                               provenance=PROVENANCE)
+
+    results = await adapter.ok("query", scope_id=scope)
+    assert [e["version_id"] for e in results] == [touched["version_id"], second["version_id"]]
+    assert results[0] == touched["envelope"]
+    claims = await adapter.ok("query", scope_id=scope, object_type="claim", limit=10)
+    assert [e["object_id"] for e in claims] == [first["object_id"]]
+    unfiltered = await adapter.ok("query", scope_id=scope, validation_state=None, availability_state=None)
+    assert len(unfiltered) == 4
+    assert await adapter.ok("query", scope_id=scope, limit=1) == [touched["envelope"]]
+
+
+async def test_working_memory_defaults_to_scratch_unless_the_harness_names_a_lifecycle(
+    adapter: AdapterProcess,
+) -> None:
+    content = {"task_ref": "task:adapter:1", "content": {"note": "n"}}
+    omitted = await adapter.ok("create", scope_id=SCOPE, object_type="working_memory", canonical_content=content,
+                               actor=ACTOR, provenance=PROVENANCE)
+    explicit = await adapter.ok("create", scope_id=SCOPE, object_type="working_memory", canonical_content=content,
+                                actor=ACTOR, provenance=PROVENANCE, lifecycle_state="candidate")
+    assert omitted["envelope"]["lifecycle_state"] == "scratch"
+    assert explicit["envelope"]["lifecycle_state"] == "candidate"
+
+
+async def test_protocol_errors_are_invalid_request(adapter: AdapterProcess) -> None:
+    unknown = await adapter.call("obliterate_universe", scope_id=SCOPE)
+    _assert_error(unknown, "invalid_request")
+
+    malformed = await adapter.send_raw(b"{this is not json")
+    assert malformed["request_id"] is None
+    _assert_error(malformed, "invalid_request")
+
+    no_operation = await adapter.send_raw(json.dumps({"request_id": "x-1", "arguments": {}}).encode())
+    assert no_operation["request_id"] == "x-1"
+    _assert_error(no_operation, "invalid_request")
+
+    no_id = await adapter.send_raw(json.dumps({"operation": "read", "arguments": {}}).encode())
+    assert no_id["request_id"] is None
+    _assert_error(no_id, "invalid_request")
+
+    missing = _assert_error(await adapter.call("read", scope_id=SCOPE), "invalid_request")
+    assert missing["details"]["missing"] == ["object_id"]
+    extra = _assert_error(await adapter.call("read", scope_id=SCOPE, object_id="mem:x", colour="red"),
+                          "invalid_request")
+    assert extra["details"]["unknown"] == ["colour"]
+    _assert_error(await adapter.call("query", scope_id=SCOPE, limit="ten"), "invalid_request")
+
+    still_serving = await adapter.call("read", scope_id=SCOPE, object_id="mem:absent:1")
+    _assert_error(still_serving, "object_not_found")
+
+
+async def test_stale_expected_version_is_a_retryable_version_conflict_naming_the_current_version(
+    adapter: AdapterProcess,
+) -> None:
+    created = await adapter.ok("create", scope_id=SCOPE, object_type="task", canonical_content={"title": "t"},
+                               actor=ACTOR, provenance=PROVENANCE)
+    updated = await adapter.ok("update", scope_id=SCOPE, object_id=created["object_id"],
+                               expected_version_id=created["version_id"], canonical_content={"title": "t2"},
+                               actor=ACTOR, provenance=PROVENANCE)
+    stale = await adapter.call("update", scope_id=SCOPE, object_id=created["object_id"],
+                               expected_version_id=created["version_id"], canonical_content={"title": "t3"},
+                               actor=ACTOR, provenance=PROVENANCE)
+    error = _assert_error(stale, "version_conflict", retryable=True)
+    assert error["details"]["current_version_id"] == updated["version_id"]
+
+
+async def test_adapter_exits_zero_when_stdin_closes(adapter: AdapterProcess) -> None:
+    await adapter.ok("read", scope_id=SCOPE, object_id=(await adapter.ok(
+        "create", scope_id=SCOPE, object_type="observation", canonical_content="seen", actor=ACTOR,
+        provenance=PROVENANCE))["object_id"])
+    assert await adapter.close() == 0
+    assert adapter.proc.stdout is not None
+    assert await adapter.proc.stdout.read() == b""  # nothing after the last answer

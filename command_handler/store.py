@@ -91,11 +91,6 @@ class PostgresLedgerStore:
         self.conn = conn
         self.partition = partition
 
-    async def try_lock(self) -> bool:
-        cur = await self.conn.execute("SELECT pg_try_advisory_lock(%s)", (writer_lock_key(self.partition),))
-        row = await cur.fetchone()
-        return bool(row and row[0])
-
     async def tail(self) -> tuple[int, bytes]:
         cur = await self.conn.execute(
             "SELECT ledger_sequence, row_hash FROM ledger WHERE partition = %s ORDER BY ledger_sequence DESC LIMIT 1",

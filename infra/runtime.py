@@ -17,9 +17,11 @@ import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from command_handler.store import PostgresLedgerStore
+from command_handler.store import PostgresLedgerStore, writer_lock_key
 from command_handler.writer import Writer
 from infra.settings import Settings
+from projector.runner import Projector, projector_lock_key
+from query.search import CheckpointWatcher
 from query.service import QueryService
 from subscriptions.relay import Relay
 
@@ -38,15 +40,20 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(database_url, min_size=1, max_size=4, open=False,
                                                          kwargs={"autocommit": True})
     await pool.open()
-    query = QueryService(nc, pool, settings.subject_prefix)
+    watcher = CheckpointWatcher()
+    query = QueryService(nc, pool, settings.subject_prefix, watcher)
     await query.start()
-    writer_task = asyncio.create_task(lead_forever(settings, nc, database_url))
+    tasks = [asyncio.create_task(lead_forever(settings, nc, database_url)),
+             asyncio.create_task(project_forever(settings, nc, database_url)),
+             asyncio.create_task(watcher.run(database_url))]
     try:
         await stop.wait()
     finally:
-        writer_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await writer_task
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await query.stop()
         await pool.close()
         await nc.drain()
@@ -66,13 +73,7 @@ async def lead_forever(settings: Settings, nc: NATS, database_url: str) -> None:
 async def _lead_once(settings: Settings, nc: NATS, database_url: str) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         store = PostgresLedgerStore(conn, settings.partition)
-        announced = False
-        while not await store.try_lock():
-            if not announced:
-                log.info("writer.standby", partition=settings.partition)
-                announced = True
-            await asyncio.sleep(settings.writer.lock_poll_seconds)
-        log.info("writer.elected", partition=settings.partition)
+        await _wait_for_lock(conn, writer_lock_key(settings.partition), settings, "writer")
         relay = Relay(nc.jetstream(), database_url, settings.stream_name, settings.subject_prefix,
                       settings.partition)
         relay_task = asyncio.create_task(relay.run())
@@ -82,3 +83,29 @@ async def _lead_once(settings: Settings, nc: NATS, database_url: str) -> None:
             relay_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await relay_task
+
+
+async def project_forever(settings: Settings, nc: NATS, database_url: str) -> None:
+    """Lead the partition's projector (its own advisory lock), reconnecting when the database goes away."""
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+                await _wait_for_lock(conn, projector_lock_key(settings.partition), settings, "projector")
+                await Projector(nc, conn, settings.stream_name, settings.subject_prefix, settings.partition).run()
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            log.warning("projector.lost_database", error=type(exc).__name__)
+            await asyncio.sleep(settings.writer.lock_poll_seconds)
+
+
+async def _wait_for_lock(conn: psycopg.AsyncConnection[Any], key: int, settings: Settings, role: str) -> None:
+    announced = False
+    while True:
+        cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+        row = await cur.fetchone()
+        if row and row[0]:
+            log.info("leadership.acquired", role=role, partition=settings.partition)
+            return
+        if not announced:
+            log.info("leadership.waiting", role=role, partition=settings.partition)
+            announced = True
+        await asyncio.sleep(settings.writer.lock_poll_seconds)

@@ -110,6 +110,14 @@ class MemoryClient:
         body = {"scope_id": scope_id, "object_id": object_id}
         return await self._request(query_subject(self.prefix, "history"), body, {}, retry=True)
 
+    async def query(self, scope_id: str, **filters: Any) -> dict[str, Any]:
+        """Query the scope (filters as in docs/protocol.md). Sends the last ledger sequence this client
+        wrote as `min_sequence` unless given, so a client always sees its own writes."""
+        body: dict[str, Any] = {"scope_id": scope_id, **filters}
+        if "min_sequence" not in body and "as_of_sequence" not in body and self.last_sequence:
+            body["min_sequence"] = self.last_sequence
+        return await self._request(query_subject(self.prefix, "query"), body, {}, retry=True)
+
     async def status(self, component: str = "writer") -> dict[str, Any]:
         return await self._request(status_subject(self.prefix, component), {}, {}, retry=False)
 

@@ -1,4 +1,4 @@
-"""The read side as a NATS service in a queue group: Read and Inspect History."""
+"""The read side as a NATS service in a queue group: Read, Inspect History and Query."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from command_handler.intake import error_reply
 from infra.db_errors import map_db_error
 from infra.subjects import QUERIES, query_subject, status_subject
 from query.reads import history, read_envelope
+from query.request import decode_query
+from query.search import CheckpointWatcher, run_query
 from schemas.canonical import canonical_bytes
 from schemas.common import Id
 from schemas.errors import InvalidRequest, PamledgerError
@@ -42,12 +44,13 @@ _history_decoder = msgspec.json.Decoder(HistoryRequest)
 
 
 class QueryService:
-    """Answers read/history requests from any number of instances (queue group `pamledger-query`)."""
+    """Answers read/history/query requests from any number of instances (queue group `pamledger-query`)."""
 
-    def __init__(self, nc: NATS, pool: AsyncConnectionPool[Any], prefix: str):
+    def __init__(self, nc: NATS, pool: AsyncConnectionPool[Any], prefix: str, watcher: CheckpointWatcher):
         self.nc = nc
         self.pool = pool
         self.prefix = prefix
+        self.watcher = watcher
         self._subs: list[Any] = []
 
     async def start(self) -> None:
@@ -92,6 +95,8 @@ class QueryService:
                 hreq = _history_decoder.decode(data)
                 async with self.pool.connection() as conn:
                     return await history(conn, hreq.scope_id, hreq.object_id)
+            if name == "query":
+                return await run_query(self.pool, self.watcher, decode_query(data))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidRequest(f"malformed {name} request: {exc}", details={"reason": str(exc)}) from None
         raise InvalidRequest(f"unknown query {name!r}")

@@ -1,0 +1,78 @@
+"""Writing projection rows: staged with COPY, merged with the full-text vector, checkpoint in the same txn.
+
+SQL lives here, next to the adapter that runs it. Table names go through psycopg.sql only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from projector.rows import COLUMNS, Row
+
+PROJECTION = "current_objects"
+NOTIFY_CHANNEL = "pamledger_projection"
+# Which content counts for full text: every JSON string value in canonical_content, recursively (keys,
+# numbers, booleans and null are not indexed), with the 'english' configuration. Content that was erased
+# (delete, redaction) has no row in content_store, so its vector is NULL.
+SEARCH_EXPRESSION = (
+    "CASE WHEN c.content IS NULL THEN NULL"
+    " ELSE jsonb_to_tsvector('english', convert_from(c.content, 'UTF8')::jsonb, '[\"string\"]') END"
+)
+_STAGE = "projection_stage"
+
+
+async def checkpoint(conn: psycopg.AsyncConnection[Any], projection: str = PROJECTION) -> int:
+    cur = await conn.execute("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s",
+                             (projection,))
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def apply_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], through: int,
+                     table: str = PROJECTION) -> None:
+    """Upsert rows (at most one per object) and move the checkpoint to `through`, in one transaction.
+
+    The checkpoint row is locked first, so a concurrent swap by `replay --swap` and this projector never
+    interleave. A row never replaces a newer one, so a redelivered event changes nothing.
+    """
+    async with conn.transaction():
+        await conn.execute(
+            "INSERT INTO projection_checkpoints (projection, ledger_sequence) VALUES (%s, 0)"
+            " ON CONFLICT (projection) DO NOTHING", (PROJECTION,))
+        await conn.execute("SELECT 1 FROM projection_checkpoints WHERE projection = %s FOR UPDATE", (PROJECTION,))
+        if rows:
+            await stage_and_merge(conn, rows, table, upsert=True)
+        await conn.execute(
+            "UPDATE projection_checkpoints SET ledger_sequence = greatest(ledger_sequence, %s)"
+            " WHERE projection = %s", (through, PROJECTION))
+        await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(through)))  # delivered at COMMIT
+
+
+async def stage_and_merge(conn: psycopg.AsyncConnection[Any], rows: list[Row], table: str, upsert: bool) -> None:
+    """COPY rows into a temp stage, then insert them into `table` with their search vectors."""
+    await conn.execute(sql.SQL(
+        "CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE current_objects EXCLUDING ALL) ON COMMIT DELETE ROWS"
+    ).format(stage=sql.Identifier(_STAGE)))
+    columns = sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS)
+    cur = conn.cursor()
+    async with cur.copy(sql.SQL("COPY {stage} ({columns}) FROM STDIN").format(
+            stage=sql.Identifier(_STAGE), columns=columns)) as copy:
+        for row in rows:
+            await copy.write_row(row)
+    selected = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in COLUMNS)
+    statement = sql.SQL(
+        "INSERT INTO {table} ({columns}, search) SELECT {selected}, " + SEARCH_EXPRESSION +
+        " FROM {stage} s LEFT JOIN content_store c ON c.content_digest = s.content_digest"
+    ).format(table=sql.Identifier(table), columns=columns, selected=selected, stage=sql.Identifier(_STAGE))
+    if upsert:
+        updates = sql.SQL(", ").join(
+            sql.SQL("{c} = excluded.{c}").format(c=sql.Identifier(c)) for c in (*COLUMNS[2:], "search"))
+        statement = statement + sql.SQL(
+            " ON CONFLICT (scope_id, object_id) DO UPDATE SET {updates}"
+            " WHERE {table}.ledger_sequence < excluded.ledger_sequence"
+        ).format(updates=updates, table=sql.Identifier(table))
+    await cur.execute(statement)
+    await cur.execute(sql.SQL("TRUNCATE {stage}").format(stage=sql.Identifier(_STAGE)))

@@ -1,0 +1,119 @@
+"""Query → SQL. Every statement is bound to one scope; identifiers go through psycopg.sql only.
+
+Ordering profiles and their total order (ledger_sequence is unique per row, object_id and version_id
+close every profile so the order is total by construction):
+  newest  ledger_sequence DESC, object_id DESC, version_id DESC         (default)
+  oldest  ledger_sequence ASC, object_id ASC, version_id ASC
+  score   ts_rank_cd DESC, ledger_sequence DESC, object_id DESC, version_id DESC   (needs text)
+  <time field>_desc / _asc   the field (missing values last), then ledger_sequence, object_id, version_id
+Pagination is keyset: the cursor holds the last row's sort key and the query's digest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import sql
+
+from projector.store import SEARCH_EXPRESSION
+from query.request import QueryRequest
+
+_FILTERS = (
+    ("object_types", "object_type"), ("schema_ids", "schema_id"), ("lifecycle_states", "lifecycle_state"),
+    ("availability_states", "availability_state"), ("retention_states", "retention_state"),
+    ("validation_states", "validation_state"), ("actor_ids", "actor_id"), ("provenance_ids", "provenance_id"),
+)
+_TEMPORAL_SOURCE = """(
+  SELECT v.scope_id, v.object_id, v.version_id, v.ledger_sequence, v.content_digest, v.meta,
+         m->>'object_type' AS object_type, m->>'schema_id' AS schema_id,
+         m->>'lifecycle_state' AS lifecycle_state, m->>'availability_state' AS availability_state,
+         m->>'retention_state' AS retention_state, m->>'validation_state' AS validation_state,
+         m->'actor'->>'actor_id' AS actor_id, m->'provenance'->>'provenance_id' AS provenance_id,
+         (m->>'observed_at')::timestamptz AS observed_at, (m->>'asserted_at')::timestamptz AS asserted_at,
+         (m->>'valid_from')::timestamptz AS valid_from, (m->>'valid_until')::timestamptz AS valid_until,
+         (m->>'committed_at')::timestamptz AS committed_at, (m->>'recorded_at')::timestamptz AS recorded_at,
+         {search} AS search
+  FROM (SELECT DISTINCT ON (object_id) * FROM memory_versions
+        WHERE scope_id = %s AND ledger_sequence <= %s ORDER BY object_id, sequence DESC) v
+  CROSS JOIN LATERAL (SELECT convert_from(v.meta, 'UTF8')::jsonb AS m) j
+  LEFT JOIN content_store c ON c.content_digest = v.content_digest
+)"""
+
+
+def sort_key(request: QueryRequest) -> tuple[list[tuple[str, str, str]], str]:
+    """[(order expression, selected expression, cursor parameter)] of the sort key, and the direction.
+
+    Time fields sort missing values last through an infinity sentinel that is never selected (Python
+    datetimes cannot hold infinity), so the cursor carries the raw value and the comparison re-applies it.
+    """
+    tail = [("p.ledger_sequence", "p.ledger_sequence", "%s::bigint"), ("p.object_id", "p.object_id", "%s::text"),
+            ("p.version_id", "p.version_id", "%s::text")]
+    order = request.order
+    if order in ("newest", "oldest"):
+        return tail, "DESC" if order == "newest" else "ASC"
+    if order == "score":
+        rank = "ts_rank_cd(p.search, q.query)"
+        return [(rank, rank, "%s::real"), *tail], "DESC"
+    field, direction = order.rsplit("_", 1)
+    sentinel = "'-infinity'::timestamptz" if direction == "desc" else "'infinity'::timestamptz"
+    return [(f"coalesce(p.{field}, {sentinel})", f"p.{field}", f"coalesce(%s::timestamptz, {sentinel})"),
+            *tail], direction.upper()
+
+
+def build(request: QueryRequest, after: list[Any] | None, as_of: int | None) -> tuple[sql.Composed, list[Any]]:
+    """The SELECT for one page: rows of (meta, content, sort key values…)."""
+    params: list[Any] = []
+    if as_of is not None:
+        search = SEARCH_EXPRESSION if request.text else "NULL::tsvector"
+        source: sql.Composable = sql.SQL(_TEMPORAL_SOURCE.format(search=search))
+        params += [request.scope_id, as_of]
+    else:
+        source = sql.SQL("current_objects")
+    keys, direction = sort_key(request)
+    key_sql = sql.SQL(", ").join(sql.SQL(selected) for _, selected, _ in keys)
+    parts: list[sql.Composable] = [sql.SQL("SELECT p.meta, c.content, {keys} FROM {source} p").format(keys=key_sql, source=source),
+             sql.SQL(" LEFT JOIN content_store c ON c.content_digest = p.content_digest")]
+    if request.text:
+        parts.append(sql.SQL(" CROSS JOIN websearch_to_tsquery('english', %s) AS q(query)"))
+        params.append(request.text)
+    where, where_params = _where(request, after, keys, direction)
+    parts.append(sql.SQL(" WHERE ") + where)
+    params += where_params
+    order_by = sql.SQL(", ").join(sql.SQL(f"{expr} {direction}") for expr, _, _ in keys)
+    parts.append(sql.SQL(" ORDER BY {order} LIMIT %s").format(order=order_by))
+    params.append(request.limit + 1)
+    return sql.Composed(parts), params
+
+
+def _where(request: QueryRequest, after: list[Any] | None, keys: list[tuple[str, str, str]],
+           direction: str) -> tuple[sql.Composed, list[Any]]:
+    clauses: list[sql.Composable] = [sql.SQL("p.scope_id = %s")]
+    params: list[Any] = [request.scope_id]
+    for attr, column in _FILTERS:
+        values = getattr(request, attr)
+        if values is not None:
+            clauses.append(sql.SQL("p.{} = ANY(%s)").format(sql.Identifier(column)))
+            params.append(list(values))
+    for field, window in sorted((request.time or {}).items()):
+        if window.gte is not None:
+            clauses.append(sql.SQL("p.{} >= %s").format(sql.Identifier(field)))
+            params.append(window.gte)
+        if window.lt is not None:
+            clauses.append(sql.SQL("p.{} < %s").format(sql.Identifier(field)))
+            params.append(window.lt)
+    if request.ledger_sequence is not None:
+        if request.ledger_sequence.gte is not None:
+            clauses.append(sql.SQL("p.ledger_sequence >= %s"))
+            params.append(request.ledger_sequence.gte)
+        if request.ledger_sequence.lte is not None:
+            clauses.append(sql.SQL("p.ledger_sequence <= %s"))
+            params.append(request.ledger_sequence.lte)
+    if request.text:
+        clauses.append(sql.SQL("p.search @@ q.query"))
+    if after is not None:
+        left = sql.SQL(", ").join(sql.SQL(expr) for expr, _, _ in keys)
+        right = sql.SQL(", ").join(sql.SQL(param) for _, _, param in keys)
+        op = "<" if direction == "DESC" else ">"
+        clauses.append(sql.SQL("({}) {} ({})").format(left, sql.SQL(op), right))
+        params += after
+    return sql.SQL(" AND ").join(clauses), params

@@ -1,0 +1,96 @@
+"""The Query request: structured filters, lexical text, ordering profile, cursor, freshness and time travel.
+
+Unknown fields, wrong types, empty state lists, inverted ranges, oversized limits and a missing scope are
+all invalid_request. Defaults are PAMSPEC's trusted retrieval target: active, available, retained,
+corroborated.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from schemas.common import AvailabilityState, Id, LifecycleState, RetentionState, Timestamp, ValidationState
+from schemas.errors import InvalidRequest
+
+TimeField = Literal["observed_at", "asserted_at", "valid_from", "valid_until", "committed_at", "recorded_at"]
+TIME_FIELDS: tuple[str, ...] = TimeField.__args__  # type: ignore[attr-defined]
+Order = Literal[
+    "newest", "oldest", "score",
+    "observed_at_desc", "observed_at_asc", "asserted_at_desc", "asserted_at_asc",
+    "valid_from_desc", "valid_from_asc", "valid_until_desc", "valid_until_asc",
+    "committed_at_desc", "committed_at_asc", "recorded_at_desc", "recorded_at_asc",
+]
+MAX_LIMIT = 500
+MAX_WAIT_MS = 10_000
+
+
+_NonEmpty = msgspec.Meta(min_length=1, max_length=64)
+TypeList = Annotated[list[Annotated[str, msgspec.Meta(max_length=1024)]], _NonEmpty]
+IdList = Annotated[list[Id], _NonEmpty]
+LifecycleList = Annotated[list[LifecycleState], _NonEmpty]
+AvailabilityList = Annotated[list[AvailabilityState], _NonEmpty]
+RetentionList = Annotated[list[RetentionState], _NonEmpty]
+ValidationList = Annotated[list[ValidationState], _NonEmpty]
+
+
+class TimeRange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """gte <= t < lt; either bound may be omitted."""
+
+    gte: Timestamp | None = None
+    lt: Timestamp | None = None
+
+
+class SequenceRange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """gte <= ledger_sequence <= lte."""
+
+    gte: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    lte: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
+class QueryRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    scope_id: Id
+    object_types: TypeList | None = None
+    schema_ids: TypeList | None = None
+    lifecycle_states: LifecycleList = msgspec.field(default_factory=lambda: ["active"])
+    availability_states: AvailabilityList = msgspec.field(default_factory=lambda: ["available"])
+    retention_states: RetentionList = msgspec.field(default_factory=lambda: ["retained"])
+    validation_states: ValidationList = msgspec.field(default_factory=lambda: ["corroborated"])
+    actor_ids: IdList | None = None
+    provenance_ids: IdList | None = None
+    time: dict[TimeField, TimeRange] | None = None
+    ledger_sequence: SequenceRange | None = None
+    text: Annotated[str, msgspec.Meta(min_length=1, max_length=512)] | None = None
+    order: Order = "newest"
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_LIMIT)] = 50
+    cursor: Annotated[str, msgspec.Meta(max_length=2048)] | None = None
+    min_sequence: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    wait_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_WAIT_MS)] = 2000
+    as_of_sequence: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    operation_id: Annotated[str, msgspec.Meta(max_length=512)] | None = None
+
+
+_decoder = msgspec.json.Decoder(QueryRequest)
+
+
+def decode_query(data: bytes) -> QueryRequest:
+    """Decode and check a query; every problem is invalid_request naming what is wrong."""
+    try:
+        request = _decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise InvalidRequest(f"malformed query: {exc}", details={"reason": str(exc)}) from None
+    _check_ranges(request)
+    if request.order == "score" and request.text is None:
+        raise InvalidRequest("order 'score' needs a text query", details={"order": "score"})
+    return request
+
+
+def _check_ranges(request: QueryRequest) -> None:
+    for name, window in (request.time or {}).items():
+        if window.gte is not None and window.lt is not None and window.gte >= window.lt:
+            raise InvalidRequest(f"time range {name} is empty or inverted (gte must be before lt)",
+                                 details={"field": name})
+    seq = request.ledger_sequence
+    if seq is not None and seq.gte is not None and seq.lte is not None and seq.gte > seq.lte:
+        raise InvalidRequest("ledger_sequence range is inverted (gte > lte)", details={"field": "ledger_sequence"})

@@ -1,0 +1,114 @@
+"""Running a Query: freshness (min_sequence), one consistent snapshot, canonical reply bytes.
+
+Current-state queries read the projection and report the projection checkpoint as `as_of_sequence`,
+read in the same REPEATABLE READ snapshot as the rows. `as_of_sequence` in the request answers from the
+immutable versions instead ("the scope as it was at ledger sequence N").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from command_handler.planner import envelope_bytes
+from projector.store import NOTIFY_CHANNEL
+from query.cursor import decode_cursor, encode_cursor
+from query.plan import build
+from query.request import QueryRequest
+from schemas.canonical import canonical_bytes, decode_json
+from schemas.errors import InvalidRequest, ScopeNotFound
+
+
+
+class CheckpointWatcher:
+    """The projection checkpoint, pushed by NOTIFY from the projector, so waiters wake at once."""
+
+    def __init__(self) -> None:
+        self.sequence = 0
+        self._changed = asyncio.Condition()
+
+    async def run(self, database_url: str) -> None:
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    await self._set(await _checkpoint(conn))
+                    async for note in conn.notifies():
+                        await self._set(int(note.payload))
+            except psycopg.OperationalError:
+                await asyncio.sleep(0.5)
+
+    async def _set(self, sequence: int) -> None:
+        async with self._changed:
+            if sequence > self.sequence:
+                self.sequence = sequence
+                self._changed.notify_all()
+
+    async def wait_for(self, sequence: int, timeout: float) -> bool:
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(lambda: self.sequence >= sequence), timeout)
+            except asyncio.TimeoutError:
+                return False
+        return True
+
+
+async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, request: QueryRequest) -> bytes:
+    after, pinned = decode_cursor(request)
+    as_of = request.as_of_sequence if request.as_of_sequence is not None else pinned
+    reached = True
+    if request.min_sequence is not None and as_of is None and watcher.sequence < request.min_sequence:
+        reached = await watcher.wait_for(request.min_sequence, request.wait_ms / 1000)
+    statement, params = build(request, after, as_of)
+    async with pool.connection() as conn:
+        async with conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            await _require_scope(conn, request.scope_id)
+            snapshot = as_of if as_of is not None else await _checkpoint(conn)
+            if as_of is not None and as_of > await _ledger_head(conn):
+                raise InvalidRequest("as_of_sequence is beyond the ledger head", details={"as_of_sequence": as_of})
+            rows = await (await conn.execute(statement, params)).fetchall()
+    return _reply(request, rows, snapshot, as_of, reached)
+
+
+def _reply(request: QueryRequest, rows: list[Any], snapshot: int, as_of: int | None, reached: bool) -> bytes:
+    page = rows[: request.limit]
+    items = []
+    for row in page:
+        item: dict[str, Any] = {
+            "envelope": msgspec.Raw(envelope_bytes(decode_json(bytes(row[0])), bytes(row[1]) if row[1] else None)),
+            "ledger_sequence": row[-3],
+        }
+        if request.order == "score":
+            item["score"] = row[2]
+        items.append(item)
+    next_cursor = None
+    if len(rows) > request.limit:
+        next_cursor = encode_cursor(request, list(page[-1][2:]), as_of)
+    result: dict[str, Any] = {"items": items, "next_cursor": next_cursor, "as_of_sequence": snapshot,
+                              "order": request.order}
+    if request.min_sequence is not None:
+        result["min_sequence_reached"] = reached and snapshot >= request.min_sequence
+    return canonical_bytes({"result": result})
+
+
+async def _checkpoint(conn: psycopg.AsyncConnection[Any]) -> int:
+    cur = await conn.execute("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = 'current_objects'")
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def _ledger_head(conn: psycopg.AsyncConnection[Any]) -> int:
+    cur = await conn.execute("SELECT coalesce(max(ledger_sequence), 0) FROM ledger")
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def _require_scope(conn: psycopg.AsyncConnection[Any], scope_id: str) -> None:
+    cur = await conn.execute("SELECT 1 FROM scopes WHERE scope_id = %s", (scope_id,))
+    if await cur.fetchone() is None:
+        raise ScopeNotFound("scope not found", details={"scope_id": scope_id})

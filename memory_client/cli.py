@@ -12,6 +12,7 @@ from typing import Any
 from infra.endpoints import NoServers, resolve
 from infra.logging import configure_logging
 from infra.settings import Settings
+from memory_client.cli_audit import add_audit_parsers, add_query_parser, cmd_audit, cmd_replay, query_filters
 from memory_client.client import MemoryClient, PamspecError
 
 
@@ -166,6 +167,8 @@ async def _client_call(settings: Settings, args: argparse.Namespace) -> Any:
                 return await client.read(args.scope_id, args.object_id, args.version_id)
             case "history":
                 return await client.history(args.scope_id, args.object_id)
+            case "query":
+                return await client.query(args.scope_id, **query_filters(args))
     finally:
         await client.close()
     raise SystemExit(f"unknown command {args.command}")
@@ -223,12 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
     hist = sub.add_parser("history", help="versions oldest first and the object's ledger events")
     hist.add_argument("scope_id")
     hist.add_argument("object_id")
+    add_query_parser(sub)
+    add_audit_parsers(sub)
     return parser
 
 
 HANDLERS = {
     "up": cmd_up, "down": cmd_down, "run": cmd_run, "status": cmd_status, "verify": cmd_verify,
-    "conformance-adapter": cmd_conformance,
+    "conformance-adapter": cmd_conformance, "replay": cmd_replay, "audit": cmd_audit,
 }
 
 

@@ -13,12 +13,11 @@ import json
 import sys
 from typing import Any, TextIO
 
-import psycopg
 import structlog
 
-from infra.db_errors import map_db_error
 from infra.endpoints import resolve
 from infra.settings import Settings
+from schemas.common import DIMENSION_STATES
 from memory_client.client import MemoryClient, PamspecError
 
 log = structlog.get_logger(__name__)
@@ -42,23 +41,6 @@ QUERY_DEFAULTS: dict[str, Any] = {"object_type": None, "lifecycle_state": "activ
                                   "limit": 50}
 RESULT_KEYS = {"delete": ("object_id", "version_id", "envelope")}
 WRITE_RESULT_KEYS = ("object_id", "version_id", "sequence", "envelope")
-
-# Current version of every object in a scope (latest row per object), filtered, newest first.
-_QUERY_SQL = """
-SELECT object_id, version_id FROM (
-    SELECT DISTINCT ON (object_id) object_id, version_id, ledger_sequence,
-           convert_from(meta, 'UTF8')::jsonb AS m
-    FROM memory_versions WHERE scope_id = %(scope_id)s
-    ORDER BY object_id, sequence DESC
-) AS current
-WHERE (%(object_type)s::text IS NULL OR m->>'object_type' = %(object_type)s)
-  AND (%(lifecycle_state)s::text IS NULL OR m->>'lifecycle_state' = %(lifecycle_state)s)
-  AND (%(availability_state)s::text IS NULL OR m->>'availability_state' = %(availability_state)s)
-  AND (%(validation_state)s::text IS NULL OR m->>'validation_state' = %(validation_state)s)
-ORDER BY ledger_sequence DESC, object_id
-LIMIT %(limit)s
-"""
-
 
 class BadRequest(Exception):
     """A request the adapter cannot act on: answered with invalid_request."""
@@ -133,12 +115,11 @@ def _query_arguments(arguments: dict[str, Any], request_id: str) -> dict[str, An
 
 
 class ConformanceAdapter:
-    """Turns harness operations into SDK calls (and one read-only ledger query)."""
+    """Turns harness operations into SDK calls (query included: the service's Query over the projection)."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
         self.client: MemoryClient | None = None
-        self.conn: psycopg.AsyncConnection[Any] | None = None
         self.scopes: set[str] = set()
 
     async def handle(self, line: bytes) -> dict[str, Any]:
@@ -186,32 +167,25 @@ class ConformanceAdapter:
             self.scopes.add(scope_id)
 
     async def _query(self, client: MemoryClient, arguments: dict[str, Any]) -> list[dict[str, Any]]:
-        try:
-            conn = await self._connection()
-            cur = await conn.execute(_QUERY_SQL, arguments)
-            rows = await cur.fetchall()
-        except psycopg.Error as exc:
-            err = map_db_error(exc)
-            raise PamspecError(err.code, err.message, err.retryable, err.details) from None
-        envelopes = []
-        for object_id, version_id in rows:
-            try:
-                envelopes.append(await client.read(arguments["scope_id"], object_id, version_id))
-            except PamspecError as exc:
-                if exc.code != "object_redacted":  # redacted content is never disclosed by Query
-                    raise
+        """The service's Query; a null filter means any state, retention is not filtered (the harness
+        names no retention), and results page through cursors up to `limit`."""
+        body: dict[str, Any] = {"retention_states": list(DIMENSION_STATES["retention"]), "order": "newest"}
+        if arguments["object_type"] is not None:
+            body["object_types"] = [arguments["object_type"]]
+        for dimension in ("lifecycle", "availability", "validation"):
+            value = arguments[f"{dimension}_state"]
+            body[f"{dimension}_states"] = [value] if value is not None else sorted(DIMENSION_STATES[dimension])
+        envelopes: list[dict[str, Any]] = []
+        while len(envelopes) < arguments["limit"]:
+            page = await client.query(arguments["scope_id"], limit=min(500, arguments["limit"] - len(envelopes)),
+                                      **body)
+            envelopes += [item["envelope"] for item in page["items"]]
+            if page["next_cursor"] is None:
+                break
+            body["cursor"] = page["next_cursor"]
         return envelopes
 
-    async def _connection(self) -> psycopg.AsyncConnection[Any]:
-        if self.conn is None or self.conn.closed or self.conn.broken:
-            url = resolve(self.settings).database_url
-            self.conn = await psycopg.AsyncConnection.connect(
-                url, autocommit=True, connect_timeout=10, options="-c default_transaction_read_only=on")
-        return self.conn
-
     async def close(self) -> None:
-        if self.conn is not None:
-            await self.conn.close()
         if self.client is not None:
             await self.client.close()
 

@@ -1,0 +1,175 @@
+"""Rebuild the current-version projection from the Postgres ledger alone, for audits and repairs.
+
+`replay` folds ledger events (in ledger order, optionally one scope, optionally up to a sequence) into a
+fresh table with the same pure projection the live projector uses, prints a digest of the result and can
+compare it with the live table or swap it in. Comparing and swapping happen under the projection's
+checkpoint lock: the live projector pauses for that moment (its next batch then lands in whichever table
+is current), while Query keeps answering.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import psycopg
+from psycopg import sql
+
+from projector.rows import Row, current_row, fold
+from projector.store import PROJECTION, stage_and_merge
+
+Progress = Callable[[dict[str, Any]], None]
+_decoder = msgspec.json.Decoder(dict[str, Any])
+_INDEXES = (
+    ("newest_idx", "(scope_id, ledger_sequence DESC)", "btree"),
+    ("type_idx", "(scope_id, object_type, ledger_sequence DESC)", "btree"),
+    ("search_idx", "(scope_id, search)", "gin"),
+)
+
+
+class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
+    scope_id: str | None = None
+    to_sequence: int | None = None
+    verify: bool = False
+    swap: bool = False
+    keep: bool = False
+
+
+async def replay(database_url: str, options: ReplayOptions, progress: Progress | None = None) -> dict[str, Any]:
+    """Rebuild into a fresh table; returns the report (`digest`, counts, rate, and the verify outcome)."""
+    if options.swap and (options.scope_id or options.to_sequence):
+        raise ValueError("--swap rebuilds the whole projection to the head; it takes no --scope or --to-sequence")
+    if options.verify and options.to_sequence:
+        raise ValueError("--verify compares with the live projection, which is at the head: drop --to-sequence")
+    table = f"current_objects_rebuild_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        head = options.to_sequence if options.to_sequence is not None else await _ledger_head(conn)
+        started = time.perf_counter()
+        await conn.execute(sql.SQL("CREATE TABLE {} (LIKE current_objects INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+                                   ).format(sql.Identifier(table)))
+        try:
+            events = await _rebuild(conn, table, options.scope_id, 0, head, progress)
+            report: dict[str, Any] = {"table": table, "through_sequence": head, "events": events,
+                                      "scope_id": options.scope_id}
+            if options.verify or options.swap:
+                await _index(conn, table)
+                report.update(await _settle(conn, table, options, head, progress))
+            final = PROJECTION if options.swap else table
+            report["table"] = final
+            report["digest"], report["rows"] = await projection_digest(conn, final, options.scope_id)
+            seconds = time.perf_counter() - started
+            report.update(seconds=round(seconds, 3), events_per_second=round(events / seconds) if seconds else 0)
+            return report
+        finally:
+            if not (options.keep or options.swap):
+                await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+async def _rebuild(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None, after: int, through: int,
+                   progress: Progress | None) -> int:
+    """Fold events (after, through] into `table`; returns how many events were read."""
+    rows: dict[tuple[str, str], Row] = {}
+    query = ("SELECT ledger_sequence, event FROM ledger WHERE partition = 0 AND ledger_sequence > {after}"
+             " AND ledger_sequence <= {through}{scope} ORDER BY ledger_sequence")
+    scope = sql.SQL(" AND scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
+    statement = sql.SQL(query).format(after=sql.Literal(after), through=sql.Literal(through), scope=scope)
+    count, last_report = 0, time.perf_counter()
+    cur = conn.cursor()
+    async with cur.copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(statement)) as copy:
+        copy.set_types(["int8", "bytea"])
+        async for sequence, event in copy.rows():
+            fold(rows, current_row(_decoder.decode(event), sequence))
+            count += 1
+            if progress and count % 50_000 == 0 and time.perf_counter() - last_report > 1.0:
+                last_report = time.perf_counter()
+                progress({"phase": "reading", "events": count, "at_sequence": sequence, "through": through})
+    if progress:
+        progress({"phase": "writing", "events": count, "rows": len(rows)})
+    async with conn.transaction():  # the first load has one row per object and no key yet: plain insert
+        await stage_and_merge(conn, list(rows.values()), table, upsert=after > 0)
+    return count
+
+
+async def _settle(conn: psycopg.AsyncConnection[Any], table: str, options: ReplayOptions, head: int,
+                  progress: Progress | None) -> dict[str, Any]:
+    """Under the checkpoint lock: catch up to the live checkpoint, compare, and swap if asked."""
+    async with conn.transaction():
+        cur = await conn.execute("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s"
+                                 " FOR UPDATE", (PROJECTION,))
+        row = await cur.fetchone()
+        live = int(row[0]) if row else 0
+        if live > head:
+            await _rebuild(conn, table, options.scope_id, head, live, progress)
+        outcome: dict[str, Any] = {"live_checkpoint": live}
+        if options.verify:
+            outcome["verify"] = await _compare(conn, table, options.scope_id)
+        if options.swap:
+            await _swap(conn, table)
+            outcome["swapped"] = True
+        return outcome
+
+
+async def _compare(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None) -> dict[str, Any]:
+    live_scope = sql.SQL(" WHERE scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
+    statement = sql.SQL(
+        "SELECT coalesce(l.scope_id, r.scope_id), coalesce(l.object_id, r.object_id),"
+        " l.object_id IS NULL, r.object_id IS NULL"
+        " FROM (SELECT * FROM current_objects{live_scope}) l FULL JOIN {rebuild} r ON"
+        " l.scope_id = r.scope_id AND l.object_id = r.object_id WHERE l::text IS DISTINCT FROM r::text"
+    ).format(live_scope=live_scope, rebuild=sql.Identifier(table))
+    differing = await (await conn.execute(statement)).fetchall()
+    live_digest, live_rows = await projection_digest(conn, PROJECTION, scope_id)
+    return {
+        "equal": not differing, "live_digest": live_digest, "live_rows": live_rows,
+        "differences": len(differing),
+        "first_differences": [
+            {"scope_id": d[0], "object_id": d[1],
+             "problem": "missing in live" if d[2] else "missing in rebuild" if d[3] else "rows differ"}
+            for d in differing[:20]
+        ],
+    }
+
+
+async def _index(conn: psycopg.AsyncConnection[Any], table: str) -> None:
+    await conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (scope_id, object_id)").format(sql.Identifier(table)))
+    for suffix, columns, method in _INDEXES:
+        await conn.execute(sql.SQL("CREATE INDEX {} ON {} USING {} " + columns).format(
+            sql.Identifier(f"{table}_{suffix}"), sql.Identifier(table), sql.SQL(method)))
+
+
+async def _swap(conn: psycopg.AsyncConnection[Any], table: str) -> None:
+    """Replace the live table by the rebuild (inside the caller's transaction)."""
+    retired = f"current_objects_retired_{uuid.uuid4().hex[:8]}"
+    await conn.execute(sql.SQL("ALTER TABLE current_objects RENAME TO {}").format(sql.Identifier(retired)))
+    await conn.execute(sql.SQL("ALTER TABLE {} RENAME TO current_objects").format(sql.Identifier(table)))
+    await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(retired)))
+    await conn.execute(sql.SQL("ALTER TABLE current_objects RENAME CONSTRAINT {} TO current_objects_pkey").format(
+        sql.Identifier(f"{table}_pkey")))
+    for suffix, _, _ in _INDEXES:
+        await conn.execute(sql.SQL("ALTER INDEX {} RENAME TO {}").format(
+            sql.Identifier(f"{table}_{suffix}"), sql.Identifier(f"current_objects_{suffix}")))
+
+
+async def projection_digest(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None) -> tuple[str, int]:
+    """sha256 over every row's text form in (scope_id, object_id) order: equal tables, equal digests."""
+    scope = sql.SQL(" WHERE scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
+    statement = sql.SQL("COPY (SELECT t::text FROM {} t{} ORDER BY scope_id, object_id) TO STDOUT").format(
+        sql.Identifier(table), scope)
+    digest, rows = hashlib.sha256(), 0
+    cur = conn.cursor()
+    async with cur.copy(statement) as copy:
+        async for chunk in copy:
+            digest.update(chunk)
+    cur2 = await conn.execute(sql.SQL("SELECT count(*) FROM {} t{}").format(sql.Identifier(table), scope))
+    row = await cur2.fetchone()
+    rows = int(row[0]) if row else 0
+    return "sha256:" + digest.hexdigest(), rows
+
+
+async def _ledger_head(conn: psycopg.AsyncConnection[Any]) -> int:
+    row = await (await conn.execute("SELECT coalesce(max(ledger_sequence), 0) FROM ledger")).fetchone()
+    return int(row[0]) if row else 0

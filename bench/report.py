@@ -1,0 +1,97 @@
+"""The results table, the ratios against their targets, and the JSON form of both."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from bench.load import Result
+
+ROWS = (
+    ("a", "(a) pamledger create: NATS -> writer -> PG"),
+    ("b", "(b) naive writer: 1 txn per command"),
+    ("c", "(c) NATS echo, no database"),
+    ("d", "(d) eventsourcing lib on PG, 16 threads"),
+    ("a_serial", "(a) pamledger create, serial"),
+    ("c_serial", "(c) NATS echo, serial"),
+    ("commit", "durable commit (1-row INSERT), serial"),
+)
+MEMORY_GROWTH_LIMIT = 0.10  # RSS at 100% may exceed RSS at 20% by at most this fraction
+
+
+@dataclass(frozen=True)
+class Ratio:
+    label: str
+    value: float
+    target: str
+    passed: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "value": round(self.value, 3), "target": self.target, "pass": self.passed}
+
+
+def ratios(r: dict[str, Result]) -> list[Ratio]:
+    """Only the ratios whose both sides were measured in this run."""
+    out = []
+    for key, label, target in (("b", "a/b  pamledger vs naive writer", 3.0), ("c", "a/c  pamledger vs NATS echo", 0.4),
+                               ("d", "a/d  pamledger vs eventsourcing", 10.0)):
+        if "a" in r and key in r and r[key].rate > 0:
+            value = r["a"].rate / r[key].rate
+            out.append(Ratio(label, value, f">= {target:g}", value >= target))
+    if {"a_serial", "c_serial", "commit"} <= r.keys():
+        floor = r["c_serial"].quantile(0.5) + r["commit"].quantile(0.5)
+        value = r["a_serial"].quantile(0.5) / floor
+        out.append(Ratio("serial p50(a) / (p50 echo + p50 commit)", value, "<= 1.5", value <= 1.5))
+    return out
+
+
+def memory_verdict(e: Result) -> Ratio:
+    rss20, rss100 = e.extra["rss20_mib"], e.extra["rss100_mib"]
+    growth = (rss100 - rss20) / rss20
+    return Ratio(f"(e) RSS growth 20% -> 100% of {e.extra['creates']} creates", growth,
+                 f"<= {MEMORY_GROWTH_LIMIT:.0%}", growth <= MEMORY_GROWTH_LIMIT)
+
+
+def _ms(seconds: float) -> str:
+    return "-" if math.isnan(seconds) else f"{seconds * 1e3:.3f}"
+
+
+def render(results: dict[str, Result], header: str) -> str:
+    lines = [header, ""]
+    lines.append(f"{'scenario':<46}{'in flight':>10}{'creates/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'n':>9}")
+    lines.append("-" * 97)
+    for key, label in ROWS:
+        if key in results:
+            r = results[key]
+            lines.append(f"{label:<46}{r.in_flight:>10}{r.rate:>12.1f}{_ms(r.quantile(0.5)):>10}"
+                         f"{_ms(r.quantile(0.99)):>10}{r.ok:>9}")
+    cpu = [f"{k} {results[k].extra['service_cpu_us_per_create']} us" for k in ("a", "b")
+           if k in results and "service_cpu_us_per_create" in results[k].extra]
+    if cpu:
+        lines.append(f"service process CPU per create at {results['a' if 'a' in results else 'b'].in_flight}"
+                     f" in flight (user+sys): " + ", ".join(cpu))
+    found = ratios(results)
+    if "e" in results:
+        found.append(memory_verdict(results["e"]))
+    if found:
+        lines += ["", f"{'ratio':<56}{'value':>9}{'target':>10}{'verdict':>9}", "-" * 84]
+        for ratio in found:
+            value = f"{ratio.value:+.1%}" if ratio.label.startswith("(e)") else f"{ratio.value:.2f}"
+            lines.append(f"{ratio.label:<56}{value:>9}{ratio.target:>10}{'PASS' if ratio.passed else 'MISS':>9}")
+    if "e" in results:
+        e = results["e"].extra
+        lines += ["", f"(e) writer memory, head cache {e['head_cache_size']}: service RSS {e['rss20_mib']} MiB at 20%,"
+                      f" {e['rss100_mib']} MiB at 100% of {e['creates']} creates"
+                      f" ({results['e'].rate:.0f} creates/s; ledger {e['ledger_sequence']},"
+                      f" relayed {e['relayed_sequence']} at the end)",
+                  "    RSS MiB by % of run: " + ", ".join(f"{p}%: {m}" for p, m in e["rss_mib_by_percent"].items())]
+    return "\n".join(lines)
+
+
+def as_json(results: dict[str, Result], meta: dict[str, Any]) -> dict[str, Any]:
+    found = ratios(results)
+    if "e" in results:
+        found.append(memory_verdict(results["e"]))
+    return {"meta": meta, "scenarios": {k: r.summary() for k, r in results.items()},
+            "ratios": [x.as_dict() for x in found]}

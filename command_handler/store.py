@@ -16,6 +16,39 @@ from command_handler.state import ObjectHead
 from schemas.canonical import decode_json
 
 _WRITER_LOCK_BASE = 0x70616D00  # 'pam\0' + partition
+SINGLE_STATEMENT_ROWS = 32
+ERASE_STATEMENT = (
+    "DELETE FROM content_store c USING unnest(%(e_scope)s::text[], %(e_object)s::text[]) AS k(s, o)"
+    " WHERE c.scope_id = k.s AND c.object_id = k.o"
+)
+APPEND_STATEMENT = """
+WITH new_scopes AS (
+  INSERT INTO scopes (scope_id, scope_kind, parent_scope_id, policy)
+  SELECT * FROM unnest(%(scope_ids)s::text[], %(scope_kinds)s::text[], %(scope_parents)s::text[],
+                       %(scope_policies)s::jsonb[])
+  ON CONFLICT (scope_id) DO NOTHING),
+new_ledger AS (
+  INSERT INTO ledger (partition, ledger_sequence, event_id, operation_id, scope_id, object_id, version_id,
+                      event_type, recorded_at, event, prev_hash, row_hash)
+  SELECT %(partition)s, * FROM unnest(%(l_seq)s::bigint[], %(l_event_id)s::text[], %(l_op)s::text[],
+      %(l_scope)s::text[], %(l_object)s::text[], %(l_version)s::text[], %(l_type)s::text[],
+      %(l_at)s::timestamptz[], %(l_event)b::bytea[], %(l_prev)b::bytea[], %(l_hash)b::bytea[])),
+new_versions AS (
+  INSERT INTO memory_versions (scope_id, object_id, sequence, version_id, ledger_sequence, meta, content_digest)
+  SELECT * FROM unnest(%(v_scope)s::text[], %(v_object)s::text[], %(v_seq)s::int[], %(v_version)s::text[],
+                       %(v_lseq)s::bigint[], %(v_meta)b::bytea[], %(v_digest)s::text[])),
+new_content AS (
+  INSERT INTO content_store (content_digest, scope_id, object_id, salt, content)
+  SELECT * FROM unnest(%(c_digest)s::text[], %(c_scope)s::text[], %(c_object)s::text[], %(c_salt)b::bytea[],
+                       %(c_content)b::bytea[])),
+new_records AS (
+  INSERT INTO idempotency_records (scope_id, idempotency_key, request_digest, object_id, version_id,
+                                   ledger_sequence)
+  SELECT * FROM unnest(%(i_scope)s::text[], %(i_key)s::text[], %(i_digest)s::text[], %(i_object)s::text[],
+                       %(i_version)s::text[], %(i_lseq)s::bigint[])),
+erased AS (""" + ERASE_STATEMENT + """)
+SELECT 1
+"""
 
 
 class LedgerRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -150,37 +183,72 @@ class PostgresLedgerStore:
         return {r[0] for r in await cur.fetchall()}
 
     async def append(self, batch: Batch) -> None:
-        """Write the batch in one transaction; raises (and writes nothing) on any failure."""
+        """Write the batch atomically; raises (and writes nothing) on any failure.
+
+        Small batches go as ONE statement in autocommit (an implicit transaction: one round trip, commit
+        included); larger ones as COPYs inside an explicit transaction, which wins once rows add up.
+        Content of an object that the same batch erases is never written at all: data-modifying CTEs
+        share one snapshot, so the erasing DELETE could not see rows inserted beside it.
+        """
+        erased = set(batch.erase)
+        content = [c for c in batch.content if (c.scope_id, c.object_id) not in erased]
+        if len(batch.ledger) <= SINGLE_STATEMENT_ROWS:
+            await self.conn.execute(APPEND_STATEMENT, self._arrays(batch, content))
+            return
         async with self.conn.transaction():
-            cur = self.conn.cursor()
-            if batch.scopes:
-                await cur.executemany(
-                    "INSERT INTO scopes (scope_id, scope_kind, parent_scope_id, policy) VALUES (%s, %s, %s, %s)"
-                    " ON CONFLICT (scope_id) DO NOTHING",
-                    batch.scopes,
-                )
-            await self._copy(cur, "ledger (partition, ledger_sequence, event_id, operation_id, scope_id, object_id,"
-                              " version_id, event_type, recorded_at, event, prev_hash, row_hash)",
-                              [(self.partition, r.ledger_sequence, r.event_id, r.operation_id, r.scope_id,
-                                r.object_id, r.version_id, r.event_type, r.recorded_at, r.event, r.prev_hash,
-                                r.row_hash) for r in batch.ledger])
-            await self._copy(cur, "memory_versions (scope_id, object_id, sequence, version_id, ledger_sequence,"
-                              " meta, content_digest)",
-                              [(v.scope_id, v.object_id, v.sequence, v.version_id, v.ledger_sequence, v.meta,
-                                v.content_digest) for v in batch.versions])
-            await self._copy(cur, "content_store (content_digest, scope_id, object_id, salt, content)",
-                              [(c.content_digest, c.scope_id, c.object_id, c.salt, c.content)
-                               for c in batch.content])
-            await self._copy(cur, "idempotency_records (scope_id, idempotency_key, request_digest, object_id,"
-                              " version_id, ledger_sequence)",
-                              [(i.scope_id, i.idempotency_key, i.request_digest, i.object_id, i.version_id,
-                                i.ledger_sequence) for i in batch.idempotency])
-            if batch.erase:
-                await cur.execute(
-                    "DELETE FROM content_store c USING unnest(%s::text[], %s::text[]) AS k(s, o)"
-                    " WHERE c.scope_id = k.s AND c.object_id = k.o",
-                    ([e[0] for e in batch.erase], [e[1] for e in batch.erase]),
-                )
+            await self._append_with_copy(batch, content)
+
+    def _arrays(self, batch: Batch, content: list[ContentRow]) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "scope_ids": [s[0] for s in batch.scopes], "scope_kinds": [s[1] for s in batch.scopes],
+            "scope_parents": [s[2] for s in batch.scopes], "scope_policies": [s[3] for s in batch.scopes],
+            "l_seq": [r.ledger_sequence for r in batch.ledger], "l_event_id": [r.event_id for r in batch.ledger],
+            "l_op": [r.operation_id for r in batch.ledger], "l_scope": [r.scope_id for r in batch.ledger],
+            "l_object": [r.object_id for r in batch.ledger], "l_version": [r.version_id for r in batch.ledger],
+            "l_type": [r.event_type for r in batch.ledger], "l_at": [r.recorded_at for r in batch.ledger],
+            "l_event": [r.event for r in batch.ledger], "l_prev": [r.prev_hash for r in batch.ledger],
+            "l_hash": [r.row_hash for r in batch.ledger],
+            "v_scope": [v.scope_id for v in batch.versions], "v_object": [v.object_id for v in batch.versions],
+            "v_seq": [v.sequence for v in batch.versions], "v_version": [v.version_id for v in batch.versions],
+            "v_lseq": [v.ledger_sequence for v in batch.versions], "v_meta": [v.meta for v in batch.versions],
+            "v_digest": [v.content_digest for v in batch.versions],
+            "c_digest": [c.content_digest for c in content], "c_scope": [c.scope_id for c in content],
+            "c_object": [c.object_id for c in content], "c_salt": [c.salt for c in content],
+            "c_content": [c.content for c in content],
+            "i_scope": [i.scope_id for i in batch.idempotency], "i_key": [i.idempotency_key for i in batch.idempotency],
+            "i_digest": [i.request_digest for i in batch.idempotency],
+            "i_object": [i.object_id for i in batch.idempotency], "i_version": [i.version_id for i in batch.idempotency],
+            "i_lseq": [i.ledger_sequence for i in batch.idempotency],
+            "e_scope": [e[0] for e in batch.erase], "e_object": [e[1] for e in batch.erase],
+        }
+
+    async def _append_with_copy(self, batch: Batch, content: list[ContentRow]) -> None:
+        cur = self.conn.cursor()
+        if batch.scopes:
+            await cur.executemany(
+                "INSERT INTO scopes (scope_id, scope_kind, parent_scope_id, policy) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (scope_id) DO NOTHING",
+                batch.scopes,
+            )
+        await self._copy(cur, "ledger (partition, ledger_sequence, event_id, operation_id, scope_id, object_id,"
+                          " version_id, event_type, recorded_at, event, prev_hash, row_hash)",
+                          [(self.partition, r.ledger_sequence, r.event_id, r.operation_id, r.scope_id,
+                            r.object_id, r.version_id, r.event_type, r.recorded_at, r.event, r.prev_hash,
+                            r.row_hash) for r in batch.ledger])
+        await self._copy(cur, "memory_versions (scope_id, object_id, sequence, version_id, ledger_sequence,"
+                          " meta, content_digest)",
+                          [(v.scope_id, v.object_id, v.sequence, v.version_id, v.ledger_sequence, v.meta,
+                            v.content_digest) for v in batch.versions])
+        await self._copy(cur, "content_store (content_digest, scope_id, object_id, salt, content)",
+                          [(c.content_digest, c.scope_id, c.object_id, c.salt, c.content) for c in content])
+        await self._copy(cur, "idempotency_records (scope_id, idempotency_key, request_digest, object_id,"
+                          " version_id, ledger_sequence)",
+                          [(i.scope_id, i.idempotency_key, i.request_digest, i.object_id, i.version_id,
+                            i.ledger_sequence) for i in batch.idempotency])
+        if batch.erase:
+            await cur.execute(ERASE_STATEMENT, {"e_scope": [e[0] for e in batch.erase],
+                                                "e_object": [e[1] for e in batch.erase]})
 
     @staticmethod
     async def _copy(cur: psycopg.AsyncCursor[Any], target: str, rows: list[tuple[Any, ...]]) -> None:

@@ -86,10 +86,7 @@ class Writer:
         items = [self._parse(m) for m in msgs]
         parsed = [i for i in items if isinstance(i, Parsed)]
         try:
-            inputs = await self._load(parsed)
-            plan = plan_batch(items, inputs)
-            if plan.batch.ledger or plan.batch.scopes:
-                await self.store.append(plan.batch)
+            plan = await self._plan_and_append(items, parsed)
         except PamledgerError as exc:
             await self._fail_all(msgs, items, exc)
             return
@@ -105,6 +102,26 @@ class Writer:
         if plan.batch.ledger:
             self.relay.submit(plan.batch.ledger)
 
+    async def _plan_and_append(self, items: list[Parsed | PamledgerError], parsed: list[Parsed]) -> Plan:
+        """Plan and append. Idempotency keys are checked optimistically: the records' primary key refuses a
+        key seen before (the statement then writes nothing), and the batch is planned again with those
+        records loaded, so a retried command replays its original result."""
+        inputs = await self._load(parsed, with_idempotency=False)
+        plan = plan_batch(items, inputs)
+        if not (plan.batch.ledger or plan.batch.scopes):
+            return plan
+        try:
+            await self.store.append(plan.batch)
+            return plan
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != "idempotency_records_pkey":
+                raise
+        inputs = await self._load(parsed, with_idempotency=True)
+        plan = plan_batch(items, inputs)
+        if plan.batch.ledger or plan.batch.scopes:
+            await self.store.append(plan.batch)
+        return plan
+
     def _parse(self, msg: Msg) -> Parsed | PamledgerError:
         name = msg.subject.rsplit(".", 1)[-1]
         try:
@@ -113,8 +130,8 @@ class Writer:
             log.info("command.rejected", code=exc.code, command=name, reason=exc.message[:200])
             return exc
 
-    async def _load(self, parsed: list[Parsed]) -> PlanInputs:
-        """Fetch, in one query each, the heads, idempotency records and scopes the caches lack."""
+    async def _load(self, parsed: list[Parsed], with_idempotency: bool) -> PlanInputs:
+        """Fetch, in one query each, the heads, scopes (and, when asked, idempotency records) the caches lack."""
         head_keys, idem_keys, scope_ids = set(), set(), set()
         for p in parsed:
             if isinstance(p.command, CreateScope):
@@ -123,7 +140,7 @@ class Writer:
             object_id = getattr(p.command, "object_id", None)
             if object_id is not None and (p.scope_id, object_id) not in self.heads:
                 head_keys.add((p.scope_id, object_id))
-            if p.idempotency_key and (p.scope_id, p.idempotency_key) not in self.idempotency:
+            if with_idempotency and p.idempotency_key and (p.scope_id, p.idempotency_key) not in self.idempotency:
                 idem_keys.add((p.scope_id, p.idempotency_key))
             if p.scope_id not in self.scopes:
                 scope_ids.add(p.scope_id)

@@ -67,15 +67,16 @@ async def lead_forever(settings: Settings, nc: NATS, database_url: str) -> None:
             await _lead_once(settings, nc, database_url)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             log.warning("writer.lost_database", error=type(exc).__name__)
-            await asyncio.sleep(settings.writer.lock_poll_seconds)
+        except Exception:  # noqa: BLE001 - a writer bug must not leave the process serving without a writer
+            log.exception("writer.crashed")
+        await asyncio.sleep(settings.writer.lock_poll_seconds)
 
 
 async def _lead_once(settings: Settings, nc: NATS, database_url: str) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         store = PostgresLedgerStore(conn, settings.partition)
         await _wait_for_lock(conn, writer_lock_key(settings.partition), settings, "writer")
-        relay = Relay(nc.jetstream(), database_url, settings.stream_name, settings.subject_prefix,
-                      settings.partition)
+        relay = Relay(nc, database_url, settings.stream_name, settings.subject_prefix, settings.partition)
         relay_task = asyncio.create_task(relay.run())
         try:
             await Writer(settings, nc, store, relay).serve()
@@ -94,7 +95,9 @@ async def project_forever(settings: Settings, nc: NATS, database_url: str) -> No
                 await Projector(nc, conn, settings.stream_name, settings.subject_prefix, settings.partition).run()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             log.warning("projector.lost_database", error=type(exc).__name__)
-            await asyncio.sleep(settings.writer.lock_poll_seconds)
+        except Exception:  # noqa: BLE001 - restart from the checkpoint rather than stop projecting
+            log.exception("projector.crashed")
+        await asyncio.sleep(settings.writer.lock_poll_seconds)
 
 
 async def _wait_for_lock(conn: psycopg.AsyncConnection[Any], key: int, settings: Settings, role: str) -> None:

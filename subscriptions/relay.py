@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 import nats
+from nats.aio.client import Client as NATS
 import psycopg
 import structlog
 from nats.js import JetStreamContext
@@ -19,6 +20,7 @@ from nats.js.errors import NotFoundError
 
 from command_handler.store import LedgerRow
 from infra.subjects import ledger_subject, ledger_wildcard
+from infra.tasks import reraise_if_cancelled
 
 log = structlog.get_logger(__name__)
 CATCH_UP_CHUNK = 2000
@@ -49,8 +51,9 @@ async def ensure_stream(js: JetStreamContext, stream_name: str, prefix: str) -> 
 class Relay:
     """Publishes what the writer committed; falls back to reading the ledger whenever it sees a gap."""
 
-    def __init__(self, js: JetStreamContext, database_url: str, stream_name: str, prefix: str, partition: int):
-        self.js = js
+    def __init__(self, nc: NATS, database_url: str, stream_name: str, prefix: str, partition: int):
+        self.nc = nc
+        self.js = nc.jetstream()
         self.database_url = database_url
         self.stream_name = stream_name
         self.prefix = prefix
@@ -79,6 +82,7 @@ class Relay:
             try:
                 await self._publish(rows)
             except (nats.errors.Error, asyncio.TimeoutError) as exc:
+                reraise_if_cancelled()
                 log.warning("relay.publish_failed", error=type(exc).__name__, at=self.published)
                 await asyncio.sleep(0.2)
                 await self._resync()
@@ -97,6 +101,7 @@ class Relay:
                 log.info("relay.caught_up", ledger_sequence=self.published)
                 return
             except (nats.errors.Error, asyncio.TimeoutError, psycopg.OperationalError) as exc:
+                reraise_if_cancelled()
                 log.warning("relay.resync_failed", error=type(exc).__name__)
                 await asyncio.sleep(0.5)
 
@@ -114,19 +119,29 @@ class Relay:
         ]
 
     async def _publish(self, rows: list[LedgerRow]) -> None:
-        """Pipelined publishes, then wait for every ack; a failed order check raises."""
-        futures = []
-        for row in rows:
-            headers = {
-                "Nats-Msg-Id": row.event_id,
-                "Nats-Expected-Last-Sequence": str(row.ledger_sequence - 1),
-                "Pam-Ledger-Sequence": str(row.ledger_sequence),
-                "Pam-Event-Type": row.event_type,
-            }
-            subject = ledger_subject(self.prefix, self.partition, row.scope_id, row.event_type)
-            futures.append(await self.js.publish_async(subject, row.event, headers=headers))
-        acks = await asyncio.wait_for(asyncio.gather(*futures), timeout=30)
-        for row, ack in zip(rows, acks):
-            if ack.seq != row.ledger_sequence and not ack.duplicate:
-                raise nats.errors.Error(f"stream sequence {ack.seq} != ledger sequence {row.ledger_sequence}")
-        self.published = rows[-1].ledger_sequence
+        """Publish a run of rows with one acknowledgement.
+
+        Every message carries the expected-last-sequence check, and JetStream applies one connection's
+        messages in order: if any row of the run was refused, every later one is refused too. So the
+        rows go out as plain publishes and only the last waits for its ack; an ack for the last row's
+        sequence proves the whole run is in the stream. Anything else raises, and the caller resyncs.
+        """
+        for row in rows[:-1]:
+            await self.nc.publish(self._subject(row), row.event, headers=self._headers(row))
+        last = rows[-1]
+        ack = await self.js.publish(self._subject(last), last.event, headers=self._headers(last), timeout=30)
+        if ack.seq != last.ledger_sequence:
+            raise nats.errors.Error(f"stream sequence {ack.seq} != ledger sequence {last.ledger_sequence}")
+        self.published = last.ledger_sequence
+
+    def _subject(self, row: LedgerRow) -> str:
+        return ledger_subject(self.prefix, self.partition, row.scope_id, row.event_type)
+
+    @staticmethod
+    def _headers(row: LedgerRow) -> dict[str, str]:
+        return {
+            "Nats-Msg-Id": row.event_id,
+            "Nats-Expected-Last-Sequence": str(row.ledger_sequence - 1),
+            "Pam-Ledger-Sequence": str(row.ledger_sequence),
+            "Pam-Event-Type": row.event_type,
+        }

@@ -56,7 +56,11 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
                 await task
         await query.stop()
         await pool.close()
-        await nc.drain()
+        # Not drain(): draining waits on the projector's lingering pull requests. Replies are already out;
+        # flush what is buffered, then close.
+        with contextlib.suppress(Exception):
+            await nc.flush(timeout=2)
+        await nc.close()
         log.info("service.stopped")
 
 
@@ -91,6 +95,10 @@ async def project_forever(settings: Settings, nc: NATS, database_url: str) -> No
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+                # The projection is disposable and its checkpoint commits with its rows: a commit lost in
+                # a crash is simply re-applied from the checkpoint, so it need not wait for fsync (and
+                # must not compete with the writer's).
+                await conn.execute("SET synchronous_commit = off")
                 await _wait_for_lock(conn, projector_lock_key(settings.partition), settings, "projector")
                 await Projector(nc, conn, settings.stream_name, settings.subject_prefix, settings.partition).run()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:

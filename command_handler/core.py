@@ -13,7 +13,16 @@ import msgspec
 
 from command_handler.state import Decision, ObjectHead, Stamp
 from schemas.canonical import canonical_bytes
-from schemas.commands import CreateObject, DeleteObject, ObjectCommand, TransitionState, UpdateObject
+from schemas.commands import (
+    CloseSubscription,
+    CreateObject,
+    DeleteObject,
+    EventOnlyCommand,
+    ObjectCommand,
+    OpenSubscription,
+    TransitionState,
+    UpdateObject,
+)
 from schemas.common import DIMENSION_STATES, SPEC_VERSION, STANDARD_OBJECT_TYPES, is_extension_type
 from schemas.content import validate_content
 from schemas.envelope import Actor, Provenance
@@ -38,9 +47,11 @@ _OPTIONAL_FIELDS = (
 )
 
 
-def decide(head: ObjectHead | None, command: ObjectCommand, stamp: Stamp) -> Decision:
+def decide(head: ObjectHead | None, command: ObjectCommand | EventOnlyCommand, stamp: Stamp) -> Decision:
     """Validate one command against the object's head and say what it writes, or raise."""
     match command:
+        case OpenSubscription() | CloseSubscription():
+            return _event_only(command, stamp)
         case CreateObject():
             return _create(head, command, stamp)
         case UpdateObject():
@@ -52,9 +63,26 @@ def decide(head: ObjectHead | None, command: ObjectCommand, stamp: Stamp) -> Dec
     raise InvalidRequest(f"unknown command {type(command).__name__}")
 
 
-def evolve(head: ObjectHead | None, decision: Decision) -> ObjectHead:
+def evolve(head: ObjectHead | None, decision: Decision) -> ObjectHead | None:
     """The object's head after a decision commits."""
-    return decision.head
+    return decision.head if decision.head is not None else head
+
+
+def _event_only(command: OpenSubscription | CloseSubscription, stamp: Stamp) -> Decision:
+    """A ledger entry without a Memory Version. Its `sequence` is set to its ledger sequence on append."""
+    payload: dict[str, Any]
+    if isinstance(command, OpenSubscription):
+        event_type, payload = "subscription_opened", {"subscription": command.subscription}
+    else:
+        event_type = "subscription_closed"
+        payload = {"subscription_id": command.subscription_id, "reason": command.reason,
+                   "last_delivered_sequence": command.last_delivered_sequence}
+    event = LedgerEvent(
+        event_id=stamp.event_id, operation_id=stamp.operation_id, scope_id=command.scope_id,
+        event_type=event_type,  # type: ignore[arg-type]
+        recorded_at=stamp.now, sequence=1, actor=command.actor, payload=payload,
+    )
+    return Decision(event=event, head=None)
 
 
 def content_digest(salt: bytes, content: bytes) -> str:

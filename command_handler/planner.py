@@ -96,15 +96,18 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             outcomes.append(Outcome(error=exc))
             continue
         seq += 1
+        if decision.head is None:  # event-only entries take their ledger sequence as `sequence`
+            decision = msgspec.structs.replace(decision, event=msgspec.structs.replace(decision.event, sequence=seq))
         event_bytes = canonical_bytes(decision.event)
         new_hash = row_hash(prev, seq, event_bytes)
         _add_rows(batch, decision, item, seq, event_bytes, prev, new_hash, stamp)
         prev = new_hash
-        heads[key] = decision.head
-        if item.idempotency_key is not None:
+        if decision.head is not None:
+            heads[key] = decision.head
+        if item.idempotency_key is not None and decision.head is not None:
             keys[(command.scope_id, item.idempotency_key)] = (item.request_digest, index)
         content = decision.content
-        if content is None and decision.head.content_digest is not None:
+        if content is None and decision.head is not None and decision.head.content_digest is not None:
             content = inputs.contents.get(decision.head.content_digest)
         outcomes.append(Outcome(accepted=Accepted(item, decision, seq, content)))
     return Plan(outcomes, batch, heads, _new_records(batch), new_scopes, (seq, prev))
@@ -156,6 +159,8 @@ def _add_rows(
         object_id=event.object_id, version_id=event.version_id, event_type=event.event_type,
         recorded_at=event.recorded_at, event=event_bytes, prev_hash=prev, row_hash=new_hash,
     ))
+    if head is None:
+        return
     batch.versions.append(VersionRow(
         scope_id=head.scope_id, object_id=head.object_id, sequence=head.sequence, version_id=head.version_id,
         ledger_sequence=seq, meta=canonical_bytes(head.meta), content_digest=head.content_digest,

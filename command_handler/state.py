@@ -41,6 +41,6 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     """What one accepted command does: one ledger event, the version it commits, content to store or erase."""
 
     event: Any  # schemas.events.LedgerEvent
-    head: ObjectHead
+    head: ObjectHead | None  # None for event-only ledger entries (no Memory Version)
     content: bytes | None = None
     erase_content: bool = False

@@ -181,7 +181,11 @@ class Writer:
         for msg, item, outcome in zip(msgs, items, plan.outcomes):
             if outcome.accepted is not None:
                 a = outcome.accepted
-                body = result_bytes(a.decision.head, a.ledger_sequence, a.decision.event.event_id, a.content)
+                if a.decision.head is None:
+                    body = canonical_bytes({"result": {"ledger_sequence": a.ledger_sequence,
+                                                       "event_id": a.decision.event.event_id}})
+                else:
+                    body = result_bytes(a.decision.head, a.ledger_sequence, a.decision.event.event_id, a.content)
             elif outcome.error is not None:
                 body = error_reply(outcome.error, _op_id(msg, item))
             elif outcome.scope_result is not None:

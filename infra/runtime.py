@@ -23,6 +23,8 @@ from infra.settings import Settings
 from projector.runner import Projector, projector_lock_key
 from query.search import CheckpointWatcher
 from query.service import QueryService
+from subscriptions.filters import AllowAll, Authorizer
+from subscriptions.gateway import Gateway
 from subscriptions.relay import Relay
 
 log = structlog.get_logger(__name__)
@@ -34,8 +36,9 @@ async def connect_nats(url: str, name: str) -> NATS:
                               connect_timeout=5, pending_size=64 * 1024 * 1024)
 
 
-async def run_service(settings: Settings, nats_url: str, database_url: str, stop: asyncio.Event) -> None:
-    """Serve until `stop` is set."""
+async def run_service(settings: Settings, nats_url: str, database_url: str, stop: asyncio.Event,
+                      authorizer: Authorizer | None = None) -> None:
+    """Serve until `stop` is set. `authorizer` is the per-event authorization seam of Subscribe."""
     nc = await connect_nats(nats_url, "pamledger-service")
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(database_url, min_size=1, max_size=4, open=False,
                                                          kwargs={"autocommit": True})
@@ -45,7 +48,8 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
     await query.start()
     tasks = [asyncio.create_task(lead_forever(settings, nc, database_url)),
              asyncio.create_task(project_forever(settings, nc, database_url)),
-             asyncio.create_task(watcher.run(database_url))]
+             asyncio.create_task(watcher.run(database_url)),
+             asyncio.create_task(gateway_forever(settings, nc, database_url, authorizer or AllowAll()))]
     try:
         await stop.wait()
     finally:
@@ -120,3 +124,21 @@ async def _wait_for_lock(conn: psycopg.AsyncConnection[Any], key: int, settings:
             log.info("leadership.waiting", role=role, partition=settings.partition)
             announced = True
         await asyncio.sleep(settings.writer.lock_poll_seconds)
+
+
+async def gateway_forever(settings: Settings, nc: NATS, database_url: str, authorizer: Authorizer) -> None:
+    """Lead the partition's Subscribe gateway (its own advisory lock)."""
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+                await _wait_for_lock(conn, gateway_lock_key(settings.partition), settings, "gateway")
+                await Gateway(settings, nc, conn, authorizer).serve()
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            log.warning("gateway.lost_database", error=type(exc).__name__)
+        except Exception:  # noqa: BLE001 - restart and take the subscriptions over again
+            log.exception("gateway.crashed")
+        await asyncio.sleep(settings.writer.lock_poll_seconds)
+
+
+def gateway_lock_key(partition: int) -> int:
+    return 0x70616D73_00 + partition  # 'pams' + partition

@@ -17,6 +17,7 @@ from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
 from infra.subjects import command_subject, query_subject, status_subject
 from schemas.canonical import decode_json
+from memory_client.subscription import Subscription
 from schemas.errors import RETRYABLE, ErrorCode
 
 _encoder = msgspec.json.Encoder()
@@ -118,8 +119,34 @@ class MemoryClient:
             body["min_sequence"] = self.last_sequence
         return await self._request(query_subject(self.prefix, "query"), body, {}, retry=True)
 
+    async def subscribe(self, scope_id: str, actor: dict[str, Any], after_sequence: int | None = None,
+                        filter: dict[str, Any] | None = None, delivery: dict[str, Any] | None = None,
+                        subscription_id: str | None = None) -> Subscription:
+        """Open (or, with subscription_id, re-attach to) a push subscription; iterate it for events."""
+        delivery = {"keepalive_interval_ms": 2000, **(delivery or {}), "mode": "push"}
+        if subscription_id is not None:
+            opened = await self.subscription_request("resume", {"subscription_id": subscription_id,
+                                                                "after_sequence": after_sequence})
+        else:
+            body: dict[str, Any] = {"scope_id": scope_id, "actor": actor, "filter": filter or {},
+                                    "delivery": delivery}
+            if after_sequence is not None:
+                body["after_sequence"] = after_sequence
+            opened = await self.subscription_request("open", body)
+        subscription = Subscription(self, opened, int(delivery["keepalive_interval_ms"]))
+        await subscription.listen()
+        return subscription
+
+    async def subscription_request(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """open | poll | ack | resume | close | status on the Subscribe gateway (docs/protocol.md)."""
+        return await self._request(f"{self.prefix}.sub.{name}", body, {}, retry=name != "poll")
+
     async def status(self, component: str = "writer") -> dict[str, Any]:
         return await self._request(status_subject(self.prefix, component), {}, {}, retry=False)
+
+    async def command(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Any writer command by name (see docs/protocol.md), with retries and an idempotency key."""
+        return await self._command(name, body)
 
     async def _command(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         headers = {"Pam-Operation-Id": body.get("operation_id") or f"op:{uuid.uuid4()}"}

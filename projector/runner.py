@@ -99,4 +99,5 @@ class Projector:
             await apply_rows(self.conn, list(rows.values()), through)
             self.applied = through
             self._last_apply = time.monotonic()
-        await msgs[-1].ack()
+        if msgs:
+            await msgs[-1].ack()

@@ -113,8 +113,30 @@ class CreateScope(msgspec.Struct, tag="create_scope", **_COMMAND):
     policy: dict[str, Any] | None = None
 
 
+class OpenSubscription(msgspec.Struct, tag="open_subscription", **_COMMAND):
+    """Gateway → writer: record subscription_opened (an event-only ledger entry, no Memory Version)."""
+
+    scope_id: Id
+    subscription_id: Id
+    actor: Actor
+    subscription: dict[str, Any]
+    operation_id: Id | None = None
+
+
+class CloseSubscription(msgspec.Struct, tag="close_subscription", **_COMMAND):
+    """Gateway → writer: record subscription_closed with the reason and the last delivered sequence."""
+
+    scope_id: Id
+    subscription_id: Id
+    actor: Actor
+    reason: Annotated[str, msgspec.Meta(max_length=256)]
+    last_delivered_sequence: Annotated[int, msgspec.Meta(ge=0)]
+    operation_id: Id | None = None
+
+
 ObjectCommand = CreateObject | UpdateObject | TransitionState | DeleteObject
-Command = ObjectCommand | CreateScope
+EventOnlyCommand = OpenSubscription | CloseSubscription
+Command = ObjectCommand | EventOnlyCommand | CreateScope
 
 COMMAND_TYPES: dict[str, type[Command]] = {
     "create": CreateObject,
@@ -122,6 +144,8 @@ COMMAND_TYPES: dict[str, type[Command]] = {
     "transition": TransitionState,
     "delete": DeleteObject,
     "create_scope": CreateScope,
+    "open_subscription": OpenSubscription,
+    "close_subscription": CloseSubscription,
 }
 
 DECODERS: dict[str, msgspec.json.Decoder[Any]] = {

@@ -1,0 +1,166 @@
+"""Subscribe: catch-up then live with no gap, filters, poll, close, bad input, per-event authorization."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+import psycopg
+import pytest
+
+from memory_client.client import MemoryClient, PamspecError
+from tests.conftest import ACTOR, PROVENANCE, Env, fresh_database, fresh_settings, running_service
+
+SCOPE = "workspace:subs"
+
+
+@pytest.fixture(scope="module", autouse=True)
+async def scope(client: MemoryClient) -> None:
+    await client.create_scope(SCOPE)
+
+
+async def make(client: MemoryClient, count: int, object_type: str = "claim", scope: str = SCOPE) -> list[dict[str, Any]]:
+    return [await client.create(scope, object_type, {"n": i}, ACTOR, PROVENANCE) for i in range(count)]
+
+
+async def take(subscription: Any, count: int, timeout: float = 60) -> list[dict[str, Any]]:
+    got: list[dict[str, Any]] = []
+
+    async def collect() -> None:
+        async for event in subscription:
+            got.append(event)
+            if len(got) >= count:
+                return
+
+    await asyncio.wait_for(collect(), timeout)
+    return got
+
+
+async def test_catch_up_then_live_without_gap_or_reordering(client: MemoryClient) -> None:
+    before = await make(client, 15)
+    start = before[0]["ledger_sequence"] - 1
+    sub = await client.subscribe(SCOPE, ACTOR, after_sequence=start, filter={"event_classes": ["object_created"]})
+    writer = asyncio.create_task(make(client, 10))
+    events = await take(sub, 25)
+    after = await writer
+    sequences = [e["ledger_sequence"] for e in events]
+    assert sequences == sorted(sequences) and len(set(sequences)) == 25
+    assert [e["event"]["object_id"] for e in events] == [o["object_id"] for o in before + after]
+    assert all(e["event"]["event_type"] == "object_created" for e in events)
+    await sub.close()
+
+
+async def test_without_after_sequence_only_new_events_arrive(client: MemoryClient) -> None:
+    await make(client, 3)
+    sub = await client.subscribe(SCOPE, ACTOR, filter={"event_classes": ["object_created"]})
+    fresh = await make(client, 2)
+    events = await take(sub, 2)
+    assert [e["event"]["object_id"] for e in events] == [o["object_id"] for o in fresh]
+    await sub.close()
+
+
+async def test_filters_by_object_type_object_id_and_predicate(client: MemoryClient) -> None:
+    sub_type = await client.subscribe(SCOPE, ACTOR, filter={"object_type": "decision"})
+    target = (await make(client, 1))[0]
+    sub_id = await client.subscribe(SCOPE, ACTOR, filter={"object_id": target["object_id"]})
+    sub_pred = await client.subscribe(SCOPE, ACTOR, filter={"predicate": {"payload.to": "corroborated"}})
+    decisions = await make(client, 2, "decision")
+    await make(client, 2)
+    moved = await client.transition(SCOPE, target["object_id"], target["version_id"], "validation",
+                                    "corroborated", ACTOR, PROVENANCE)
+    assert [e["event"]["object_id"] for e in await take(sub_type, 2)] == [d["object_id"] for d in decisions]
+    only = await take(sub_id, 1)
+    assert only[0]["event"]["version_id"] == moved["version_id"]
+    assert (await take(sub_pred, 1))[0]["event"]["event_type"] == "validation_transitioned"
+    for sub in (sub_type, sub_id, sub_pred):
+        await sub.close()
+
+
+async def test_poll_returns_batches_and_acknowledges_them(client: MemoryClient) -> None:
+    made = await make(client, 5)
+    opened = await client.subscription_request("open", {
+        "scope_id": SCOPE, "actor": ACTOR, "after_sequence": made[0]["ledger_sequence"] - 1,
+        "filter": {"event_classes": ["object_created"]}, "delivery": {"mode": "poll"}})
+    first = await client.subscription_request("poll", {"subscription_id": opened["subscription_id"], "max_events": 3})
+    second = await client.subscription_request("poll", {"subscription_id": opened["subscription_id"], "max_events": 3})
+    seen = [e["event"]["object_id"] for e in first["events"] + second["events"]]
+    assert seen == [m["object_id"] for m in made]
+    empty = await client.subscription_request("poll", {"subscription_id": opened["subscription_id"], "wait_ms": 100})
+    assert empty["events"] == []
+
+
+async def test_close_ends_delivery_and_is_in_the_ledger(client: MemoryClient, service: Env) -> None:
+    sub = await client.subscribe(SCOPE, ACTOR)
+    closed = await sub.close()
+    assert closed["reason"] == "unsubscribed"
+    with pytest.raises(PamspecError) as err:
+        await client.subscription_request("poll", {"subscription_id": sub.subscription_id})
+    assert err.value.code == "invalid_request"
+    async with await psycopg.AsyncConnection.connect(service.database_url) as conn:
+        cur = await conn.execute("SELECT event_type FROM ledger WHERE convert_from(event, 'UTF8') LIKE %s"
+                                 " ORDER BY ledger_sequence", (f"%{sub.subscription_id}%",))
+        assert [r[0] for r in await cur.fetchall()] == ["subscription_opened", "subscription_closed"]
+
+
+@pytest.mark.parametrize("body", [
+    {"filter": {"colour": "red"}}, {"after_sequence": -1}, {"after_sequence": 10**9},
+    {"delivery": {"backpressure_policy": "ignore_and_hope"}}, {"unknown": 1},
+], ids=["unknown-filter-key", "negative-after", "future-after", "bad-backpressure", "unknown-field"])
+async def test_bad_subscribe_requests_are_invalid_request(client: MemoryClient, body: dict[str, Any]) -> None:
+    with pytest.raises(PamspecError) as err:
+        await client.subscription_request("open", {"scope_id": SCOPE, "actor": ACTOR, **body})
+    assert err.value.code == "invalid_request"
+
+
+async def test_unknown_subscription_and_undelivered_acks_are_invalid_request(client: MemoryClient,
+                                                                             service: Env) -> None:
+    for name, body in (("poll", {"subscription_id": "sub:nope"}),
+                       ("ack", {"subscription_id": "sub:nope", "ledger_sequence": 1})):
+        with pytest.raises(PamspecError) as err:
+            await client.subscription_request(name, body)
+        assert err.value.code == "invalid_request"
+    sub = await client.subscribe(SCOPE, ACTOR)
+    with pytest.raises(PamspecError) as err:
+        await client.subscription_request("ack", {"subscription_id": sub.subscription_id,
+                                                  "ledger_sequence": 10**8})
+    assert err.value.code == "invalid_request"
+    await sub.close()
+
+
+async def test_unknown_scope_is_scope_not_found(client: MemoryClient) -> None:
+    with pytest.raises(PamspecError) as err:
+        await client.subscription_request("open", {"scope_id": "workspace:none", "actor": ACTOR})
+    assert err.value.code == "scope_not_found"
+
+
+class Revocable:
+    """An authorizer the test flips mid-stream: the seam the authorization issue will fill."""
+
+    def __init__(self) -> None:
+        self.revoked: set[str] = set()
+        self.asked = 0
+
+    def allows(self, actor: dict[str, Any], scope_id: str, event: dict[str, Any]) -> bool:
+        self.asked += 1
+        return actor["actor_id"] not in self.revoked and event["scope_id"] == scope_id
+
+
+async def test_revoking_access_mid_stream_stops_delivery_and_closes(servers: Any) -> None:
+    env = Env(servers, fresh_database(servers, "revoke"), fresh_settings("revoke"))
+    authorizer = Revocable()
+    async with running_service(env, authorizer):
+        client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
+        await client.create_scope(SCOPE)
+        sub = await client.subscribe(SCOPE, ACTOR, filter={"event_classes": ["object_created"]})
+        allowed = await make(client, 3)
+        got = await take(sub, 3)
+        assert [e["event"]["object_id"] for e in got] == [a["object_id"] for a in allowed]
+        authorizer.revoked.add(ACTOR["actor_id"])
+        await make(client, 3)
+        leftover = await take(sub, 1, timeout=30) if sub.closed is None else []
+        assert leftover == []
+        assert sub.closed is not None and sub.closed["reason"] == "access_revoked"
+        assert sub.closed["last_delivered_sequence"] == allowed[-1]["ledger_sequence"]
+        assert authorizer.asked >= 4
+        await client.close()

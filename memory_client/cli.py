@@ -13,6 +13,7 @@ from infra.endpoints import NoServers, resolve
 from infra.logging import configure_logging
 from infra.settings import Settings
 from memory_client.cli_audit import add_audit_parsers, add_query_parser, cmd_audit, cmd_replay, query_filters
+from memory_client.cli_subscribe import add_subscribe_parser, cmd_subscribe
 from memory_client.client import MemoryClient, PamspecError
 
 
@@ -228,12 +229,14 @@ def build_parser() -> argparse.ArgumentParser:
     hist.add_argument("object_id")
     add_query_parser(sub)
     add_audit_parsers(sub)
+    add_subscribe_parser(sub)
     return parser
 
 
 HANDLERS = {
     "up": cmd_up, "down": cmd_down, "run": cmd_run, "status": cmd_status, "verify": cmd_verify,
     "conformance-adapter": cmd_conformance, "replay": cmd_replay, "audit": cmd_audit,
+    "subscribe": cmd_subscribe,
 }
 
 

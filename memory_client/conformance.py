@@ -35,7 +35,11 @@ OPERATIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "query": (frozenset({"scope_id"}),
               frozenset({"object_type", "lifecycle_state", "availability_state", "validation_state", "limit"})),
     "history": (frozenset({"scope_id", "object_id"}), frozenset()),
+    "subscribe": (frozenset({"scope_id", "actor", "filter_spec"}), frozenset({"after_sequence"})),
+    "poll_subscription": (frozenset({"subscription_id"}), frozenset({"max_events"})),
+    "close_subscription": (frozenset({"subscription_id"}), frozenset({"reason"})),
 }
+SUBSCRIPTION_OPERATIONS = frozenset({"subscribe", "poll_subscription", "close_subscription"})
 QUERY_DEFAULTS: dict[str, Any] = {"object_type": None, "lifecycle_state": "active",
                                   "availability_state": "available", "validation_state": "corroborated",
                                   "limit": 50}
@@ -96,7 +100,7 @@ def check_arguments(operation: str, arguments: dict[str, Any], request_id: str) 
     missing, unknown = sorted(required - arguments.keys()), sorted(arguments.keys() - required - optional)
     if missing or unknown:
         raise BadRequest(f"bad arguments for {operation}", request_id, {"missing": missing, "unknown": unknown})
-    if not isinstance(arguments["scope_id"], str):
+    if "scope_id" in required and not isinstance(arguments["scope_id"], str):
         raise BadRequest("scope_id must be a string", request_id, {"argument": "scope_id"})
     if operation == "query":
         return _query_arguments(arguments, request_id)
@@ -137,6 +141,8 @@ class ConformanceAdapter:
 
     async def call(self, operation: str, arguments: dict[str, Any]) -> Any:
         client = await self._client()
+        if operation in SUBSCRIPTION_OPERATIONS:
+            return await self._subscription(client, operation, arguments)
         await self._ensure_scope(client, arguments["scope_id"])
         if operation == "query":
             return await self._query(client, arguments)
@@ -146,6 +152,25 @@ class ConformanceAdapter:
         if operation == "read":
             return result
         return {key: result[key] for key in RESULT_KEYS.get(operation, WRITE_RESULT_KEYS)}
+
+    async def _subscription(self, client: MemoryClient, operation: str, arguments: dict[str, Any]) -> Any:
+        """Subscriptions over the harness are poll-mode: poll returns the next batch and acknowledges it."""
+        if operation == "subscribe":
+            await self._ensure_scope(client, arguments["scope_id"])
+            body = {"scope_id": arguments["scope_id"], "actor": arguments["actor"],
+                    "filter": arguments["filter_spec"] or {}, "delivery": {"mode": "poll"}}
+            if arguments.get("after_sequence") is not None:
+                body["after_sequence"] = arguments["after_sequence"]
+            opened = await client.subscription_request("open", body)
+            return {"subscription_id": opened["subscription_id"]}
+        if operation == "poll_subscription":
+            polled = await client.subscription_request("poll", {
+                "subscription_id": arguments["subscription_id"], "max_events": arguments.get("max_events") or 100,
+                "wait_ms": 500})
+            return {"events": [item["event"] for item in polled["events"]]}
+        await client.subscription_request("close", {"subscription_id": arguments["subscription_id"],
+                                                    "reason": arguments.get("reason") or "unsubscribed"})
+        return {}
 
     async def _client(self) -> MemoryClient:
         if self.client is None:

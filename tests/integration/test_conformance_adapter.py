@@ -246,3 +246,19 @@ async def test_adapter_exits_zero_when_stdin_closes(adapter: AdapterProcess) -> 
     assert await adapter.close() == 0
     assert adapter.proc.stdout is not None
     assert await adapter.proc.stdout.read() == b""  # nothing after the last answer
+
+
+async def test_subscribe_poll_and_close_through_the_adapter(adapter: AdapterProcess) -> None:
+    """[M3] subscribe → poll_subscription → close_subscription, poll-mode over the harness protocol."""
+    scope = "workspace:adapter-subs"
+    opened = await adapter.ok("subscribe", scope_id=scope, actor=ACTOR,
+                              filter_spec={"event_classes": ["object_created"]}, after_sequence=0)
+    made = await adapter.ok("create", scope_id=scope, object_type="claim", canonical_content={"s": 1},
+                            actor=ACTOR, provenance=PROVENANCE)
+    polled = await adapter.ok("poll_subscription", subscription_id=opened["subscription_id"], max_events=10)
+    assert [e["object_id"] for e in polled["events"]] == [made["object_id"]]
+    assert await adapter.ok("close_subscription", subscription_id=opened["subscription_id"], reason="done") == {}
+    _assert_error(await adapter.call("poll_subscription", subscription_id=opened["subscription_id"]),
+                  "invalid_request")
+    _assert_error(await adapter.call("subscribe", scope_id=scope, actor=ACTOR, filter_spec={"colour": 1}),
+                  "invalid_request")

@@ -164,3 +164,23 @@ async def test_revoking_access_mid_stream_stops_delivery_and_closes(servers: Any
         assert sub.closed["last_delivered_sequence"] == allowed[-1]["ledger_sequence"]
         assert authorizer.asked >= 4
         await client.close()
+
+
+async def test_the_cli_tails_a_scope_as_json_lines(client: MemoryClient, service: Env) -> None:
+    import json
+    import os
+    import sys
+    from pathlib import Path
+
+    made = await make(client, 2)
+    env = {**os.environ, "PAMLEDGER_NATS_URL": service.nats_url, "PAMLEDGER_DATABASE_URL": service.database_url,
+           "PAMLEDGER_SUBJECT_PREFIX": service.settings.subject_prefix, "PAMLEDGER_LOG_FORMAT": "json"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "memory_client", "subscribe", SCOPE, "--after", str(made[0]["ledger_sequence"] - 1),
+        "--event-class", "object_created", "--close-on-exit", cwd=Path(__file__).resolve().parents[2], env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    assert proc.stdout is not None
+    lines = [json.loads(await asyncio.wait_for(proc.stdout.readline(), 60)) for _ in range(2)]
+    assert [line["event"]["object_id"] for line in lines] == [m["object_id"] for m in made]
+    proc.send_signal(2)
+    assert await asyncio.wait_for(proc.wait(), 60) == 0

@@ -7,45 +7,14 @@ import asyncio
 import os
 import signal
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import pytest
-
 from memory_client.client import MemoryClient
-from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, wait_for
-from tests.integration.test_faults import ServiceProcess, connect, leader_pid
+from tests.conftest import ACTOR, PROVENANCE, Env, wait_for
+from tests.integration.test_faults import SCOPE, ServiceProcess, connect, leader_pid
+from tests.integration.test_faults import fault_env, nats_private, pair  # noqa: F401 - module-scoped here too
 
-SCOPE = "workspace:subfaults"
 TOTAL = 240
-
-
-@pytest.fixture(scope="module")
-def nats_private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from infra.local_servers import start_nats
-
-    server = start_nats(tmp_path_factory.mktemp("subfaults-nats"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def fault_env(servers: Servers, nats_private: Any) -> Env:
-    return Env(Servers(nats_private.url, servers.admin_url), fresh_database(servers, "subfaults"),
-               fresh_settings("subfaults"))
-
-
-@pytest.fixture(scope="module")
-async def pair(fault_env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[list[ServiceProcess]]:
-    logs = tmp_path_factory.mktemp("subfaults-logs")
-    procs = [ServiceProcess(fault_env, logs / f"service{i}.log") for i in range(2)]
-    client = await connect(fault_env)
-    await wait_for(lambda: leader_pid(client), timeout=60)
-    await client.create_scope(SCOPE)
-    await client.close()
-    yield procs
-    for p in procs:
-        p.stop()
 
 
 async def test_every_event_exactly_once_in_order_across_a_gateway_kill_and_a_nats_restart(

@@ -84,6 +84,7 @@ class NaiveWriter:
         stamp = _stamp(parsed)
         decision = decide(None, command, stamp)
         head, event = decision.head, decision.event
+        assert head is not None, "a create always commits a version"
         seq, prev = self.tail[0] + 1, self.tail[1]
         event_bytes = canonical_bytes(event)
         new_hash = row_hash(prev, seq, event_bytes)

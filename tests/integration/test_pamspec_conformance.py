@@ -541,3 +541,23 @@ async def test_quality_signals_out_of_range_is_invalid_object(client: MemoryClie
         await client.create(SCOPE, "claim", {"statement": "s"}, ACTOR, PROVENANCE,
                             quality_signals=vector["instance"]["quality_signals"])
     assert caught.value.code == vector["expected_failure"]
+
+
+async def test_subscription_ledger_entries_and_descriptor_validate(client: MemoryClient, scope: str,
+                                                                   service: Env) -> None:
+    """[M3] subscription_opened / subscription_closed are schema-valid events; the recorded descriptor is a
+    valid Subscription; subscribe errors are valid envelopes."""
+    sub = await client.subscribe(scope, ACTOR, after_sequence=0, filter={"event_classes": ["object_created"]})
+    await sub.close(reason="done")
+    async with await psycopg.AsyncConnection.connect(service.database_url) as conn:
+        cur = await conn.execute(
+            "SELECT event FROM ledger WHERE event_type IN ('subscription_opened', 'subscription_closed')"
+            " AND convert_from(event, 'UTF8') LIKE %s ORDER BY ledger_sequence", (f"%{sub.subscription_id}%",))
+        events = [json.loads(bytes(r[0])) for r in await cur.fetchall()]
+    assert [e["event_type"] for e in events] == ["subscription_opened", "subscription_closed"]
+    for event in events:
+        assert_valid("memory-event.schema.json", event, event["event_type"])
+    assert_valid("subscription.schema.json", events[0]["payload"]["subscription"], "descriptor")
+    with pytest.raises(PamspecError) as err:
+        await client.subscription_request("open", {"scope_id": scope, "actor": ACTOR, "after_sequence": -1})
+    assert err.value.code == "invalid_request"

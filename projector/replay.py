@@ -24,11 +24,6 @@ from projector.store import PROJECTION, stage_and_merge
 
 Progress = Callable[[dict[str, Any]], None]
 _decoder = msgspec.json.Decoder(dict[str, Any])
-_INDEXES = (
-    ("newest_idx", "(scope_id, ledger_sequence DESC)", "btree"),
-    ("type_idx", "(scope_id, object_type, ledger_sequence DESC)", "btree"),
-    ("search_idx", "(scope_id, search)", "gin"),
-)
 
 
 class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -134,22 +129,32 @@ async def _compare(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str
     }
 
 
+async def _live_indexes(conn: psycopg.AsyncConnection[Any]) -> list[tuple[str, str]]:
+    """(suffix, definition) of every secondary index of the live table, so a rebuild gets the same ones."""
+    cur = await conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()"
+                             " AND tablename = 'current_objects' AND indexname <> 'current_objects_pkey'"
+                             " ORDER BY indexname")
+    return [(str(name).removeprefix("current_objects_"), str(definition)) for name, definition in await cur.fetchall()]
+
+
 async def _index(conn: psycopg.AsyncConnection[Any], table: str) -> None:
     await conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (scope_id, object_id)").format(sql.Identifier(table)))
-    for suffix, columns, method in _INDEXES:
-        await conn.execute(sql.SQL("CREATE INDEX {} ON {} USING {} " + columns).format(
-            sql.Identifier(f"{table}_{suffix}"), sql.Identifier(table), sql.SQL(method)))
+    for suffix, definition in await _live_indexes(conn):
+        columns = definition[definition.index(" USING "):]
+        await conn.execute(sql.SQL("CREATE INDEX {} ON {}" + columns).format(
+            sql.Identifier(f"{table}_{suffix}"), sql.Identifier(table)))
 
 
 async def _swap(conn: psycopg.AsyncConnection[Any], table: str) -> None:
     """Replace the live table by the rebuild (inside the caller's transaction)."""
+    indexes = await _live_indexes(conn)
     retired = f"current_objects_retired_{uuid.uuid4().hex[:8]}"
     await conn.execute(sql.SQL("ALTER TABLE current_objects RENAME TO {}").format(sql.Identifier(retired)))
     await conn.execute(sql.SQL("ALTER TABLE {} RENAME TO current_objects").format(sql.Identifier(table)))
     await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(retired)))
     await conn.execute(sql.SQL("ALTER TABLE current_objects RENAME CONSTRAINT {} TO current_objects_pkey").format(
         sql.Identifier(f"{table}_pkey")))
-    for suffix, _, _ in _INDEXES:
+    for suffix, _ in indexes:
         await conn.execute(sql.SQL("ALTER INDEX {} RENAME TO {}").format(
             sql.Identifier(f"{table}_{suffix}"), sql.Identifier(f"current_objects_{suffix}")))
 

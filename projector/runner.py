@@ -38,7 +38,7 @@ class Projector:
     """Follows `{prefix}.ledger.p{partition}.>` and keeps current_objects in step."""
 
     def __init__(self, nc: NATS, conn: psycopg.AsyncConnection[Any], stream: str, prefix: str, partition: int,
-                 batch: int = 2000):
+                 batch: int = 500):
         self.nc = nc
         self.conn = conn
         self.stream = stream

@@ -62,6 +62,9 @@ async def stage_and_merge(conn: psycopg.AsyncConnection[Any], rows: list[Row], t
             stage=sql.Identifier(_STAGE), columns=columns)) as copy:
         for row in rows:
             await copy.write_row(row)
+    # Without statistics the planner guesses the stage's size and may hash-join the WHOLE content store;
+    # with them, small live batches use its primary key and bulk replays a hash join.
+    await cur.execute(sql.SQL("ANALYZE {stage}").format(stage=sql.Identifier(_STAGE)))
     selected = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in COLUMNS)
     statement = sql.SQL(
         "INSERT INTO {table} ({columns}, search) SELECT {selected}, " + SEARCH_EXPRESSION +

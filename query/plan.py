@@ -23,6 +23,7 @@ _FILTERS = (
     ("availability_states", "availability_state"), ("retention_states", "retention_state"),
     ("validation_states", "validation_state"), ("actor_ids", "actor_id"), ("provenance_ids", "provenance_id"),
 )
+_NOT_NULL_TIMES = ("committed_at", "recorded_at")
 _TEMPORAL_SOURCE = """(
   SELECT v.scope_id, v.object_id, v.version_id, v.ledger_sequence, v.content_digest, v.meta,
          m->>'object_type' AS object_type, m->>'schema_id' AS schema_id,
@@ -55,6 +56,8 @@ def sort_key(request: QueryRequest) -> tuple[list[tuple[str, str, str]], str]:
         rank = "ts_rank_cd(p.search, q.query)"
         return [(rank, rank, "%s::real"), *tail], "DESC"
     field, direction = order.rsplit("_", 1)
+    if field in _NOT_NULL_TIMES:  # plain column, so (scope_id, committed_at DESC, …) indexes serve the order
+        return [(f"p.{field}", f"p.{field}", "%s::timestamptz"), *tail], direction.upper()
     sentinel = "'-infinity'::timestamptz" if direction == "desc" else "'infinity'::timestamptz"
     return [(f"coalesce(p.{field}, {sentinel})", f"p.{field}", f"coalesce(%s::timestamptz, {sentinel})"),
             *tail], direction.upper()

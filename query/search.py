@@ -24,6 +24,13 @@ from schemas.errors import InvalidRequest, ScopeNotFound
 
 
 
+_STATE = (
+    "SELECT EXISTS (SELECT 1 FROM scopes WHERE scope_id = %s),"
+    " coalesce((SELECT ledger_sequence FROM projection_checkpoints WHERE projection = 'current_objects'), 0),"
+    " coalesce((SELECT max(ledger_sequence) FROM ledger), 0)"
+)
+
+
 class CheckpointWatcher:
     """The projection checkpoint, pushed by NOTIFY from the projector, so waiters wake at once."""
 
@@ -65,13 +72,19 @@ async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, 
         reached = await watcher.wait_for(request.min_sequence, request.wait_ms / 1000)
     statement, params = build(request, after, as_of)
     async with pool.connection() as conn:
-        async with conn.transaction():
+        # One snapshot for the scope check, the checkpoint and the rows; pipelined, so the whole
+        # transaction costs about one round trip. Rows of an unknown scope are empty and never returned.
+        async with conn.pipeline(), conn.transaction():
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            await _require_scope(conn, request.scope_id)
-            snapshot = as_of if as_of is not None else await _checkpoint(conn)
-            if as_of is not None and as_of > await _ledger_head(conn):
-                raise InvalidRequest("as_of_sequence is beyond the ledger head", details={"as_of_sequence": as_of})
-            rows = await (await conn.execute(statement, params)).fetchall()
+            state = await conn.execute(_STATE, (request.scope_id,))
+            found = await conn.execute(statement, params)
+            known, checkpoint, head = await state.fetchone() or (False, 0, 0)
+            rows = await found.fetchall()
+    if not known:
+        raise ScopeNotFound("scope not found", details={"scope_id": request.scope_id})
+    if as_of is not None and as_of > head:
+        raise InvalidRequest("as_of_sequence is beyond the ledger head", details={"as_of_sequence": as_of})
+    snapshot = as_of if as_of is not None else checkpoint
     return _reply(request, rows, snapshot, as_of, reached)
 
 
@@ -102,13 +115,3 @@ async def _checkpoint(conn: psycopg.AsyncConnection[Any]) -> int:
     return int(row[0]) if row else 0
 
 
-async def _ledger_head(conn: psycopg.AsyncConnection[Any]) -> int:
-    cur = await conn.execute("SELECT coalesce(max(ledger_sequence), 0) FROM ledger")
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
-
-
-async def _require_scope(conn: psycopg.AsyncConnection[Any], scope_id: str) -> None:
-    cur = await conn.execute("SELECT 1 FROM scopes WHERE scope_id = %s", (scope_id,))
-    if await cur.fetchone() is None:
-        raise ScopeNotFound("scope not found", details={"scope_id": scope_id})

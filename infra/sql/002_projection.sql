@@ -30,7 +30,7 @@ CREATE TABLE current_objects (
 );
 CREATE INDEX current_objects_newest_idx ON current_objects (scope_id, ledger_sequence DESC);
 CREATE INDEX current_objects_type_idx ON current_objects (scope_id, object_type, ledger_sequence DESC);
-CREATE INDEX current_objects_committed_idx ON current_objects (scope_id, committed_at DESC);
+CREATE INDEX current_objects_committed_idx ON current_objects (scope_id, committed_at DESC, ledger_sequence DESC);
 CREATE INDEX current_objects_search_idx ON current_objects USING gin (scope_id, search);
 
 CREATE TABLE projection_checkpoints (

@@ -38,6 +38,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--in-flight", type=int, default=64, help="concurrent requests for a, b, c (default 64)")
     parser.add_argument("--mem-creates", type=int, default=None,
                         help="creates in the memory run e (default 100000, 20000 with --quick)")
+    parser.add_argument("--m2", action="store_true",
+                        help="run the M2 suite instead (loader, replay, query, projector lag; see bench/m2.py)")
+    parser.add_argument("--m2-events", type=int, default=None,
+                        help="ledger events for --m2 (default 1300000, ~1M objects; 65000 with --quick)")
+    parser.add_argument("--m3", action="store_true",
+                        help="run the M3 suite instead (Subscribe: catch-up, live latency, fan-out; see bench/m3.py)")
+    parser.add_argument("--m3-events", type=int, default=None,
+                        help="catch-up ledger events for --m3 (default 200000; 20000 with --quick)")
+    parser.add_argument("--m3-subscriptions", type=int, default=None,
+                        help="fan-out subscriptions for --m3, 10 per scope (default 1000; 200 with --quick)")
     args = parser.parse_args(argv)
     wanted = {x.strip() for x in args.only.split(",") if x.strip()}
     unknown = wanted - set(ORDER)
@@ -96,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        return _run(args, cfg)
+        if args.m3:
+            return _run_m3(args)
+        return _run_m2(args) if args.m2 else _run(args, cfg)
     except KeyboardInterrupt:
         print("bench: interrupted; services and servers stopped", file=sys.stderr)
         return 130
@@ -126,6 +138,56 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
                 "cores": os.cpu_count(), "python": platform.python_version(), "scenarios": args.selected,
                 "wall_seconds": round(time.perf_counter() - began, 1), "time": time.time()}
         args.json.write_text(json.dumps(as_json(results, meta), indent=2, default=str) + "\n")
+    return 0
+
+
+def _run_m2(args: argparse.Namespace) -> int:
+    """The M2 suite (bench/m2.py): its own table and JSON."""
+    from bench import m2, m2_report
+
+    cfg = m2.m2_config(args.quick, args.m2_events)
+    began = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    with bench_servers() as servers:
+        source = "private servers" if servers.private else "servers from PAMLEDGER_NATS_URL/PAMLEDGER_DATABASE_URL"
+        m2.log(f"{source}; {cfg.events:,} events; query {cfg.query_seconds:g} s per kind;"
+               f" lag {cfg.lag.duration:g} s per attempt")
+        results = m2.run_suite(servers, cfg)
+    load = results["load"]
+    header = (f"pamledger bench --m2{' --quick' if args.quick else ''}: {load['events']:,} ledger events"
+              f" ({load['objects']:,} objects, {load['scopes']} scopes); {os.cpu_count()} cores; {source};"
+              f" {time.perf_counter() - began:.0f} s wall; 1-min load average {load_before:.1f} at start,"
+              f" {os.getloadavg()[0]:.1f} at end")
+    print(m2_report.render(results, header))
+    if args.json is not None:
+        meta = {"suite": "m2", "quick": args.quick, "events": cfg.events, "source": source, "cores": os.cpu_count(),
+                "python": platform.python_version(), "wall_seconds": round(time.perf_counter() - began, 1),
+                "time": time.time(), "loadavg_start": load_before, "loadavg_end": os.getloadavg()[0]}
+        args.json.write_text(json.dumps(m2_report.as_json(results, meta, m2.to_jsonable), indent=2, default=str) + "\n")
+    return 0
+
+
+def _run_m3(args: argparse.Namespace) -> int:
+    """The M3 suite (bench/m3.py): its own table and JSON."""
+    from bench import m3, m3_report
+
+    cfg = m3.m3_config(args.quick, args.m3_events, args.m3_subscriptions)
+    began = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    with bench_servers() as servers:
+        source = "private servers" if servers.private else "servers from PAMLEDGER_NATS_URL/PAMLEDGER_DATABASE_URL"
+        m3.log(f"{source}; catch-up {cfg.events:,} events; live {cfg.live_rate:g}/s for {cfg.live_seconds:g} s;"
+               f" fan-out {cfg.fan_scopes * cfg.fan_per_scope} subscriptions, {cfg.fan_rate:g}/s for {cfg.fan_seconds:g} s")
+        results = m3.run_suite(servers, cfg)
+    header = (f"pamledger bench --m3{' --quick' if args.quick else ''}: {os.cpu_count()} cores; {source};"
+              f" {time.perf_counter() - began:.0f} s wall; 1-min load average {load_before:.1f} at start,"
+              f" {os.getloadavg()[0]:.1f} at end")
+    print(m3_report.render(results, header))
+    if args.json is not None:
+        meta = {"suite": "m3", "quick": args.quick, "config": vars(cfg), "source": source, "cores": os.cpu_count(),
+                "python": platform.python_version(), "wall_seconds": round(time.perf_counter() - began, 1),
+                "time": time.time(), "loadavg_start": load_before, "loadavg_end": os.getloadavg()[0]}
+        args.json.write_text(json.dumps(m3_report.as_json(results, meta, m3.to_jsonable), indent=2, default=str) + "\n")
     return 0
 
 

@@ -1,0 +1,162 @@
+"""`python -m bench --m2`: the M2 suite (projection and Query) on private servers, baselines in the same run.
+
+1. loader: a synthetic, hash-chained ledger COPYed into a fresh database (bench.ledger_loader); with
+   --quick the whole chain is checked with command_handler.verify.verify_ledger.
+2. replay: projector.replay.replay vs. raw binary COPY + msgspec decode of the same ledger (bench.m2_replay).
+3. query: replay --swap builds current_objects, the real service answers structured and full-text
+   queries through NATS; baselines NATS echo and SQL only; EXPLAIN of the slowest variants (bench.m2_query);
+   a writer probe then appends to the loaded ledger through NATS and waits for the projection.
+4. lag: open-loop creates on a fresh service, reply -> queryable via LISTEN (bench.m2_lag).
+Every database is dropped and every service stopped at the end, also on error or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import psycopg
+
+from bench.ledger_loader import LoadSpec, load_ledger, scope_ids
+from bench.load import Result, check_echo, drive
+from bench.m2_lag import lag_benchmark
+from bench.m2_query import as_result, explain_variants, fulltext_maker, run_kind, sql_only, structured_maker
+from bench.m2_replay import build_projection, replay_benchmark
+from bench.m2_service import connect, service_on, writer_probe
+from bench.procs import python_child, wait_answering
+from bench.scenarios import Config
+from bench.servers import Servers
+from command_handler.verify import verify_ledger
+
+
+@dataclass(frozen=True)
+class M2Config:
+    events: int
+    scopes: int
+    query_seconds: float
+    query_warmup: float
+    lag: Config
+    verify: bool
+
+
+def m2_config(quick: bool, events: int | None) -> M2Config:
+    """Full: 1.3M events (~1M objects) in 100 scopes; quick: 65k events (~50k objects)."""
+    return M2Config(events=events or (65_000 if quick else 1_300_000), scopes=100,
+                    query_seconds=4.0 if quick else 12.0, query_warmup=1.0 if quick else 3.0,
+                    lag=Config(duration=5.0 if quick else 15.0, warmup=1.0 if quick else 2.0), verify=quick)
+
+
+def log(text: str) -> None:
+    print(f"bench m2: {text}", file=sys.stderr, flush=True)
+
+
+def _progress(note: dict[str, Any], last: list[float]) -> None:
+    if time.perf_counter() - last[0] >= 10 or note.get("events") == note.get("of"):
+        last[0] = time.perf_counter()
+        log(f"loader: {note['events']:,} of {note['of']:,} events")
+
+
+def run_suite(servers: Servers, cfg: M2Config) -> dict[str, Any]:
+    """Run all four benchmarks; returns their raw results (see bench.m2_report for the table)."""
+    out: dict[str, Any] = {}
+    db_name, url = servers.fresh_database("m2", migrated=False)
+    try:
+        log(f"loader: {cfg.events:,} events into a fresh database ...")
+        last = [time.perf_counter()]
+        out["load"] = load_ledger(url, LoadSpec(events=cfg.events, scopes=cfg.scopes), lambda n: _progress(n, last))
+        log(f"loader: {out['load']['events_per_second']:,} events/s ({out['load']['seconds']} s)")
+        if cfg.verify:
+            out["verify"] = _verify(url, cfg.events)
+        out["replay"] = asyncio.run(replay_benchmark(url, log))
+        out["projection"] = asyncio.run(build_projection(url, log))
+        out["query"] = asyncio.run(query_benchmark(servers, url, out["load"], cfg))
+        if cfg.verify:
+            out["verify_after_probe"] = _verify(url, cfg.events + 1)
+    finally:
+        servers.drop_database(db_name)
+    _checkpoint(servers)
+    log("lag: fresh service ...")
+    out["lag"] = asyncio.run(lag_benchmark(servers, cfg.lag, log))
+    return out
+
+
+def _checkpoint(servers: Servers) -> None:
+    """Flush the earlier steps' dirty pages now, so their writes do not land in the lag window."""
+    t0 = time.perf_counter()
+    with contextlib.suppress(psycopg.Error), psycopg.connect(servers.admin_url, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+    log(f"CHECKPOINT before the lag benchmark: {time.perf_counter() - t0:.1f} s")
+
+
+def _verify(url: str, head: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    report = verify_ledger(url)
+    report["seconds"] = round(time.perf_counter() - t0, 2)
+    log(f"verify_ledger: {report}")
+    if not report["ok"] or report["rows_checked"] != head:
+        raise RuntimeError(f"the loaded ledger does not verify: {report}")
+    return report
+
+
+async def query_benchmark(servers: Servers, url: str, load: dict[str, Any], cfg: M2Config) -> dict[str, Any]:
+    """Structured, second-page and full-text latency through the service; echo and SQL-only baselines."""
+    rng = random.Random(7)
+    scopes = scope_ids(cfg.scopes)
+    head = int(load["head_sequence"])
+    out: dict[str, Any] = {}
+    async with service_on(servers, url, head, "m2q") as (nc, prefix, _child):
+        log(f"query: structured, {cfg.query_warmup:g}+{cfg.query_seconds:g} s, 1 in flight")
+        make = structured_maker(scopes, load["clock_start"], load["clock_end"], rng)
+        first, second, s_stats = await run_kind(nc, prefix, make, cfg.query_warmup, cfg.query_seconds, True)
+        log(f"query: full text, {cfg.query_warmup:g}+{cfg.query_seconds:g} s, 1 in flight")
+        text, _, t_stats = await run_kind(nc, prefix, fulltext_maker(scopes, rng), cfg.query_warmup,
+                                          cfg.query_seconds, False)
+        out["structured"] = as_result("structured, first page", first, cfg.query_seconds)
+        out["page2"] = as_result("structured, second page (cursor)", second, cfg.query_seconds)
+        out["fulltext"] = as_result("full text", text, cfg.query_seconds)
+        out["stats"] = {"structured": s_stats, "fulltext": t_stats}
+        log("query: writer probe (update a loaded object through NATS, wait for the projection)")
+        sample = s_stats.pop("sample_item")
+        t_stats.pop("sample_item", None)
+        out["probe"] = await writer_probe(nc, prefix, sample, head) if sample else {"ok": False}
+    out["echo"] = await echo_baseline(servers, first[0][2] if first else b"{}")
+    log("query: SQL-only baseline and EXPLAIN (ANALYZE, BUFFERS)")
+    out["sql_structured"] = await sql_only(url, first)
+    out["sql_fulltext"] = await sql_only(url, text)
+    out["explain_structured"] = await explain_variants(url, first + second)
+    out["explain_fulltext"] = await explain_variants(url, text)
+    return out
+
+
+async def echo_baseline(servers: Servers, payload: bytes) -> Result:
+    """Serial round trips to bench.echo with a query-sized payload: the NATS share of a query."""
+    subject = f"bench_m2echo_{uuid.uuid4().hex[:8]}.echo"
+    child = python_child("echo-m2", "bench.echo", {}, servers.work_dir, servers.nats_url, subject)
+    nc = await connect(servers.nats_url)
+    try:
+        child.start()
+        await wait_answering(nc, child, subject)
+        return await drive(nc, subject, "NATS echo, serial", lambda i: (payload, None), check_echo, 1, 0.5, 2.0)
+    finally:
+        child.stop()
+        await nc.close()
+
+
+def to_jsonable(value: Any) -> Any:
+    """Results (bench.load.Result) become their summaries; everything else as is."""
+    if isinstance(value, Result):
+        return value.summary()
+    if isinstance(value, dict):
+        return {k: to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, msgspec.Struct):
+        return msgspec.to_builtins(value)
+    return value

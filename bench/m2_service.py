@@ -1,0 +1,90 @@
+"""The real service (`python -m memory_client run`) on an already loaded database, and a writer probe.
+
+A loaded ledger has no JetStream replica yet; started as is, the relay would first republish every
+ledger row. The stream is therefore created empty with `first_seq = head + 1` (a replica whose older
+messages were purged, as stream limits do): the relay finds it caught up, the projector (checkpoint =
+head) follows from head + 1, and new writes flow through the whole pipeline as in production.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import nats
+from nats.aio.client import Client as NATS
+from nats.js.errors import NotFoundError
+
+from bench.load import ACTOR, PROVENANCE, REQUEST_TIMEOUT, check_result
+from bench.procs import Child, python_child, wait_answering
+from bench.servers import Servers
+from infra.subjects import command_subject, query_subject, status_subject
+from subscriptions.relay import ensure_stream_config
+
+
+async def connect(url: str) -> NATS:
+    return await nats.connect(url, name="pamledger-bench-m2", pending_size=64 * 1024 * 1024,
+                              max_reconnect_attempts=0, connect_timeout=5)
+
+
+@contextlib.asynccontextmanager
+async def service_on(servers: Servers, database_url: str, head: int, label: str
+                     ) -> AsyncIterator[tuple[NATS, str, Child]]:
+    """Start the service on `database_url` (ledger head `head`, projection checkpoint = head); stop it after."""
+    tag = uuid.uuid4().hex[:8]
+    prefix, stream = f"bench_{label}_{tag}", f"BENCH_{label.upper()}_{tag.upper()}"
+    nc = await connect(servers.nats_url)
+    child = python_child(f"pamledger-{label}", "memory_client", {
+        "PAMLEDGER_NATS_URL": servers.nats_url, "PAMLEDGER_DATABASE_URL": database_url,
+        "PAMLEDGER_SUBJECT_PREFIX": prefix, "PAMLEDGER_STREAM_NAME": stream, "PAMLEDGER_LOG_FORMAT": "json",
+    }, servers.work_dir, "run")
+    try:
+        config = ensure_stream_config(stream, prefix)
+        config.first_seq = head + 1
+        await nc.jetstream().add_stream(config)
+        child.start()
+        await wait_answering(nc, child, status_subject(prefix, "writer"))
+        await wait_answering(nc, child, status_subject(prefix, "query"))
+        yield nc, prefix, child
+        if not child.alive():
+            raise RuntimeError(f"{child.name} died during the run:\n{child.log_tail()}")
+    finally:
+        child.stop()
+        if child.killed:
+            print(f"bench: WARNING {child.name} ignored SIGTERM for 10 s and was killed", file=sys.stderr)
+        with contextlib.suppress(NotFoundError, nats.errors.Error, TimeoutError):
+            await nc.jetstream().delete_stream(stream)
+        await nc.close()
+
+
+async def writer_probe(nc: NATS, prefix: str, item: dict[str, Any], head: int) -> dict[str, Any]:
+    """Update one loaded object through NATS, then wait (Query min_sequence) for the projection to show it.
+
+    Proves the writer continues the loaded hash chain from its tail and that relay and projector carry
+    on from the loaded head.
+    """
+    envelope = item["envelope"]
+    body = msgspec.json.encode({
+        "scope_id": envelope["scope_id"], "object_id": envelope["object_id"],
+        "expected_version_id": envelope["version_id"], "canonical_content": {"text": "m2 writer probe"},
+        "actor": ACTOR, "provenance": PROVENANCE,
+    })
+    msg = await nc.request(command_subject(prefix, "update"), body, timeout=REQUEST_TIMEOUT)
+    check_result(msg.data, body)
+    sequence = int(msgspec.json.decode(msg.data)["result"]["ledger_sequence"])
+    query = msgspec.json.encode({"scope_id": envelope["scope_id"], "min_sequence": sequence, "wait_ms": 10_000,
+                                 "limit": 1, "validation_states": [envelope["validation_state"]],
+                                 "lifecycle_states": [envelope["lifecycle_state"]]})
+    reply = await nc.request(query_subject(prefix, "query"), query, timeout=REQUEST_TIMEOUT)
+    check_result(reply.data, query)
+    result = msgspec.json.decode(reply.data)["result"]
+    top = result["items"][0]["envelope"] if result["items"] else {}
+    return {"ledger_sequence": sequence, "expected_sequence": head + 1,
+            "projection_reached": bool(result.get("min_sequence_reached")),
+            "newest_is_probe": top.get("object_id") == envelope["object_id"],
+            "ok": sequence == head + 1 and bool(result.get("min_sequence_reached"))
+            and top.get("object_id") == envelope["object_id"]}

@@ -18,7 +18,7 @@ from command_handler.intake import Parsed
 from command_handler.state import Decision, ObjectHead, Stamp
 from command_handler.store import Batch, ContentRow, IdempotencyRow, LedgerRow, VersionRow
 from schemas.canonical import canonical_bytes
-from schemas.commands import CreateObject, CreateScope
+from schemas.commands import CreateScope
 from schemas.errors import DuplicateOperation, PamledgerError, ScopeNotFound
 
 

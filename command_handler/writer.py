@@ -14,7 +14,6 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-import nats
 from nats.aio.client import Client as NATS
 import psycopg
 import structlog

@@ -49,7 +49,6 @@ def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     from infra.migrations import migrate
-    from infra.runtime import run_service
 
     stack = None
     if not (settings.nats_url and settings.database_url):

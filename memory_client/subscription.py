@@ -41,7 +41,7 @@ class Subscription:
         self._sub = await self.client.nc.subscribe(self.delivery_subject, cb=self._queue.put)
 
     async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
-        queue, sub = self._queue, self._sub
+        queue = self._queue
         acker = asyncio.create_task(self._ack_forever())
         try:
             while self.closed is None:

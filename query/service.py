@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import msgspec
-import nats
 from nats.aio.client import Client as NATS
 import psycopg
 import structlog

@@ -85,7 +85,7 @@ async def pair(fault_env: Env, tmp_path_factory: pytest.TempPathFactory) -> Asyn
 
 
 async def connect(env: Env) -> MemoryClient:
-    client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix, timeout=3.0)
+    client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix, timeout=10.0)
     client.retries = 12
     return client
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import msgspec
 import psycopg
 import pytest
 

@@ -9,16 +9,15 @@ import signal
 import uuid
 from typing import Any
 
-from memory_client.client import MemoryClient
 from tests.conftest import ACTOR, PROVENANCE, Env, wait_for
 from tests.integration.test_faults import SCOPE, ServiceProcess, connect, leader_pid
-from tests.integration.test_faults import fault_env, nats_private, pair  # noqa: F401 - module-scoped here too
+from tests.integration.test_faults import fault_env, nats_private, pair  # noqa: F401,F811 - module-scoped here too
 
 TOTAL = 240
 
 
 async def test_every_event_exactly_once_in_order_across_a_gateway_kill_and_a_nats_restart(
-        pair: list[ServiceProcess], fault_env: Env, nats_private: Any) -> None:
+        pair: list[ServiceProcess], fault_env: Env, nats_private: Any) -> None:  # noqa: F811
     writer_client = await connect(fault_env)
     reader_client = await connect(fault_env)
     created: list[str] = []

@@ -17,6 +17,8 @@ from schemas.canonical import decode_json
 
 _WRITER_LOCK_BASE = 0x70616D00  # 'pam\0' + partition
 SINGLE_STATEMENT_ROWS = 32
+# The ledger head through the (partition, ledger_sequence) key: one index probe, whatever the ledger size.
+HEAD_SQL = "SELECT coalesce(max(ledger_sequence), 0) FROM ledger WHERE partition = 0"
 ERASE_STATEMENT = (
     "DELETE FROM content_store c USING unnest(%(e_scope)s::text[], %(e_object)s::text[]) AS k(s, o)"
     " WHERE c.scope_id = k.s AND c.object_id = k.o"

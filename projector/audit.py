@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from command_handler.store import HEAD_SQL
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.errors import InvalidRequest, ScopeNotFound
 
@@ -19,7 +20,7 @@ _STATE_FIELDS = ("object_type", "lifecycle_state", "availability_state", "retent
 
 
 async def audit(conn: psycopg.AsyncConnection[Any], scope_id: str, at: int) -> dict[str, Any]:
-    head_row = await (await conn.execute("SELECT coalesce(max(ledger_sequence), 0) FROM ledger")).fetchone()
+    head_row = await (await conn.execute(HEAD_SQL)).fetchone()
     head = int(head_row[0]) if head_row else 0
     if at > head:
         raise InvalidRequest("--at is beyond the ledger head", details={"at": at, "ledger_head": head})

@@ -19,6 +19,7 @@ import msgspec
 import psycopg
 from psycopg import sql
 
+from command_handler.store import HEAD_SQL
 from projector.rows import Row, current_row, fold
 from projector.store import PROJECTION, stage_and_merge
 
@@ -176,5 +177,5 @@ async def projection_digest(conn: psycopg.AsyncConnection[Any], table: str, scop
 
 
 async def _ledger_head(conn: psycopg.AsyncConnection[Any]) -> int:
-    row = await (await conn.execute("SELECT coalesce(max(ledger_sequence), 0) FROM ledger")).fetchone()
+    row = await (await conn.execute(HEAD_SQL)).fetchone()
     return int(row[0]) if row else 0

@@ -27,7 +27,7 @@ from schemas.errors import InvalidRequest, ScopeNotFound
 _STATE = (
     "SELECT EXISTS (SELECT 1 FROM scopes WHERE scope_id = %s),"
     " coalesce((SELECT ledger_sequence FROM projection_checkpoints WHERE projection = 'current_objects'), 0),"
-    " coalesce((SELECT max(ledger_sequence) FROM ledger), 0)"
+    " coalesce((SELECT max(ledger_sequence) FROM ledger WHERE partition = 0), 0)"
 )
 
 

@@ -20,6 +20,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from command_handler.intake import error_reply
+from command_handler.store import HEAD_SQL
 from infra.db_errors import map_db_error
 from infra.settings import Settings
 from infra.tasks import reraise_if_cancelled
@@ -264,7 +265,7 @@ class Gateway:
     async def _head_of(self, scope_id: str) -> int:
         if await (await self.conn.execute("SELECT 1 FROM scopes WHERE scope_id = %s", (scope_id,))).fetchone() is None:
             raise ScopeNotFound("scope not found", details={"scope_id": scope_id})
-        row = await (await self.conn.execute("SELECT coalesce(max(ledger_sequence), 0) FROM ledger")).fetchone()
+        row = await (await self.conn.execute(HEAD_SQL)).fetchone()
         return int(row[0]) if row else 0
 
     async def _open_rows(self) -> list[tuple[str, SubscribeRequest, int]]:

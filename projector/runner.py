@@ -47,6 +47,7 @@ class Projector:
         self.batch = batch
         self.applied = 0
         self._last_apply = 0.0
+        self._busy = True
 
     async def run(self) -> None:
         """Apply batches forever; re-subscribes when the stream or consumer is lost."""
@@ -82,11 +83,16 @@ class Projector:
         wait = self._last_apply + LINGER_SECONDS - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
+        # nats-py's fetch(n) returns at once with whatever is pending, but when nothing is, it lingers
+        # until n messages arrived or the timeout passed. So a caught-up projector waits for ONE message
+        # (returned the moment it lands) and then takes everything pending with fetch(batch).
         try:
-            msgs = await sub.fetch(self.batch, timeout=2.0)
+            msgs = await sub.fetch(self.batch if self._busy else 1, timeout=2.0)
         except asyncio.TimeoutError:
             reraise_if_cancelled()
+            self._busy = False
             return
+        self._busy = len(msgs) > 0
         rows: dict[tuple[str, str], Row] = {}
         through = self.applied
         for msg in msgs:

@@ -175,13 +175,17 @@ class Gateway:
         """Push loop: fetch, check, push, settle; keepalives when idle; backpressure per policy."""
         delivery = session.request.delivery
         keepalive = (delivery.keepalive_interval_ms or 0) / 1000
+        busy = True
         while not session.closing:
             try:
                 if session.unacked() >= delivery.max_unacked and await self._backpressure(session):
                     continue
                 room = delivery.max_unacked - session.unacked()
-                batch = await self._fetch_checked(session, min(room, delivery.batching_max_events or 256),
-                                                  keepalive or 5.0)
+                # Caught up: wait for one event (fetch returns the moment it lands), then take what is
+                # pending in batches; a lingering fetch(n) would otherwise hold events until n arrive.
+                want = min(room, delivery.batching_max_events or 256) if busy else 1
+                batch = await self._fetch_checked(session, want, keepalive or 5.0)
+                busy = bool(batch)
                 if not batch and keepalive and not session.closing:
                     await session.notify("keepalive")
                 for sequence, event, raw in batch:

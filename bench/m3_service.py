@@ -1,0 +1,205 @@
+"""M3 plumbing: the real service on a given database, waiting for relay and projector, the echo baseline.
+
+`service_on` starts `python -m memory_client run` (writer + relay + projector + query + Subscribe gateway)
+on a database that may already hold a bulk-loaded ledger and has no JetStream replica yet: the relay
+then creates the stream and republishes every ledger row from Postgres, exactly as after losing the
+stream. `wait_settled` waits (bounded) until the writer reports `relayed_sequence` at the head and the
+projector's checkpoint has caught up too, so no background catch-up competes with a measurement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import msgspec
+import nats
+import psutil  # type: ignore[import-untyped]
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from nats.aio.client import Client as NATS
+from nats.js.errors import NotFoundError
+
+from bench.load import Result, check_echo, create_payload, drive
+from bench.procs import Child, python_child, wait_answering
+from bench.servers import Servers
+from infra.subjects import status_subject
+
+Log = Callable[[str], None]
+
+
+async def connect(url: str, name: str = "pamledger-bench-m3") -> NATS:
+    """A bench-side NATS connection: large pending limits, no reconnects (a lost server fails the run)."""
+    return await nats.connect(url, name=name, pending_size=256 * 1024 * 1024, max_reconnect_attempts=0,
+                              connect_timeout=5)
+
+
+def listener_pid(url: str) -> int | None:
+    """The pid listening on a URL's loopback port (the private Postgres daemonizes, so it is no child)."""
+    port = urlsplit(url).port or conninfo_to_dict(url).get("port")
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and str(conn.laddr.port) == str(port):
+                return int(conn.pid) if conn.pid else None
+    except (psutil.Error, OSError):
+        return None
+    return None
+
+
+async def idle_cpu(child: Child, nats_pid: int | None, seconds: float) -> dict[str, float]:
+    """CPU share (cores) of the service and of nats-server over `seconds` with no creates flowing."""
+    server = psutil.Process(nats_pid) if nats_pid else None
+
+    def nats_cpu() -> float:
+        if server is None:
+            return float("nan")
+        times = server.cpu_times()
+        return float(times.user + times.system)
+
+    c0, n0, t0 = child.cpu_seconds(), nats_cpu(), time.monotonic()
+    await asyncio.sleep(seconds)
+    wall = time.monotonic() - t0
+    return {"service": round((child.cpu_seconds() - c0) / wall, 2), "nats_server": round((nats_cpu() - n0) / wall, 2)}
+
+
+class LogWatch:
+    """Counts lines matching patterns that a log file gains after this object is made (bounded read)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+
+    def count(self, patterns: dict[str, str], limit: int = 64 << 20) -> dict[str, int]:
+        """{name: lines containing pattern (case-insensitive)} among the new lines."""
+        if not self.path.exists():
+            return {name: 0 for name in patterns}
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            text = f.read(limit).decode(errors="replace").lower()
+        return {name: sum(1 for line in text.splitlines() if needle.lower() in line)
+                for name, needle in patterns.items()}
+
+
+NATS_LOG_SIGNS = {"slow_consumer_disconnects": "Slow Consumer Detected"}
+SERVICE_LOG_SIGNS = {"nats_client_errors": "nats: encountered error", "relay_publish_failed": "relay.publish_failed",
+                     "pump_retrying": "subscription.pump_retrying", "reattach_failed": "subscription.reattach_failed"}
+
+
+def log_watches(servers: Servers, child: Child) -> tuple[LogWatch, LogWatch]:
+    """Watches on the private nats-server's log (if any) and the service's log, from now on."""
+    return LogWatch(servers.work_dir / "nats" / "nats-server.log"), LogWatch(child.log_path)
+
+
+def log_signs(watches: tuple[LogWatch, LogWatch]) -> dict[str, int]:
+    return {**watches[0].count(NATS_LOG_SIGNS), **watches[1].count(SERVICE_LOG_SIGNS)}
+
+
+def service_names(label: str) -> tuple[str, str]:
+    """A private subject prefix and stream name, so concurrent runs never share subjects."""
+    tag = uuid.uuid4().hex[:8]
+    return f"bench_{label}_{tag}", f"BENCH_{label.upper()}_{tag.upper()}"
+
+
+@contextlib.asynccontextmanager
+async def service_on(servers: Servers, database_url: str, label: str, extra_env: dict[str, str] | None = None
+                     ) -> AsyncIterator[tuple[NATS, str, str, Child]]:
+    """(nc, prefix, stream, child): the service on `database_url`; stopped and its stream deleted after."""
+    prefix, stream = service_names(label)
+    child = python_child(f"pamledger-{label}", "memory_client", {
+        "PAMLEDGER_NATS_URL": servers.nats_url, "PAMLEDGER_DATABASE_URL": database_url,
+        "PAMLEDGER_SUBJECT_PREFIX": prefix, "PAMLEDGER_STREAM_NAME": stream, "PAMLEDGER_LOG_FORMAT": "json",
+        **(extra_env or {}),
+    }, servers.work_dir, "run")
+    nc = await connect(servers.nats_url)
+    try:
+        child.start()
+        await wait_answering(nc, child, status_subject(prefix, "writer"), timeout=120)
+        yield nc, prefix, stream, child
+        if not child.alive():
+            raise RuntimeError(f"{child.name} died during the run:\n{child.log_tail()}")
+    finally:
+        child.stop()
+        if child.killed:
+            print(f"bench: WARNING {child.name} ignored SIGTERM for 10 s and was killed", file=sys.stderr)
+        with contextlib.suppress(NotFoundError, nats.errors.Error, TimeoutError, asyncio.TimeoutError):
+            await nc.jetstream().delete_stream(stream)
+        with contextlib.suppress(Exception):
+            await nc.close()
+
+
+def sdk_events(subscription: Any) -> AsyncGenerator[dict[str, Any], None]:
+    """The SDK's `async for` iterator (an async generator), typed so it can be closed deterministically."""
+    return cast(AsyncGenerator[dict[str, Any], None], subscription.__aiter__())
+
+
+async def stop_task(task: asyncio.Task[Any], attempts: int = 40) -> None:
+    """Cancel `task` and wait for it, cancelling again while it runs on (bounded: attempts x 0.25 s).
+
+    Needed for tasks iterating an SDK subscription: its iterator waits with `asyncio.wait_for(queue.get(),
+    ...)`, and Python 3.11's wait_for returns the item instead of raising when the cancellation coincides
+    with a message arriving, so one cancel() can be lost while events flow.
+    """
+    for _ in range(attempts):
+        if task.done():
+            break
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.25)
+    if task.done() and not task.cancelled():
+        task.exception()  # retrieved: a failure after the measurement is not worth a warning at exit
+
+
+async def writer_status(nc: NATS, prefix: str) -> dict[str, Any]:
+    msg = await nc.request(status_subject(prefix, "writer"), b"{}", timeout=10)
+    return msgspec.json.decode(msg.data)["result"]  # type: ignore[no-any-return]
+
+
+async def projector_checkpoint(database_url: str) -> int:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT coalesce(max(ledger_sequence), 0) FROM projection_checkpoints")
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+
+async def wait_settled(nc: NATS, prefix: str, database_url: str, head: int, child: Child, log: Log,
+                       timeout: float = 900.0) -> dict[str, float]:
+    """Wait until the relay published and the projector applied everything up to `head`; seconds each."""
+    began = time.perf_counter()
+    deadline = began + timeout
+    relayed_at: float | None = None
+    last_note = began
+    while time.perf_counter() < deadline:
+        if not child.alive():
+            raise RuntimeError(f"{child.name} exited while catching up:\n{child.log_tail()}")
+        relayed = int((await writer_status(nc, prefix))["relayed_sequence"])
+        if relayed >= head and relayed_at is None:
+            relayed_at = time.perf_counter() - began
+        projected = await projector_checkpoint(database_url)
+        if relayed_at is not None and projected >= head:
+            return {"relay_seconds": round(relayed_at, 2), "settled_seconds": round(time.perf_counter() - began, 2)}
+        if time.perf_counter() - last_note >= 10:
+            last_note = time.perf_counter()
+            log(f"catch-up: relay at {relayed:,}, projector at {projected:,} of {head:,}")
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"relay/projector did not reach {head} within {timeout:g} s:\n{child.log_tail()}")
+
+
+async def echo_baseline(servers: Servers, seconds: float) -> Result:
+    """Serial create-sized request/reply round trips to bench.echo: the NATS floor of this machine."""
+    subject = f"bench_m3echo_{uuid.uuid4().hex[:8]}.echo"
+    child = python_child("echo-m3", "bench.echo", {}, servers.work_dir, servers.nats_url, subject)
+    nc = await connect(servers.nats_url)
+    try:
+        child.start()
+        await wait_answering(nc, child, subject)
+        payload = create_payload()
+        return await drive(nc, subject, "NATS echo, serial", lambda i: (payload, None), check_echo, 1, 0.5, seconds)
+    finally:
+        child.stop()
+        await nc.close()

@@ -45,9 +45,10 @@ class Subscription:
         acker = asyncio.create_task(self._ack_forever())
         try:
             while self.closed is None:
-                try:
-                    msg = await asyncio.wait_for(queue.get(), self.quiet_seconds)
-                except asyncio.TimeoutError:
+                try:  # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                    async with asyncio.timeout(self.quiet_seconds):
+                        msg = await queue.get()
+                except TimeoutError:
                     await self.resume()  # the gateway went quiet: re-attach from what we processed
                     continue
                 event = await self._accept(_decoder.decode(msg.data))

@@ -93,6 +93,9 @@ class Projector:
             self._busy = False
             return
         self._busy = len(msgs) > 0
+        if not msgs:  # nats-py can return at once with nothing (a stale status); never spin on that
+            await asyncio.sleep(0.01)
+            return
         rows: dict[tuple[str, str], Row] = {}
         through = self.applied
         for msg in msgs:
@@ -105,5 +108,4 @@ class Projector:
             await apply_rows(self.conn, list(rows.values()), through)
             self.applied = through
             self._last_apply = time.monotonic()
-        if msgs:
-            await msgs[-1].ack()
+        await msgs[-1].ack()

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 import nats
+import nats.js.errors
 import psycopg
 import structlog
 from nats.aio.client import Client as NATS
@@ -90,6 +91,9 @@ class Gateway:
             body = error_reply(map_db_error(exc), None)
         except PamspecError as exc:
             body = error_reply(PamledgerError(exc.message, details=exc.details, code=exc.code), None)  # type: ignore[arg-type]
+        except nats.js.errors.APIError as exc:  # JetStream answered and refused: say what it said
+            body = error_reply(PamledgerError(f"JetStream refused: {exc.description}", details={
+                "err_code": exc.err_code, "description": exc.description}), None)
         except nats.errors.Error as exc:
             reraise_if_cancelled()
             body = error_reply(ServiceUnavailable(f"JetStream unavailable: {type(exc).__name__}"), None)
@@ -108,13 +112,19 @@ class Gateway:
         subscription_id = f"sub:{uuid.uuid4()}"
         session = self._session(subscription_id, request, start)
         described = descriptor(subscription_id, request, start, session.deliver_subject)
-        await self.writer.command("open_subscription", {
-            "scope_id": request.scope_id, "subscription_id": subscription_id,
-            "actor": msgspec.to_builtins(request.actor), "subscription": described})
-        await self.conn.execute(
-            "INSERT INTO subscriptions (subscription_id, scope_id, request, start_sequence) VALUES (%s, %s, %s, %s)",
-            (subscription_id, request.scope_id, msgspec.json.encode(request), start))
-        await session.attach(start)
+        try:  # the consumer first: if JetStream refuses, nothing was recorded
+            await session.attach(start)
+            await self.writer.command("open_subscription", {
+                "scope_id": request.scope_id, "subscription_id": subscription_id,
+                "actor": msgspec.to_builtins(request.actor), "subscription": described})
+            await self.conn.execute(
+                "INSERT INTO subscriptions (subscription_id, scope_id, request, start_sequence)"
+                " VALUES (%s, %s, %s, %s)", (subscription_id, request.scope_id, msgspec.json.encode(request), start))
+        except BaseException:
+            self.sessions.pop(subscription_id, None)
+            await session.detach()
+            await session.delete_consumer()
+            raise
         self._start(session)
         log.info("subscription.opened", subscription_id=subscription_id, start_sequence=start)
         return {**described, "mode": request.delivery.mode, "delivery_subject": session.deliver_subject,
@@ -186,6 +196,8 @@ class Gateway:
                 want = min(room, delivery.batching_max_events or 256) if busy else 1
                 batch = await self._fetch_checked(session, want, keepalive or 5.0)
                 busy = bool(batch)
+                if not batch:  # nothing new (or a stale status from nats-py): never spin
+                    await asyncio.sleep(0.01)
                 if not batch and keepalive and not session.closing:
                     await session.notify("keepalive")
                 for sequence, event, raw in batch:

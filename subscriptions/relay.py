@@ -24,6 +24,7 @@ from infra.tasks import reraise_if_cancelled
 
 log = structlog.get_logger(__name__)
 CATCH_UP_CHUNK = 2000
+MAX_CONSUMERS = 100_000  # one durable consumer per subscription, plus the projector
 
 _LEDGER_COLUMNS = (
     "ledger_sequence, event_id, operation_id, scope_id, object_id, version_id, event_type, recorded_at,"
@@ -35,6 +36,7 @@ def ensure_stream_config(stream_name: str, prefix: str) -> StreamConfig:
     return StreamConfig(
         name=stream_name, subjects=[ledger_wildcard(prefix)], storage=StorageType.FILE,
         duplicate_window=120.0, allow_direct=True,
+        max_consumers=MAX_CONSUMERS,  # explicit: nats-server 2.15 otherwise caps a stream at 1,000 consumers
     )
 
 

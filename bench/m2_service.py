@@ -9,56 +9,37 @@ head) follows from head + 1, and new writes flow through the whole pipeline as i
 from __future__ import annotations
 
 import contextlib
-import sys
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
-import nats
 from nats.aio.client import Client as NATS
-from nats.js.errors import NotFoundError
 
 from bench.load import ACTOR, PROVENANCE, REQUEST_TIMEOUT, check_result
-from bench.procs import Child, python_child, wait_answering
+from bench.procs import Child
+from bench import service
 from bench.servers import Servers
-from infra.subjects import command_subject, query_subject, status_subject
+from infra.subjects import command_subject, query_subject
 from subscriptions.relay import ensure_stream_config
 
 
 async def connect(url: str) -> NATS:
-    return await nats.connect(url, name="pamledger-bench-m2", pending_size=64 * 1024 * 1024,
-                              max_reconnect_attempts=0, connect_timeout=5)
+    return await service.connect(url, "pamledger-bench-m2")
 
 
 @contextlib.asynccontextmanager
 async def service_on(servers: Servers, database_url: str, head: int, label: str
                      ) -> AsyncIterator[tuple[NATS, str, Child]]:
     """Start the service on `database_url` (ledger head `head`, projection checkpoint = head); stop it after."""
-    tag = uuid.uuid4().hex[:8]
-    prefix, stream = f"bench_{label}_{tag}", f"BENCH_{label.upper()}_{tag.upper()}"
-    nc = await connect(servers.nats_url)
-    child = python_child(f"pamledger-{label}", "memory_client", {
-        "PAMLEDGER_NATS_URL": servers.nats_url, "PAMLEDGER_DATABASE_URL": database_url,
-        "PAMLEDGER_SUBJECT_PREFIX": prefix, "PAMLEDGER_STREAM_NAME": stream, "PAMLEDGER_LOG_FORMAT": "json",
-    }, servers.work_dir, "run")
-    try:
+
+    async def replica_at_head(nc: NATS, prefix: str, stream: str) -> None:
         config = ensure_stream_config(stream, prefix)
         config.first_seq = head + 1
         await nc.jetstream().add_stream(config)
-        child.start()
-        await wait_answering(nc, child, status_subject(prefix, "writer"))
-        await wait_answering(nc, child, status_subject(prefix, "query"))
+
+    async with service.service_process(servers, database_url, label, prepare=replica_at_head,
+                                       answering=("writer", "query"), timeout=60) as (nc, prefix, _stream, child):
         yield nc, prefix, child
-        if not child.alive():
-            raise RuntimeError(f"{child.name} died during the run:\n{child.log_tail()}")
-    finally:
-        child.stop()
-        if child.killed:
-            print(f"bench: WARNING {child.name} ignored SIGTERM for 10 s and was killed", file=sys.stderr)
-        with contextlib.suppress(NotFoundError, nats.errors.Error, TimeoutError):
-            await nc.jetstream().delete_stream(stream)
-        await nc.close()
 
 
 async def writer_probe(nc: NATS, prefix: str, item: dict[str, Any], head: int) -> dict[str, Any]:

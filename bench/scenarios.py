@@ -7,7 +7,6 @@ separate process, and cleans all of that up when it ends, whether it succeeded o
 from __future__ import annotations
 
 import contextlib
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -17,13 +16,13 @@ import msgspec
 import nats
 from nats.aio.client import Client as NATS
 import psycopg
-from nats.js.errors import NotFoundError
 
 from bench.load import (
     SCOPE_ID, Result, check_echo, check_result, create_requests, create_scope, drive, drive_count,
 )
 from bench.procs import Child, python_child, wait_answering
 from bench.servers import Servers
+from bench.service import service_process
 from infra.subjects import command_subject, status_subject
 
 
@@ -48,30 +47,13 @@ async def _connect(url: str) -> NATS:
 @contextlib.asynccontextmanager
 async def pamledger_service(servers: Servers, label: str, extra_env: dict[str, str] | None = None,
                             ) -> AsyncIterator[tuple[NATS, str, Child]]:
-    """The real service (`python -m memory_client run`) in its own process on a fresh database."""
+    """The real service on a fresh database with the bench scope created; the database is dropped after."""
     db_name, db_url = servers.fresh_database(label)
-    tag = _tag()
-    prefix, stream = f"bench_{label}_{tag}", f"BENCH_{label.upper()}_{tag.upper()}"
-    child = python_child(f"pamledger-{label}", "memory_client", {
-        "PAMLEDGER_NATS_URL": servers.nats_url, "PAMLEDGER_DATABASE_URL": db_url,
-        "PAMLEDGER_SUBJECT_PREFIX": prefix, "PAMLEDGER_STREAM_NAME": stream, "PAMLEDGER_LOG_FORMAT": "json",
-        **(extra_env or {}),
-    }, servers.work_dir, "run")
-    nc = await _connect(servers.nats_url)
     try:
-        child.start()
-        await wait_answering(nc, child, status_subject(prefix, "writer"))
-        await create_scope(nc, prefix)
-        yield nc, prefix, child
-        if not child.alive():
-            raise RuntimeError(f"{child.name} died during the run:\n{child.log_tail()}")
+        async with service_process(servers, db_url, label, extra_env) as (nc, prefix, _stream, child):
+            await create_scope(nc, prefix)
+            yield nc, prefix, child
     finally:
-        child.stop()
-        if child.killed:
-            print(f"bench: WARNING {child.name} ignored SIGTERM for 10 s and was killed", file=sys.stderr)
-        with contextlib.suppress(NotFoundError, nats.errors.Error, TimeoutError):
-            await nc.jetstream().delete_stream(stream)
-        await nc.close()
         servers.drop_database(db_name)
 
 

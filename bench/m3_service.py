@@ -10,23 +10,20 @@ projector's checkpoint has caught up too, so no background catch-up competes wit
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import sys
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
 
 import msgspec
-import nats
 import psutil  # type: ignore[import-untyped]
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from nats.aio.client import Client as NATS
-from nats.js.errors import NotFoundError
 
+from bench import service
 from bench.load import Result, check_echo, create_payload, drive
 from bench.procs import Child, python_child, wait_answering
 from bench.servers import Servers
@@ -37,8 +34,7 @@ Log = Callable[[str], None]
 
 async def connect(url: str, name: str = "pamledger-bench-m3") -> NATS:
     """A bench-side NATS connection: large pending limits, no reconnects (a lost server fails the run)."""
-    return await nats.connect(url, name=name, pending_size=256 * 1024 * 1024, max_reconnect_attempts=0,
-                              connect_timeout=5)
+    return await service.connect(url, name, pending_mib=256)
 
 
 def listener_pid(url: str) -> int | None:
@@ -101,37 +97,7 @@ def log_signs(watches: tuple[LogWatch, LogWatch]) -> dict[str, int]:
     return {**watches[0].count(NATS_LOG_SIGNS), **watches[1].count(SERVICE_LOG_SIGNS)}
 
 
-def service_names(label: str) -> tuple[str, str]:
-    """A private subject prefix and stream name, so concurrent runs never share subjects."""
-    tag = uuid.uuid4().hex[:8]
-    return f"bench_{label}_{tag}", f"BENCH_{label.upper()}_{tag.upper()}"
-
-
-@contextlib.asynccontextmanager
-async def service_on(servers: Servers, database_url: str, label: str, extra_env: dict[str, str] | None = None
-                     ) -> AsyncIterator[tuple[NATS, str, str, Child]]:
-    """(nc, prefix, stream, child): the service on `database_url`; stopped and its stream deleted after."""
-    prefix, stream = service_names(label)
-    child = python_child(f"pamledger-{label}", "memory_client", {
-        "PAMLEDGER_NATS_URL": servers.nats_url, "PAMLEDGER_DATABASE_URL": database_url,
-        "PAMLEDGER_SUBJECT_PREFIX": prefix, "PAMLEDGER_STREAM_NAME": stream, "PAMLEDGER_LOG_FORMAT": "json",
-        **(extra_env or {}),
-    }, servers.work_dir, "run")
-    nc = await connect(servers.nats_url)
-    try:
-        child.start()
-        await wait_answering(nc, child, status_subject(prefix, "writer"), timeout=120)
-        yield nc, prefix, stream, child
-        if not child.alive():
-            raise RuntimeError(f"{child.name} died during the run:\n{child.log_tail()}")
-    finally:
-        child.stop()
-        if child.killed:
-            print(f"bench: WARNING {child.name} ignored SIGTERM for 10 s and was killed", file=sys.stderr)
-        with contextlib.suppress(NotFoundError, nats.errors.Error, TimeoutError, asyncio.TimeoutError):
-            await nc.jetstream().delete_stream(stream)
-        with contextlib.suppress(Exception):
-            await nc.close()
+service_on = service.service_process  # (servers, database_url, label, extra_env) -> (nc, prefix, stream, child)
 
 
 def sdk_events(subscription: Any) -> AsyncGenerator[dict[str, Any], None]:
@@ -142,9 +108,8 @@ def sdk_events(subscription: Any) -> AsyncGenerator[dict[str, Any], None]:
 async def stop_task(task: asyncio.Task[Any], attempts: int = 40) -> None:
     """Cancel `task` and wait for it, cancelling again while it runs on (bounded: attempts x 0.25 s).
 
-    Needed for tasks iterating an SDK subscription: its iterator waits with `asyncio.wait_for(queue.get(),
-    ...)`, and Python 3.11's wait_for returns the item instead of raising when the cancellation coincides
-    with a message arriving, so one cancel() can be lost while events flow.
+    A guard for tasks iterating an SDK subscription: its iterator once waited with `asyncio.wait_for`, whose
+    Python 3.11 version can lose a cancellation that coincides with a message (now `asyncio.timeout`).
     """
     for _ in range(attempts):
         if task.done():

@@ -60,6 +60,7 @@ class Session:
         self.prefix = prefix
         self.partition = partition
         self.authorizer = authorizer
+        self.actor: dict[str, Any] = msgspec.to_builtins(request.actor)  # once, not per event
         self.deliver_subject = f"{prefix}.sub.deliver.{scope_token(subscription_id)}"
         self.entries: list[Entry] = []
         self.client_acked = start_sequence
@@ -131,7 +132,7 @@ class Session:
             if sequence <= seen:
                 continue  # a redelivery of something already tracked
             event = _decoder.decode(msg.data)
-            if not self.authorizer.allows(msgspec.to_builtins(self.request.actor), self.request.scope_id, event):
+            if not self.authorizer.allows(self.actor, self.request.scope_id, event):
                 raise PermissionError(sequence)
             wanted = matches(self.request.filter, event)
             self.entries.append(Entry(sequence, msg, wanted))

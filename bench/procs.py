@@ -7,7 +7,6 @@ them in order) and get SIGTERM from the kernel if the benchmark dies without cle
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import signal
 import subprocess
@@ -19,14 +18,9 @@ from nats.aio.client import Client as NATS
 import psutil  # type: ignore[import-untyped]
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
+from infra.supervisor import die_with_parent
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: ask for SIGTERM when the benchmark process dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class Child:
@@ -45,7 +39,7 @@ class Child:
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
             self.argv, env={**os.environ, **self.env}, cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL,
-            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
         )
         return self
 
@@ -61,8 +55,22 @@ class Child:
         return int(psutil.Process(self.pid).memory_info().rss)
 
     def cpu_seconds(self) -> float:
-        times = psutil.Process(self.pid).cpu_times()
-        return float(times.user + times.system)
+        """User + system CPU of the child and every process under it (`pamledger run` has one per role)."""
+        return sum(self.cpu_by_process().values())
+
+    def cpu_by_process(self) -> dict[str, float]:
+        """CPU seconds per process of the tree, named by its `--roles` argument ('main' for the child)."""
+        root = psutil.Process(self.pid)
+        out: dict[str, float] = {}
+        for proc in [root, *root.children(recursive=True)]:
+            try:
+                times = proc.cpu_times()
+                argv = proc.cmdline()
+            except psutil.NoSuchProcess:
+                continue
+            name = argv[argv.index("--roles") + 1] if "--roles" in argv[:-1] else "main"
+            out[name] = out.get(name, 0.0) + times.user + times.system
+        return out
 
     def log_tail(self, lines: int = 30) -> str:
         try:

@@ -71,6 +71,9 @@ def render(results: dict[str, Result], header: str) -> str:
     if cpu:
         lines.append(f"service process CPU per create at {results['a' if 'a' in results else 'b'].in_flight}"
                      f" in flight (user+sys): " + ", ".join(cpu))
+    split = results["a"].extra.get("service_cpu_us_per_create_by_process") if "a" in results else None
+    if split:
+        lines.append("  (a) by process: " + ", ".join(f"{k} {v} us" for k, v in sorted(split.items())))
     found = ratios(results)
     if "e" in results:
         found.append(memory_verdict(results["e"]))

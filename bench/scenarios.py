@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import nats
 from nats.aio.client import Client as NATS
+import psutil  # type: ignore[import-untyped]
 import psycopg
 
 from bench.load import (
@@ -69,9 +70,12 @@ async def scenario_a(servers: Servers, cfg: Config) -> dict[str, Result]:
     competes with it.
     """
     async with pamledger_service(servers, "a") as (nc, prefix, child):
-        cpu0 = child.cpu_seconds()
+        cpu0 = child.cpu_by_process()
         fast = await _creates(nc, prefix, "(a) pamledger create", cfg.in_flight, cfg)
-        fast.extra["service_cpu_us_per_create"] = round((child.cpu_seconds() - cpu0) / fast.extra["sent"] * 1e6)
+        cpu1 = child.cpu_by_process()
+        per_create = {k: round((v - cpu0.get(k, 0.0)) / fast.extra["sent"] * 1e6) for k, v in cpu1.items()}
+        fast.extra["service_cpu_us_per_create"] = sum(per_create.values())
+        fast.extra["service_cpu_us_per_create_by_process"] = per_create
     async with pamledger_service(servers, "as") as (nc, prefix, child):
         serial = await _creates(nc, prefix, "(a) pamledger create, serial", 1, cfg)
     return {"a": fast, "a_serial": serial}
@@ -130,17 +134,19 @@ async def scenario_c(servers: Servers, cfg: Config) -> dict[str, Result]:
     return {"c": fast, "c_serial": serial}
 
 
-def _rss_probe(out: dict[int, int], percent: int, child: Child) -> Callable[[], None]:
-    return lambda: out.__setitem__(percent, child.rss_bytes())
+def _rss_probe(out: dict[int, int], percent: int, writer: psutil.Process) -> Callable[[], None]:
+    return lambda: out.__setitem__(percent, int(writer.memory_info().rss))
 
 
 async def scenario_e(servers: Servers, cfg: Config) -> dict[str, Result]:
-    """N creates of distinct objects with a 1000-entry head cache; service RSS at each tenth of the run."""
+    """N creates of distinct objects with a 1000-entry head cache; the writer process's RSS at each tenth
+    of the run (the writer is the process answering `status.writer`)."""
     total = cfg.mem_creates
     rss: dict[int, int] = {}
     async with pamledger_service(servers, "e", {"PAMLEDGER_WRITER__HEAD_CACHE_SIZE": "1000"}) as (nc, prefix, child):
-        rss[0] = child.rss_bytes()
-        marks = {total * k // 10: _rss_probe(rss, 10 * k, child) for k in range(1, 11)}
+        writer = psutil.Process(int((await writer_status(nc, prefix))["pid"]))
+        rss[0] = int(writer.memory_info().rss)
+        marks = {total * k // 10: _rss_probe(rss, 10 * k, writer) for k in range(1, 11)}
         result = await drive_count(nc, command_subject(prefix, "create"), "(e) pamledger memory run",
                                    create_requests(_tag()), check_result, cfg.in_flight, total, marks)
         status = await writer_status(nc, prefix)

@@ -1,18 +1,23 @@
-"""Running the service: query service always, the writer when this process wins the partition lock.
+"""Running service roles in this process: query answers from every instance; the writer, projector and
+gateway each lead only while this process holds their partition's advisory lock.
 
-A second process is a hot standby: it serves queries and polls the advisory lock; when the leader's
-database session ends (crash, SIGKILL, network loss) Postgres releases the lock and the standby takes
-over within `lock_poll_seconds`.
+`pamledger run` gives each role its own process (infra/supervisor.py); tests run them all in one.
+A second instance of a role is a hot standby: it polls the lock, and when the leader's database
+session ends (crash, SIGKILL, network loss) Postgres releases the lock and the standby takes over
+within `lock_poll_seconds`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
@@ -20,9 +25,12 @@ from psycopg_pool import AsyncConnectionPool
 from command_handler.store import PostgresLedgerStore, writer_lock_key
 from command_handler.writer import Writer
 from infra.settings import Settings
+from infra.subjects import status_subject
+from infra.supervisor import ROLES
 from projector.runner import Projector, projector_lock_key
 from query.search import CheckpointWatcher
 from query.service import QueryService
+from schemas.canonical import canonical_bytes
 from subscriptions.filters import AllowAll, Authorizer
 from subscriptions.gateway import Gateway
 from subscriptions.relay import Relay
@@ -37,20 +45,37 @@ async def connect_nats(url: str, name: str) -> NATS:
 
 
 async def run_service(settings: Settings, nats_url: str, database_url: str, stop: asyncio.Event,
-                      authorizer: Authorizer | None = None) -> None:
-    """Serve until `stop` is set. `authorizer` is the per-event authorization seam of Subscribe."""
-    nc = await connect_nats(nats_url, "pamledger-service")
-    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(database_url, min_size=1, max_size=4, open=False,
-                                                         kwargs={"autocommit": True})
-    await pool.open()
-    watcher = CheckpointWatcher()
-    query = QueryService(nc, pool, settings.subject_prefix, watcher)
-    await query.start()
-    tasks = [asyncio.create_task(lead_forever(settings, nc, database_url)),
-             asyncio.create_task(project_forever(settings, nc, database_url)),
-             asyncio.create_task(watcher.run(database_url)),
-             asyncio.create_task(gateway_forever(settings, nc, database_url, authorizer or AllowAll()))]
+                      authorizer: Authorizer | None = None, roles: Sequence[str] = ROLES) -> None:
+    """Serve `roles` in this process until `stop` is set. Each role has its own NATS connection, so one
+    role's backlog (or a slow-consumer cut-off) never queues behind another's. `authorizer` is the
+    per-event authorization seam of Subscribe."""
+    connections: list[NATS] = []
+    tasks: list[asyncio.Task[None]] = []
+    query: QueryService | None = None
+    pool: AsyncConnectionPool[Any] | None = None
+
+    async def connection(role: str) -> NATS:
+        nc = await connect_nats(nats_url, f"pamledger-{role}")
+        connections.append(nc)
+        return nc
+
     try:
+        if "query" in roles:
+            pool = AsyncConnectionPool(database_url, min_size=1, max_size=4, open=False,
+                                       kwargs={"autocommit": True})
+            await pool.open()
+            watcher = CheckpointWatcher()
+            query = QueryService(await connection("query"), pool, settings.subject_prefix, watcher)
+            await query.start()
+            tasks.append(asyncio.create_task(watcher.run(database_url)))
+        if "writer" in roles:
+            tasks.append(asyncio.create_task(lead_forever(settings, await connection("writer"), database_url)))
+        if "projector" in roles:
+            tasks.append(asyncio.create_task(project_forever(settings, await connection("projector"), database_url)))
+        if "gateway" in roles:
+            tasks.append(asyncio.create_task(
+                gateway_forever(settings, await connection("gateway"), database_url, authorizer or AllowAll())))
+        log.info("service.roles", roles=list(roles), pid=os.getpid())
         await stop.wait()
     finally:
         for task in tasks:
@@ -58,14 +83,17 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await query.stop()
-        await pool.close()
+        if query is not None:
+            await query.stop()
+        if pool is not None:
+            await pool.close()
         # Not drain(): draining waits on the projector's lingering pull requests. Replies are already out;
         # flush what is buffered, then close.
-        with contextlib.suppress(Exception):
-            await nc.flush(timeout=2)
-        await nc.close()
-        log.info("service.stopped")
+        for nc in connections:
+            with contextlib.suppress(Exception):
+                await nc.flush(timeout=2)
+            await nc.close()
+        log.info("service.stopped", roles=list(roles))
 
 
 async def lead_forever(settings: Settings, nc: NATS, database_url: str) -> None:
@@ -104,7 +132,9 @@ async def project_forever(settings: Settings, nc: NATS, database_url: str) -> No
                 # must not compete with the writer's).
                 await conn.execute("SET synchronous_commit = off")
                 await _wait_for_lock(conn, projector_lock_key(settings.partition), settings, "projector")
-                await Projector(nc, conn, settings.stream_name, settings.subject_prefix, settings.partition).run()
+                async with answering_status(nc, settings, "projector"):
+                    await Projector(nc, conn, settings.stream_name, settings.subject_prefix,
+                                    settings.partition).run()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             log.warning("projector.lost_database", error=type(exc).__name__)
         except Exception:  # noqa: BLE001 - restart from the checkpoint rather than stop projecting
@@ -132,12 +162,29 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
                 await _wait_for_lock(conn, gateway_lock_key(settings.partition), settings, "gateway")
-                await Gateway(settings, nc, conn, authorizer).serve()
+                async with answering_status(nc, settings, "gateway"):
+                    await Gateway(settings, nc, conn, authorizer).serve()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             log.warning("gateway.lost_database", error=type(exc).__name__)
         except Exception:  # noqa: BLE001 - restart and take the subscriptions over again
             log.exception("gateway.crashed")
         await asyncio.sleep(settings.writer.lock_poll_seconds)
+
+
+@contextlib.asynccontextmanager
+async def answering_status(nc: NATS, settings: Settings, role: str) -> AsyncIterator[None]:
+    """While this process leads `role`, `{prefix}.status.{role}` answers with its pid (operators and the
+    crash tests use it to find the process to stop)."""
+    async def respond(msg: Msg) -> None:
+        await msg.respond(canonical_bytes({"result": {
+            "role": role, "leader": True, "partition": settings.partition, "pid": os.getpid()}}))
+
+    sub = await nc.subscribe(status_subject(settings.subject_prefix, role), cb=respond)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
 
 
 def gateway_lock_key(partition: int) -> int:

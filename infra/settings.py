@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -31,4 +32,5 @@ class Settings(BaseSettings):
     log_format: str = "auto"
     log_level: str = "info"
     request_timeout_seconds: float = 10.0
+    processes: Literal["split", "single"] = "split"
     writer: WriterSettings = WriterSettings()

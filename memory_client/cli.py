@@ -48,8 +48,12 @@ def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
+    """Start local servers unless URLs are set, migrate, then serve: one process per role (default) or
+    every role in this process (`--single-process` / PAMLEDGER_PROCESSES=single)."""
     from infra.migrations import migrate
+    from infra.supervisor import child_environment, parse_roles, supervise
 
+    roles = parse_roles(args.roles)
     stack = None
     if not (settings.nats_url and settings.database_url):
         from infra.local_servers import LocalStack
@@ -57,18 +61,32 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         stack = LocalStack.up(settings.state_dir)
         settings = settings.model_copy(update={"nats_url": stack.nats.url, "database_url": stack.postgres.url})
     assert settings.nats_url and settings.database_url
+    single = args.single_process or settings.processes == "single"
     try:
         migrate(settings.database_url)
-        print(json.dumps({"serving": True, "nats_url": settings.nats_url, "database_url": settings.database_url}),
-              file=sys.stderr)
-        asyncio.run(_serve(settings))
+        print(json.dumps({"serving": True, "nats_url": settings.nats_url, "database_url": settings.database_url,
+                          "roles": list(roles), "processes": "single" if single else "split"}), file=sys.stderr)
+        if single:
+            asyncio.run(_serve(settings, roles))
+        else:
+            supervise(child_environment(settings.nats_url, settings.database_url), roles)
     finally:
         if stack is not None:
             stack.stop_started()
     return 0
 
 
-async def _serve(settings: Settings) -> None:
+def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    """One process serving the given roles on servers named by the settings (what `run` spawns)."""
+    from infra.supervisor import parse_roles
+
+    endpoints = resolve(settings)
+    settings = settings.model_copy(update={"nats_url": endpoints.nats_url, "database_url": endpoints.database_url})
+    asyncio.run(_serve(settings, parse_roles(args.roles)))
+    return 0
+
+
+async def _serve(settings: Settings, roles: tuple[str, ...]) -> None:
     from infra.runtime import run_service
 
     stop = asyncio.Event()
@@ -76,7 +94,7 @@ async def _serve(settings: Settings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     assert settings.nats_url and settings.database_url
-    await run_service(settings, settings.nats_url, settings.database_url, stop)
+    await run_service(settings, settings.nats_url, settings.database_url, stop, roles=roles)
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
@@ -195,6 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("status", help="URLs in use, whether servers and services answer, the ledger head")
     run = sub.add_parser("run", help="serve in the foreground (starts local servers unless URLs are set)")
     run.add_argument("--local", action="store_true", help="accepted for clarity; local servers are the default")
+    run.add_argument("--single-process", action="store_true", help="every role in one process (default: one each)")
+    run.add_argument("--roles", default="all", help="comma-separated subset of writer,query,projector,gateway")
+    serve = sub.add_parser("serve", help="serve some roles in this process on running servers (what run spawns)")
+    serve.add_argument("--roles", default="all", help="comma-separated subset of writer,query,projector,gateway")
     sub.add_parser("verify", help="recompute the ledger hash chain")
     sub.add_parser("conformance-adapter", help="PAMSPEC conformance harness protocol v1 on stdin/stdout")
     sc = sub.add_parser("scope-create", help="register a memory scope")
@@ -233,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 HANDLERS = {
-    "up": cmd_up, "down": cmd_down, "run": cmd_run, "status": cmd_status, "verify": cmd_verify,
+    "up": cmd_up, "down": cmd_down, "run": cmd_run, "serve": cmd_serve, "status": cmd_status, "verify": cmd_verify,
     "conformance-adapter": cmd_conformance, "replay": cmd_replay, "audit": cmd_audit,
     "subscribe": cmd_subscribe,
 }

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class ServiceProcess:
-    """One `pamledger run` process against the module's servers."""
+    """One `pamledger run` (a supervisor and a process per role) against the module's servers."""
 
     def __init__(self, env: Env, log_path: Path):
         environment = {
@@ -90,10 +90,11 @@ async def connect(env: Env) -> MemoryClient:
     return client
 
 
-async def leader_pid(client: MemoryClient) -> int | None:
+async def leader_pid(client: MemoryClient, role: str = "writer") -> int | None:
+    """The pid of the process leading `role` (writer, projector or gateway), None while none answers."""
     retries, client.retries = client.retries, 0
     try:
-        return int((await client.status("writer"))["pid"])
+        return int((await client.status(role))["pid"])
     except PamspecError:
         return None
     finally:
@@ -166,4 +167,36 @@ async def test_the_service_rides_out_a_nats_restart(pair: list[ServiceProcess], 
     created = await client.create(SCOPE, "claim", {"after": "nats restart"}, ACTOR, PROVENANCE)
     assert (await client.read(SCOPE, created["object_id"]))["canonical_content"] == {"after": "nats restart"}
     await assert_stream_equals_ledger(client.nc, fault_env)
+    await client.close()
+
+
+def role_children(supervisor_pid: int) -> dict[str, int]:
+    """{role: pid} of the `serve --roles R` children of one `pamledger run` supervisor (from /proc)."""
+    found: dict[str, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == supervisor_pid and b"--roles" in argv:
+            found[argv[argv.index(b"--roles") + 1].decode()] = int(entry.name)
+    return found
+
+
+async def test_the_supervisor_restarts_a_role_process_that_dies(pair: list[ServiceProcess],
+                                                               fault_env: Env) -> None:
+    supervisor = pair[0].proc.pid
+    before = await wait_for(lambda: len(role_children(supervisor)) == 4 and role_children(supervisor), timeout=30)
+    assert set(before) == {"writer", "query", "projector", "gateway"}
+    os.kill(before["query"], signal.SIGKILL)
+    after = await wait_for(lambda: (c := role_children(supervisor)).get("query") not in (None, before["query"])
+                           and c, timeout=60)
+    assert {role: pid for role, pid in after.items() if role != "query"} == \
+        {role: pid for role, pid in before.items() if role != "query"}, "only the dead child is replaced"
+    client = await connect(fault_env)
+    created = await client.create(SCOPE, "claim", {"after": "query restart"}, ACTOR, PROVENANCE)
+    assert (await client.read(SCOPE, created["object_id"]))["canonical_content"] == {"after": "query restart"}
     await client.close()

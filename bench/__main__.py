@@ -48,6 +48,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="catch-up ledger events for --m3 (default 200000; 20000 with --quick)")
     parser.add_argument("--m3-subscriptions", type=int, default=None,
                         help="fan-out subscriptions for --m3, 10 per scope (default 1000; 200 with --quick)")
+    parser.add_argument("--m3-steps", default="catchup,live,light,fanout",
+                        help="comma-separated subset of the M3 steps (default all four)")
     args = parser.parse_args(argv)
     wanted = {x.strip() for x in args.only.split(",") if x.strip()}
     unknown = wanted - set(ORDER)
@@ -171,7 +173,10 @@ def _run_m3(args: argparse.Namespace) -> int:
     """The M3 suite (bench/m3.py): its own table and JSON."""
     from bench import m3, m3_report
 
-    cfg = m3.m3_config(args.quick, args.m3_events, args.m3_subscriptions)
+    steps = tuple(x.strip() for x in args.m3_steps.split(",") if x.strip())
+    if not steps or set(steps) - set(m3.STEPS):
+        raise SystemExit(f"--m3-steps: choose from {','.join(m3.STEPS)}")
+    cfg = m3.m3_config(args.quick, args.m3_events, args.m3_subscriptions, steps)
     began = time.perf_counter()
     load_before = os.getloadavg()[0]
     with bench_servers() as servers:

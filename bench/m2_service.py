@@ -38,7 +38,7 @@ async def service_on(servers: Servers, database_url: str, head: int, label: str
         await nc.jetstream().add_stream(config)
 
     async with service.service_process(servers, database_url, label, prepare=replica_at_head,
-                                       answering=("writer", "query"), timeout=60) as (nc, prefix, _stream, child):
+                                       timeout=60) as (nc, prefix, _stream, child):
         yield nc, prefix, child
 
 

@@ -43,15 +43,20 @@ class M3Config:
     fan_per_scope: int
     fan_rate: float
     fan_seconds: float
+    steps: tuple[str, ...] = ("catchup", "live", "light", "fanout")
 
 
-def m3_config(quick: bool, events: int | None = None, subscriptions: int | None = None) -> M3Config:
+STEPS = ("catchup", "live", "light", "fanout")
+
+
+def m3_config(quick: bool, events: int | None = None, subscriptions: int | None = None,
+              steps: tuple[str, ...] = STEPS) -> M3Config:
     """Full: 200k events, 15 s live, 1,000 subscriptions; quick: 20k events, 5 s, 200 subscriptions."""
     subs = subscriptions or (200 if quick else 1000)
     return M3Config(events=events or (20_000 if quick else 200_000), live_rate=1000.0, light_rate=100.0,
                     live_seconds=5.0 if quick else 15.0, warmup=1.0 if quick else 2.0,
                     fan_scopes=max(1, subs // 10), fan_per_scope=10, fan_rate=1000.0,
-                    fan_seconds=5.0 if quick else 15.0)
+                    fan_seconds=5.0 if quick else 15.0, steps=steps)
 
 
 def log(text: str) -> None:
@@ -107,13 +112,16 @@ def run_suite(servers: Servers, cfg: M3Config) -> dict[str, Any]:
     out: dict[str, Any] = {"cores": os.cpu_count()}
     postgres = listener_pid(servers.admin_url) if servers.private else None
     roots = (postgres,) if postgres else ()
-    _step(out, "catchup", lambda: catchup_benchmark(servers, cfg.events, log), roots)
-    _step(out, "live", lambda: asyncio.run(live_benchmark(servers, cfg.live_rate, cfg.warmup, cfg.live_seconds, log)),
-          roots)
-    _step(out, "light", lambda: asyncio.run(live_benchmark(servers, cfg.light_rate, cfg.warmup,
-                                                           min(cfg.live_seconds, 5.0), log, echo=False)), roots)
-    _step(out, "fanout", lambda: asyncio.run(fanout_benchmark(servers, cfg.fan_scopes, cfg.fan_per_scope,
-                                                              cfg.fan_rate, cfg.warmup, cfg.fan_seconds, log)), roots)
+    steps = {
+        "catchup": lambda: catchup_benchmark(servers, cfg.events, log),
+        "live": lambda: asyncio.run(live_benchmark(servers, cfg.live_rate, cfg.warmup, cfg.live_seconds, log)),
+        "light": lambda: asyncio.run(live_benchmark(servers, cfg.light_rate, cfg.warmup,
+                                                    min(cfg.live_seconds, 5.0), log, echo=False)),
+        "fanout": lambda: asyncio.run(fanout_benchmark(servers, cfg.fan_scopes, cfg.fan_per_scope,
+                                                       cfg.fan_rate, cfg.warmup, cfg.fan_seconds, log)),
+    }
+    for name in cfg.steps:
+        _step(out, name, steps[name], roots)
     return out
 
 

@@ -37,7 +37,7 @@ def service_names(label: str) -> tuple[str, str]:
 
 @contextlib.asynccontextmanager
 async def service_process(servers: Servers, database_url: str, label: str, extra_env: dict[str, str] | None = None,
-                          prepare: Prepare | None = None, answering: tuple[str, ...] = ("writer",),
+                          prepare: Prepare | None = None, answering: tuple[str, ...] = ("writer", "query", "projector", "gateway"),
                           timeout: float = 120.0) -> AsyncIterator[tuple[NATS, str, str, Child]]:
     """(nc, prefix, stream, child) for the service on `database_url`. `prepare(nc, prefix, stream)` runs
     before the process starts; `answering` names the status subjects to wait for."""

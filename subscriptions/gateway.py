@@ -1,14 +1,19 @@
 """The Subscribe gateway: open, deliver (push or poll), ack, resume and close subscriptions.
 
 It leads per partition (advisory lock, like the writer and projector); a standby takes over every open
-subscription from the table and the durable consumers when the leader dies. Subjects (queue group
-`pamledger-subscriptions`): {prefix}.sub.open | ack | poll | resume | close; pushed events go to
+subscription from the `subscriptions` table, each from its stored position, when the leader dies.
+Live delivery fans out in process: one partition feed (subscriptions.feed) reads each new event once
+and offers it to the subscriptions of its scope; a subscription that is behind reads its own catch-up
+consumer until it can join (subscriptions.session). Subjects (queue group `pamledger-subscriptions`):
+{prefix}.sub.open | ack | poll | resume | close | status; pushed events go to
 {prefix}.sub.deliver.<token>.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 import uuid
 from typing import Any
 
@@ -31,8 +36,9 @@ from schemas.errors import InvalidRequest, PamledgerError, ScopeNotFound, Servic
 from schemas.subscriptions import (
     AckRequest, CloseRequest, PollRequest, ResumeRequest, SubscribeRequest, SubscriptionRef, descriptor,
 )
+from subscriptions.feed import PartitionFeed
 from subscriptions.filters import Authorizer
-from subscriptions.session import Session
+from subscriptions.session import READ_BATCH, AccessRevoked, Session
 
 log = structlog.get_logger(__name__)
 _DECODERS: dict[str, Any] = {
@@ -40,6 +46,8 @@ _DECODERS: dict[str, Any] = {
     "poll": msgspec.json.Decoder(PollRequest), "resume": msgspec.json.Decoder(ResumeRequest),
     "close": msgspec.json.Decoder(CloseRequest), "status": msgspec.json.Decoder(SubscriptionRef),
 }
+FLUSH_SECONDS = 0.5  # how often acknowledged positions go to Postgres (a crash re-delivers at most this)
+CATCH_UP_WAIT_SECONDS = 0.1
 
 
 class Gateway:
@@ -51,27 +59,35 @@ class Gateway:
         self.prefix = settings.subject_prefix
         self.sessions: dict[str, Session] = {}
         self.writer = MemoryClient(nc, self.prefix, timeout=10.0)
+        self.feed = PartitionFeed(nc, settings.stream_name, self.prefix, settings.partition, self._revoked)
         self._subs: list[Any] = []
+        self._background: set[asyncio.Task[Any]] = set()
 
     async def serve(self) -> None:
-        """Take over every open subscription, then answer requests until cancelled."""
-        for subscription_id, request, start in await self._open_rows():
-            session = self._session(subscription_id, request, start)
-            await session.attach(None)
-            self._start(session)
-        for name in _DECODERS:
-            self._subs.append(await self.nc.subscribe(f"{self.prefix}.sub.{name}", queue="pamledger-subscriptions",
-                                                      cb=self._handle))
-        log.info("gateway.serving", open_subscriptions=len(self.sessions))
+        """Follow the partition, take over every open subscription, then answer requests until cancelled."""
+        feed_task = asyncio.create_task(self.feed.run())
+        flusher = asyncio.create_task(self._flush_forever())
         try:
+            # Sessions may join the feed only once it follows the stream (see Session: the switch to live).
+            await self.feed.started.wait()
+            for subscription_id, request, position in await self._open_rows():
+                self._start(self._session(subscription_id, request, position))
+            for name in _DECODERS:
+                self._subs.append(await self.nc.subscribe(f"{self.prefix}.sub.{name}",
+                                                          queue="pamledger-subscriptions", cb=self._handle))
+            log.info("gateway.serving", open_subscriptions=len(self.sessions))
             await asyncio.Event().wait()
         finally:
             for sub in self._subs:
-                await sub.unsubscribe()
+                with contextlib.suppress(nats.errors.Error):
+                    await sub.unsubscribe()
+            for task in (feed_task, flusher, *self._background,
+                         *(s.pump_task for s in self.sessions.values() if s.pump_task)):
+                task.cancel()
             for session in list(self.sessions.values()):
-                if session.pump_task:
-                    session.pump_task.cancel()
-                await session.detach()
+                await session.close_reader()
+            with contextlib.suppress(psycopg.Error):
+                await self._flush_positions()
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -112,19 +128,18 @@ class Gateway:
         subscription_id = f"sub:{uuid.uuid4()}"
         session = self._session(subscription_id, request, start)
         described = descriptor(subscription_id, request, start, session.deliver_subject)
-        try:  # the consumer first: if JetStream refuses, nothing was recorded
-            await session.attach(start)
+        try:
             await self.writer.command("open_subscription", {
                 "scope_id": request.scope_id, "subscription_id": subscription_id,
                 "actor": msgspec.to_builtins(request.actor), "subscription": described})
             await self.conn.execute(
-                "INSERT INTO subscriptions (subscription_id, scope_id, request, start_sequence)"
-                " VALUES (%s, %s, %s, %s)", (subscription_id, request.scope_id, msgspec.json.encode(request), start))
+                "INSERT INTO subscriptions (subscription_id, scope_id, request, start_sequence, acked_sequence)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                (subscription_id, request.scope_id, msgspec.json.encode(request), start, start))
         except BaseException:
             self.sessions.pop(subscription_id, None)
-            await session.detach()
-            await session.delete_consumer()
             raise
+        session.stored_position = start
         self._start(session)
         log.info("subscription.opened", subscription_id=subscription_id, start_sequence=start)
         return {**described, "mode": request.delivery.mode, "delivery_subject": session.deliver_subject,
@@ -132,7 +147,7 @@ class Gateway:
 
     async def _ack(self, request: AckRequest) -> dict[str, Any]:
         session = self._get(request.subscription_id)
-        await session.ack(request.ledger_sequence)
+        session.ack(request.ledger_sequence)
         return {"subscription_id": session.id, "acknowledged_sequence": session.client_acked}
 
     async def _poll(self, request: PollRequest) -> dict[str, Any]:
@@ -142,17 +157,18 @@ class Gateway:
                                  details={"subscription_id": session.id})
         deadline = asyncio.get_running_loop().time() + request.wait_ms / 1000
         events: list[Any] = []
-        while len(events) < request.max_events:
+        while len(events) < request.max_events and not session.closing:
             remaining = deadline - asyncio.get_running_loop().time()
-            batch = await self._fetch_checked(session, request.max_events - len(events), max(remaining, 0.05))
-            if session.closing:
+            try:
+                batch, _ = await session.read(request.max_events - len(events), max(remaining, 0.05))
+                for sequence, event, raw in batch:
+                    if session.admit(sequence, event):
+                        events.append({"ledger_sequence": sequence, "event": msgspec.Raw(raw)})
+                        session.last_delivered = sequence
+            except AccessRevoked as revoked:
+                await self._close_revoked(session, revoked.sequence)
                 break
-            for sequence, event, raw in batch:
-                if event is not None:
-                    events.append({"ledger_sequence": sequence, "event": msgspec.Raw(raw)})
-                    session.last_delivered = sequence
-            session.client_acked = session.entries[-1].sequence if session.entries else session.client_acked
-            await session.settle()  # poll acknowledges what it returns
+            session.client_acked = session.scanned  # poll acknowledges what it returns
             if events or remaining <= 0:
                 break
         return {"subscription_id": session.id, "events": events, "last_delivered_sequence": session.last_delivered,
@@ -160,10 +176,9 @@ class Gateway:
 
     async def _resume(self, request: ResumeRequest) -> dict[str, Any]:
         session = self._get(request.subscription_id)
-        if session.pump_task:
-            session.pump_task.cancel()
-        await session.detach()
-        await session.attach(request.after_sequence)
+        await self._stop_pump(session)
+        await session.close_reader()
+        session.reposition(request.after_sequence)
         self._start(session)
         return {"subscription_id": session.id, "delivery_subject": session.deliver_subject,
                 "resumed_after": session.client_acked, "generation": session.generation}
@@ -177,67 +192,110 @@ class Gateway:
     async def _status(self, request: SubscriptionRef) -> dict[str, Any]:
         session = self._get(request.subscription_id)
         return {"subscription_id": session.id, "last_delivered_sequence": session.last_delivered,
-                "acknowledged_sequence": session.client_acked, "unacked": session.unacked()}
+                "acknowledged_sequence": session.client_acked, "unacked": len(session.unacked),
+                "live": session.live}
 
     # -- delivery -------------------------------------------------------------------------------
 
     async def _pump(self, session: Session) -> None:
-        """Push loop: fetch, check, push, settle; keepalives when idle; backpressure per policy."""
-        delivery = session.request.delivery
-        keepalive = (delivery.keepalive_interval_ms or 0) / 1000
-        busy = True
+        """Push loop of one subscription: read until caught up, then drain what the feed buffers; wait for
+        acks at max_unacked (per backpressure policy); keepalives when idle."""
+        keepalive = (session.request.delivery.keepalive_interval_ms or 0) / 1000
         while not session.closing:
             try:
-                if session.unacked() >= delivery.max_unacked and await self._backpressure(session):
-                    continue
-                room = delivery.max_unacked - session.unacked()
-                # Caught up: wait for one event (fetch returns the moment it lands), then take what is
-                # pending in batches; a lingering fetch(n) would otherwise hold events until n arrive.
-                want = min(room, delivery.batching_max_events or 256) if busy else 1
-                batch = await self._fetch_checked(session, want, keepalive or 5.0)
-                busy = bool(batch)
-                if not batch:  # nothing new (or a stale status from nats-py): never spin
-                    await asyncio.sleep(0.01)
-                if not batch and keepalive and not session.closing:
-                    await session.notify("keepalive")
-                for sequence, event, raw in batch:
-                    if event is not None:
-                        await session.push(sequence, raw)
-                await session.settle()
+                if session.room() <= 0:
+                    await self._backpressure(session, keepalive)
+                elif not session.live:
+                    await self._catch_up(session)
+                    await self._keepalive_if_idle(session, keepalive)
+                elif session.buffer:
+                    await session.drain_buffer()
+                else:
+                    await self._wait(session, keepalive or 30.0)
+                    await self._keepalive_if_idle(session, keepalive)
+            except AccessRevoked as revoked:
+                await self._close_revoked(session, revoked.sequence)
+                return
             except (nats.errors.Error, asyncio.TimeoutError) as exc:
                 reraise_if_cancelled()
                 log.warning("subscription.pump_retrying", subscription_id=session.id, error=type(exc).__name__)
+                await session.close_reader()  # reopened from `scanned + 1`
                 await asyncio.sleep(0.5)
-                await self._reattach(session)
 
-    async def _backpressure(self, session: Session) -> bool:
-        """True when the pump should loop again (it waited, dropped or closed)."""
+    async def _catch_up(self, session: Session) -> None:
+        epoch = session.buffer_epoch
+        # Never fetch more than there is room for: what the reader hands over is not handed over again.
+        events, caught_up = await session.read(min(session.room(), READ_BATCH), CATCH_UP_WAIT_SECONDS)
+        for sequence, event, raw in events:
+            await session.deliver(sequence, event, raw)
+        if caught_up and epoch == session.buffer_epoch and not session.closing:
+            # Everything up to this fetch came from the reader; everything after is in the buffer.
+            await session.close_reader()
+            session.live = True
+            await session.drain_buffer()
+
+    async def _backpressure(self, session: Session, keepalive: float) -> None:
         delivery = session.request.delivery
         policy = delivery.backpressure_policy or "close_on_lag"
         if policy == "drop_oldest":
-            await session.drop_oldest()
-            return True
-        if policy == "close_on_lag" and session.oldest_unacked_age() * 1000 > delivery.max_lag_ms:
+            session.drop_oldest()
+        elif policy == "close_on_lag" and session.oldest_unacked_age() * 1000 > delivery.max_lag_ms:
             await self.close(session, "backpressure")
-            return True
-        await asyncio.sleep(0.02)
-        return True
+        else:
+            await self._wait(session, 0.25)
+            await self._keepalive_if_idle(session, keepalive)
 
-    async def _fetch_checked(self, session: Session, limit: int, timeout: float) -> list[Any]:
-        try:
-            return await session.fetch(max(limit, 1), timeout)
-        except PermissionError as denied:
-            log.info("subscription.access_revoked", subscription_id=session.id, at=denied.args[0])
-            await self.close(session, "access_revoked")
-            return []
+    @staticmethod
+    async def _wait(session: Session, seconds: float) -> None:
+        session.wake.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(session.wake.wait(), seconds)
 
-    async def _reattach(self, session: Session) -> None:
-        try:
-            await session.detach()
-            await session.attach(None)
-        except nats.errors.Error as exc:
-            reraise_if_cancelled()
-            log.warning("subscription.reattach_failed", subscription_id=session.id, error=type(exc).__name__)
+    @staticmethod
+    async def _keepalive_if_idle(session: Session, keepalive: float) -> None:
+        if keepalive and not session.closing and time.monotonic() - session.last_sent_at >= keepalive:
+            await session.notify("keepalive")
+
+    def _revoked(self, session: Session, sequence: int) -> None:
+        """The feed found the actor may no longer read `sequence`: close the subscription there."""
+        task = asyncio.create_task(self._close_revoked(session, sequence))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _close_revoked(self, session: Session, sequence: int) -> None:
+        log.info("subscription.access_revoked", subscription_id=session.id, at=sequence)
+        await self.close(session, "access_revoked")
+
+    async def _stop_pump(self, session: Session) -> None:
+        task, session.pump_task = session.pump_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _flush_forever(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_SECONDS)
+            try:
+                await self._flush_positions()
+            except psycopg.Error as exc:
+                log.warning("subscription.flush_failed", error=type(exc).__name__)
+                if self.conn.broken or self.conn.closed:
+                    raise
+
+    async def _flush_positions(self) -> None:
+        """Store acknowledged positions that moved, in one statement."""
+        moved = [s for s in self.sessions.values() if s.client_acked != s.stored_position and not s.closing]
+        if not moved:
+            return
+        positions = {s.id: (s.client_acked, s.last_delivered) for s in moved}
+        await self.conn.execute(
+            "UPDATE subscriptions AS s SET acked_sequence = v.acked, last_delivered_sequence = v.delivered"
+            " FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS v(id, acked, delivered)"
+            " WHERE s.subscription_id = v.id AND s.status = 'open'",
+            (list(positions), [p[0] for p in positions.values()], [p[1] for p in positions.values()]))
+        for session in moved:
+            session.stored_position = positions[session.id][0]
 
     async def close(self, session: Session, reason: str) -> None:
         """Terminal close: a close notice to the subscriber, subscription_closed in the ledger, no more
@@ -245,8 +303,8 @@ class Gateway:
         if session.closing:
             return
         session.closing = reason
-        if session.pump_task and session.pump_task is not asyncio.current_task():
-            session.pump_task.cancel()
+        self.feed.remove(session)
+        await self._stop_pump(session)
         await session.notify("closed", reason=reason)
         await self.writer.command("close_subscription", {
             "scope_id": session.request.scope_id, "subscription_id": session.id,
@@ -254,9 +312,9 @@ class Gateway:
             "last_delivered_sequence": session.last_delivered})
         await self.conn.execute(
             "UPDATE subscriptions SET status = 'closed', close_reason = %s, last_delivered_sequence = %s,"
-            " closed_at = now() WHERE subscription_id = %s", (reason, session.last_delivered, session.id))
-        await session.detach()
-        await session.delete_consumer()
+            " acked_sequence = %s, closed_at = now() WHERE subscription_id = %s",
+            (reason, session.last_delivered, session.client_acked, session.id))
+        await session.close_reader()
         log.info("subscription.closed", subscription_id=session.id, reason=reason,
                  last_delivered_sequence=session.last_delivered)
 
@@ -269,7 +327,9 @@ class Gateway:
         return session
 
     def _start(self, session: Session) -> None:
-        if session.request.delivery.mode == "push":
+        """Push subscriptions join the feed (buffering from now on) and get a pump; poll ones read on poll."""
+        if session.push_mode:
+            self.feed.add(session)
             session.pump_task = asyncio.create_task(self._pump(session))
 
     def _get(self, subscription_id: str) -> Session:
@@ -285,7 +345,9 @@ class Gateway:
         return int(row[0]) if row else 0
 
     async def _open_rows(self) -> list[tuple[str, SubscribeRequest, int]]:
+        """Open subscriptions and the position each resumes from (acknowledged, else where it started)."""
         cur = await self.conn.execute(
-            "SELECT subscription_id, request, start_sequence FROM subscriptions WHERE status = 'open'")
+            "SELECT subscription_id, request, coalesce(acked_sequence, start_sequence) FROM subscriptions"
+            " WHERE status = 'open'")
         decoder = msgspec.json.Decoder(SubscribeRequest)
         return [(r[0], decoder.decode(bytes(r[1])), int(r[2])) for r in await cur.fetchall()]

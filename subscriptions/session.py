@@ -1,9 +1,22 @@
-"""One open subscription on the gateway: its durable consumer, delivery bookkeeping and pump.
+"""One open subscription on the gateway: its position, its catch-up reader, its live buffer and pushes.
 
-Delivery position (what the subscriber acknowledged) lives in the subscription's durable JetStream
-consumer (AckPolicy.ALL): the gateway acks a fetched message only once every event up to it that was
-delivered has been acknowledged by the subscriber. Pushed messages name the previous pushed sequence, so
-a subscriber that lost one (a core-NATS gap) notices and resumes from its last processed event.
+A push subscription is in one of two modes:
+
+- **reading**: it reads the stream itself through a small ephemeral JetStream consumer of its own
+  (filtered to its scope and event classes) from `scanned + 1`. That is catch-up after `open`, after a
+  gateway takeover, after `resume`, and after its live buffer overflowed.
+- **live**: the gateway's one partition feed (subscriptions.feed) hands it each new event of its scope;
+  the event was decoded once for every subscription of that scope.
+
+While reading, the feed's events for the scope are buffered. The session switches to live when a fetch
+*issued after the buffer began* finds nothing more pending: every event up to then came through the
+reader, every later one is in the buffer, so delivery has no gap and no reordering. A buffer that
+overflows is dropped and the reader simply reads on.
+
+Positions: `scanned` (every event up to it was delivered or filtered out), `last_delivered` (the last
+event pushed), `client_acked` (the subscriber processed everything up to it). The gateway stores
+`client_acked` in Postgres every half second; after a crash delivery resumes from there (at least once:
+subscribers deduplicate by event_id / ledger_sequence).
 """
 
 from __future__ import annotations
@@ -11,16 +24,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from dataclasses import dataclass, field
+import uuid
+from collections import deque
 from typing import Any
 
 import msgspec
 import nats
+import nats.js.errors
 import structlog
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
 
 from infra.subjects import scope_token
 from infra.tasks import reraise_if_cancelled
@@ -31,164 +44,195 @@ from subscriptions.filters import Authorizer, matches
 
 log = structlog.get_logger(__name__)
 _decoder = msgspec.json.Decoder(dict[str, Any])
-ACK_WAIT_SECONDS = 600.0
+BUFFER_LIMIT = 20_000  # live events held while reading or while the subscriber is at max_unacked
+READER_IDLE_SECONDS = 120.0  # JetStream deletes a reader nobody pulled from for this long
+READ_BATCH = 256
 
 
-def consumer_name(subscription_id: str) -> str:
+class AccessRevoked(Exception):
+    """The authorizer refused the actor an event: the subscription closes at `sequence`."""
+
+    def __init__(self, sequence: int):
+        super().__init__(sequence)
+        self.sequence = sequence
+
+
+def reader_prefix(subscription_id: str) -> str:
     return "pamsub_" + hashlib.sha256(subscription_id.encode()).hexdigest()[:24]
-
-
-@dataclass
-class Entry:
-    sequence: int
-    msg: Msg
-    pushed: bool
-    at: float = field(default_factory=time.monotonic)
 
 
 class Session:
     """Everything the gateway keeps about one open subscription."""
 
-    def __init__(self, subscription_id: str, request: SubscribeRequest, start_sequence: int, nc: NATS,
+    def __init__(self, subscription_id: str, request: SubscribeRequest, position: int, nc: NATS,
                  stream: str, prefix: str, partition: int, authorizer: Authorizer):
         self.id = subscription_id
         self.request = request
-        self.start_sequence = start_sequence
         self.nc = nc
         self.js = nc.jetstream()
         self.stream = stream
         self.prefix = prefix
         self.partition = partition
         self.authorizer = authorizer
+        self.scope_token = scope_token(request.scope_id)
         self.actor: dict[str, Any] = msgspec.to_builtins(request.actor)  # once, not per event
         self.deliver_subject = f"{prefix}.sub.deliver.{scope_token(subscription_id)}"
-        self.entries: list[Entry] = []
-        self.client_acked = start_sequence
-        self.previous = start_sequence
-        self.last_delivered = start_sequence
+        self.push_mode = request.delivery.mode == "push"
+        self.max_unacked = request.delivery.max_unacked
         self.closing: str | None = None
-        self.pull: Any = None
         self.pump_task: asyncio.Task[None] | None = None
-        self.generation = 0  # bumped by every attach; pushed messages carry it so stale ones are ignored
+        self.wake = asyncio.Event()
+        self.generation = 0  # bumped by every reposition; pushed messages carry it so stale ones are ignored
+        self.stored_position = -1  # what Postgres holds; the gateway flushes when client_acked moves past it
+        self.reader: Any = None
+        self.reader_name: str | None = None
+        self.reposition(position)
 
-    # -- consumer ---------------------------------------------------------------------------------
+    # -- position -------------------------------------------------------------------------------
 
-    async def attach(self, after_sequence: int | None) -> None:
-        """(Re)create the durable consumer to deliver everything after `after_sequence` (default: the
-        acknowledged floor), dropping in-flight bookkeeping."""
-        name = consumer_name(self.id)
-        if after_sequence is None:
-            after_sequence = self.start_sequence
-            try:
-                info = await self.js.consumer_info(self.stream, name)
-                after_sequence = max(after_sequence, int(info.ack_floor.stream_seq))
-            except NotFoundError:
-                pass
-        try:
-            await self.js.delete_consumer(self.stream, name)
-        except NotFoundError:
-            pass
-        base = f"{self.prefix}.ledger.p{self.partition}.{scope_token(self.request.scope_id)}"
-        classes = self.request.filter.event_classes
-        config = ConsumerConfig(
-            durable_name=name, ack_policy=AckPolicy.ALL, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=after_sequence + 1, ack_wait=ACK_WAIT_SECONDS, max_ack_pending=-1,
-            filter_subjects=[f"{base}.{c}" for c in classes] if classes else [f"{base}.>"],
-        )
-        await self.js.add_consumer(self.stream, config)
-        self.pull = await self.js.pull_subscribe_bind(name, self.stream)
-        self.entries.clear()
-        self.client_acked = self.previous = self.last_delivered = after_sequence
+    def reposition(self, after_sequence: int) -> None:
+        """Deliver everything after `after_sequence` next: back to reading, nothing in flight."""
+        self.scanned = self.last_delivered = self.client_acked = self.previous = after_sequence
+        self.unacked: deque[tuple[int, float]] = deque()  # pushed, not yet acknowledged: (sequence, at)
+        self.buffer: deque[tuple[int, dict[str, Any], bytes]] = deque()
+        self.live = False
+        self.draining = False
+        self.buffer_epoch = 0
+        self.last_sent_at = time.monotonic()
         self.generation += 1
+        self.wake.set()
 
-    async def detach(self) -> None:
-        if self.pull is not None:
-            try:
-                await self.pull.unsubscribe()
-            except nats.errors.Error:
-                pass
-            self.pull = None
-
-    async def delete_consumer(self) -> None:
-        try:
-            await self.js.delete_consumer(self.stream, consumer_name(self.id))
-        except (NotFoundError, nats.errors.Error):
-            pass
-
-    # -- fetching and checking ------------------------------------------------------------------
-
-    async def fetch(self, limit: int, timeout: float) -> list[tuple[int, dict[str, Any] | None, bytes]]:
-        """Fetch, check and track up to `limit` events: (sequence, event or None if filtered out, bytes).
-        Raises PermissionError when the actor may no longer read an event."""
-        try:
-            msgs = await self.pull.fetch(limit, timeout=timeout)
-        except asyncio.TimeoutError:
-            reraise_if_cancelled()
-            return []
-        out: list[tuple[int, dict[str, Any] | None, bytes]] = []
-        seen = self.entries[-1].sequence if self.entries else self.client_acked
-        for msg in msgs:
-            sequence = msg.metadata.sequence.stream
-            if sequence <= seen:
-                continue  # a redelivery of something already tracked
-            event = _decoder.decode(msg.data)
-            if not self.authorizer.allows(self.actor, self.request.scope_id, event):
-                raise PermissionError(sequence)
-            wanted = matches(self.request.filter, event)
-            self.entries.append(Entry(sequence, msg, wanted))
-            out.append((sequence, event if wanted else None, msg.data))
-            seen = sequence
-        return out
-
-    def unacked(self) -> int:
-        return sum(1 for e in self.entries if e.pushed and e.sequence > self.client_acked)
+    def room(self) -> int:
+        return self.max_unacked - len(self.unacked)
 
     def oldest_unacked_age(self) -> float:
-        for entry in self.entries:
-            if entry.pushed and entry.sequence > self.client_acked:
-                return time.monotonic() - entry.at
-        return 0.0
+        return time.monotonic() - self.unacked[0][1] if self.unacked else 0.0
 
-    # -- acknowledgements -----------------------------------------------------------------------
+    # -- the live feed --------------------------------------------------------------------------
 
-    async def ack(self, sequence: int) -> None:
-        """The subscriber processed everything up to `sequence` (cumulative)."""
-        if sequence > self.client_acked:
-            if not any(e.pushed and e.sequence == sequence for e in self.entries):
-                raise InvalidRequest("ack for an event this subscription never delivered",
-                                     details={"subscription_id": self.id, "ledger_sequence": sequence})
-            self.client_acked = sequence
-        await self.settle()
+    async def offer(self, sequence: int, event: dict[str, Any], raw: bytes) -> None:
+        """A new event of this scope from the partition feed (in stream order)."""
+        if self.closing or sequence <= self.scanned:
+            return
+        if self.live and not self.buffer and not self.draining and self.room() > 0:
+            await self.deliver(sequence, event, raw)
+            return
+        if len(self.buffer) >= BUFFER_LIMIT:
+            # Too far behind to hold live events: drop them and read them from the stream later.
+            self.buffer.clear()
+            self.buffer_epoch += 1
+            self.live = False
+        else:
+            self.buffer.append((sequence, event, raw))
+        self.wake.set()
 
-    async def settle(self) -> None:
-        """Ack to JetStream through the last entry that needs nothing more from the subscriber."""
-        upto = -1
-        for index, entry in enumerate(self.entries):
-            if entry.pushed and entry.sequence > self.client_acked:
-                break
-            upto = index
-        if upto >= 0:
-            await self.entries[upto].msg.ack()
-            del self.entries[: upto + 1]
+    # -- delivery -------------------------------------------------------------------------------
 
-    async def drop_oldest(self) -> None:
-        """backpressure_policy drop_oldest: give up on the oldest unacknowledged delivery."""
-        for entry in self.entries:
-            if entry.pushed and entry.sequence > self.client_acked:
-                self.client_acked = entry.sequence
-                break
-        await self.settle()
+    def admit(self, sequence: int, event: dict[str, Any]) -> bool:
+        """The per-event checks, authorization first: True when the event is to be delivered. Either way
+        the event counts as scanned. Raises AccessRevoked when the actor may no longer read it."""
+        if not self.authorizer.allows(self.actor, self.request.scope_id, event):
+            raise AccessRevoked(sequence)
+        self.scanned = sequence
+        return matches(self.request.filter, event)
 
-    # -- push -----------------------------------------------------------------------------------
-
-    async def push(self, sequence: int, raw: bytes) -> None:
+    async def deliver(self, sequence: int, event: dict[str, Any], raw: bytes) -> bool:
+        """Push one event if it passes `admit`. Raises AccessRevoked."""
+        if not self.admit(sequence, event):
+            return False
         body = canonical_bytes({"type": "event", "subscription_id": self.id, "ledger_sequence": sequence,
                                 "previous_sequence": self.previous, "generation": self.generation,
                                 "event": msgspec.Raw(raw)})
-        await self.nc.publish(self.deliver_subject, body, headers={"Pam-Ledger-Sequence": str(sequence)})
         self.previous = self.last_delivered = sequence
+        self.unacked.append((sequence, time.monotonic()))
+        self.last_sent_at = time.monotonic()
+        await self.nc.publish(self.deliver_subject, body, headers={"Pam-Ledger-Sequence": str(sequence)})
+        return True
+
+    async def drain_buffer(self) -> None:
+        """Push buffered live events while there is room."""
+        self.draining = True
+        try:
+            while self.buffer and self.room() > 0 and not self.closing:
+                sequence, event, raw = self.buffer.popleft()
+                if sequence > self.scanned:
+                    await self.deliver(sequence, event, raw)
+        finally:
+            self.draining = False
 
     async def notify(self, kind: str, **fields: Any) -> None:
         body = canonical_bytes({"type": kind, "subscription_id": self.id, "generation": self.generation,
                                 "last_delivered_sequence": self.last_delivered, **fields})
+        self.last_sent_at = time.monotonic()
         await self.nc.publish(self.deliver_subject, body)
+
+    # -- acknowledgements -----------------------------------------------------------------------
+
+    def ack(self, sequence: int) -> None:
+        """The subscriber processed everything up to `sequence` (cumulative)."""
+        if sequence <= self.client_acked:
+            return
+        if not any(s == sequence for s, _ in self.unacked):
+            raise InvalidRequest("ack for an event this subscription never delivered",
+                                 details={"subscription_id": self.id, "ledger_sequence": sequence})
+        while self.unacked and self.unacked[0][0] <= sequence:
+            self.unacked.popleft()
+        self.client_acked = sequence
+        self.wake.set()
+
+    def drop_oldest(self) -> None:
+        """backpressure_policy drop_oldest: give up on the oldest unacknowledged delivery."""
+        if self.unacked:
+            self.client_acked = max(self.client_acked, self.unacked.popleft()[0])
+
+    def position(self) -> int:
+        """Where delivery resumes after a gateway restart: acknowledged (push) or returned (poll)."""
+        return self.client_acked
+
+    # -- the reader (catch-up and poll) ---------------------------------------------------------
+
+    async def read(self, limit: int, timeout: float) -> tuple[list[tuple[int, dict[str, Any], bytes]], bool]:
+        """Up to `limit` events after `scanned` from this subscription's own consumer, and whether the
+        stream had nothing more pending for it when the fetch was answered."""
+        if self.reader is None:
+            await self._open_reader()
+        try:
+            msgs = await self.reader.fetch(max(limit, 1), timeout=timeout)
+        except asyncio.TimeoutError:
+            reraise_if_cancelled()
+            return [], True
+        out: list[tuple[int, dict[str, Any], bytes]] = []
+        pending = 1
+        for msg in msgs:
+            meta = msg.metadata
+            pending = meta.num_pending
+            sequence = meta.sequence.stream
+            if sequence > self.scanned and (not out or sequence > out[-1][0]):
+                out.append((sequence, _decoder.decode(msg.data), msg.data))
+        return out, pending == 0
+
+    async def _open_reader(self) -> None:
+        base = f"{self.prefix}.ledger.p{self.partition}.{self.scope_token}"
+        classes = self.request.filter.event_classes
+        self.reader_name = f"{reader_prefix(self.id)}_{uuid.uuid4().hex[:8]}"
+        config = ConsumerConfig(
+            name=self.reader_name, ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=self.scanned + 1, inactive_threshold=READER_IDLE_SECONDS, mem_storage=True,
+            filter_subjects=[f"{base}.{c}" for c in classes] if classes else [f"{base}.>"],
+        )
+        await self.js.add_consumer(self.stream, config)
+        self.reader = await self.js.pull_subscribe_bind(self.reader_name, self.stream)
+
+    async def close_reader(self) -> None:
+        """Stop reading: unsubscribe and delete the consumer (best effort; JetStream expires it anyway)."""
+        reader, name, self.reader, self.reader_name = self.reader, self.reader_name, None, None
+        if reader is not None:
+            try:
+                await reader.unsubscribe()
+            except nats.errors.Error:
+                pass
+        if name is not None:
+            try:
+                await self.js.delete_consumer(self.stream, name)
+            except (nats.js.errors.NotFoundError, nats.errors.Error):
+                pass

@@ -118,11 +118,13 @@ async def running_service(env: Env, authorizer: Any = None) -> AsyncIterator[Non
 
 
 async def _answers(client: Any) -> bool:
+    """Every role answers its status subject (the writer, projector and gateway only once they lead)."""
     from memory_client.client import PamspecError
 
     client.retries = 0
     try:
-        await client.status("writer")
+        for role in ("writer", "query", "projector", "gateway"):
+            await client.status(role)
         return True
     except PamspecError:
         return False

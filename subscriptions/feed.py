@@ -1,0 +1,119 @@
+"""The gateway's one live feed of a partition: every new ledger event, read once, handed to the live
+subscriptions of its scope.
+
+One ephemeral JetStream consumer (no acks) follows `{prefix}.ledger.p{partition}.>` from the stream's
+tail. For each message the scope comes from the subject, so an event of a scope nobody subscribes to is
+never decoded; otherwise it is decoded once and offered to each subscription of the scope in stream
+order. When the consumer is lost (NATS restart, stream rebuilt) the feed recreates it from the last
+sequence it handed out, so it never skips an event: subscriptions that were reading meanwhile find the
+rest in their buffers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import nats
+import nats.js.errors
+import structlog
+from nats.aio.client import Client as NATS
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from infra.tasks import reraise_if_cancelled
+from subscriptions.session import AccessRevoked, Session
+
+log = structlog.get_logger(__name__)
+_decoder = msgspec.json.Decoder(dict[str, Any])
+BATCH = 512
+IDLE_WAIT_SECONDS = 5.0
+RETRY_SECONDS = 0.5
+
+
+class PartitionFeed:
+    """Follows the partition's stream subjects and dispatches to `Session.offer`."""
+
+    def __init__(self, nc: NATS, stream: str, prefix: str, partition: int,
+                 on_revoked: Callable[[Session, int], None]):
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.stream = stream
+        self.subject = f"{prefix}.ledger.p{partition}.>"
+        self.on_revoked = on_revoked
+        self.position = -1  # the last stream sequence handed out; -1 until the feed knows the tail
+        self.by_scope: dict[str, set[Session]] = {}
+        self.started = asyncio.Event()
+        self.dispatched = 0
+
+    def add(self, session: Session) -> None:
+        self.by_scope.setdefault(session.scope_token, set()).add(session)
+
+    def remove(self, session: Session) -> None:
+        sessions = self.by_scope.get(session.scope_token)
+        if sessions is not None:
+            sessions.discard(session)
+            if not sessions:
+                del self.by_scope[session.scope_token]
+
+    async def run(self) -> None:
+        """Follow the stream forever, recreating the consumer (from `position + 1`) whenever it fails."""
+        while True:
+            name: str | None = None
+            try:
+                if self.position < 0:
+                    self.position = (await self.js.stream_info(self.stream)).state.last_seq
+                name = f"pamfeed_{uuid.uuid4().hex[:12]}"
+                await self.js.add_consumer(self.stream, ConsumerConfig(
+                    name=name, ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                    opt_start_seq=self.position + 1, filter_subject=self.subject, inactive_threshold=60.0,
+                    mem_storage=True))
+                pull = await self.js.pull_subscribe_bind(name, self.stream)
+                self.started.set()
+                log.info("feed.following", stream=self.stream, after_sequence=self.position)
+                await self._follow(pull)
+            except (nats.errors.Error, asyncio.TimeoutError) as exc:
+                reraise_if_cancelled()
+                log.warning("feed.retrying", error=type(exc).__name__, position=self.position)
+                await asyncio.sleep(RETRY_SECONDS)
+            finally:
+                if name is not None:
+                    asyncio.ensure_future(self._delete(name))
+
+    async def _follow(self, pull: Any) -> None:
+        busy = False
+        while True:
+            try:
+                # Caught up: one lingering request answered the moment an event lands; behind: batches.
+                msgs = await pull.fetch(BATCH if busy else 1, timeout=0.05 if busy else IDLE_WAIT_SECONDS)
+            except asyncio.TimeoutError:
+                reraise_if_cancelled()
+                busy = False
+                continue
+            busy = True
+            for msg in msgs:
+                await self._dispatch(msg)
+
+    async def _dispatch(self, msg: Any) -> None:
+        sequence = msg.metadata.sequence.stream
+        if sequence <= self.position:
+            return
+        sessions = self.by_scope.get(msg.subject.rsplit(".", 2)[1])
+        if sessions:
+            event = _decoder.decode(msg.data)
+            for session in list(sessions):
+                try:
+                    await session.offer(sequence, event, msg.data)
+                except AccessRevoked as revoked:
+                    self.remove(session)
+                    self.on_revoked(session, revoked.sequence)
+        self.position = sequence
+        self.dispatched += 1
+
+    async def _delete(self, name: str) -> None:
+        try:
+            await self.js.delete_consumer(self.stream, name)
+        except (nats.js.errors.NotFoundError, nats.errors.Error):
+            pass

@@ -162,8 +162,7 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
                 await _wait_for_lock(conn, gateway_lock_key(settings.partition), settings, "gateway")
-                async with answering_status(nc, settings, "gateway"):
-                    await Gateway(settings, nc, conn, authorizer).serve()
+                await Gateway(settings, nc, conn, authorizer).serve()  # answers status.gateway once serving
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             log.warning("gateway.lost_database", error=type(exc).__name__)
         except Exception:  # noqa: BLE001 - restart and take the subscriptions over again

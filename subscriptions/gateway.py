@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 import uuid
 from typing import Any
@@ -29,6 +30,7 @@ from command_handler.intake import error_reply
 from command_handler.store import HEAD_SQL
 from infra.db_errors import map_db_error
 from infra.settings import Settings
+from infra.subjects import status_subject
 from infra.tasks import reraise_if_cancelled
 from memory_client.client import MemoryClient, PamspecError
 from schemas.canonical import canonical_bytes
@@ -75,6 +77,9 @@ class Gateway:
             for name in _DECODERS:
                 self._subs.append(await self.nc.subscribe(f"{self.prefix}.sub.{name}",
                                                           queue="pamledger-subscriptions", cb=self._handle))
+            # Last: `status.gateway` answering means requests are served.
+            self._subs.append(await self.nc.subscribe(status_subject(self.prefix, "gateway"), cb=self._leader_status))
+            await self.nc.flush()
             log.info("gateway.serving", open_subscriptions=len(self.sessions))
             await asyncio.Event().wait()
         finally:
@@ -88,6 +93,13 @@ class Gateway:
                 await session.close_reader()
             with contextlib.suppress(psycopg.Error):
                 await self._flush_positions()
+
+    async def _leader_status(self, msg: Msg) -> None:
+        live = sum(1 for s in self.sessions.values() if s.live)
+        await msg.respond(canonical_bytes({"result": {
+            "role": "gateway", "leader": True, "partition": self.settings.partition, "pid": os.getpid(),
+            "open_subscriptions": len(self.sessions), "live_subscriptions": live,
+            "feed_sequence": self.feed.position}}))
 
     # -- requests -------------------------------------------------------------------------------
 

@@ -128,8 +128,9 @@ class MemoryClient:
             opened = await self.subscription_request("resume", {"subscription_id": subscription_id,
                                                                 "after_sequence": after_sequence})
         else:
+            # One operation id for every retry: a retried open returns the subscription the first one made.
             body: dict[str, Any] = {"scope_id": scope_id, "actor": actor, "filter": filter or {},
-                                    "delivery": delivery}
+                                    "delivery": delivery, "operation_id": f"op:{uuid.uuid4()}"}
             if after_sequence is not None:
                 body["after_sequence"] = after_sequence
             opened = await self.subscription_request("open", body)

@@ -34,7 +34,7 @@ from infra.subjects import status_subject
 from infra.tasks import reraise_if_cancelled
 from memory_client.client import MemoryClient, PamspecError
 from schemas.canonical import canonical_bytes
-from schemas.errors import InvalidRequest, PamledgerError, ScopeNotFound, ServiceUnavailable
+from schemas.errors import DuplicateOperation, InvalidRequest, PamledgerError, ScopeNotFound, ServiceUnavailable
 from schemas.subscriptions import (
     AckRequest, CloseRequest, PollRequest, ResumeRequest, SubscribeRequest, SubscriptionRef, descriptor,
 )
@@ -64,6 +64,8 @@ class Gateway:
         self.feed = PartitionFeed(nc, settings.stream_name, self.prefix, settings.partition, self._revoked)
         self._subs: list[Any] = []
         self._background: set[asyncio.Task[Any]] = set()
+        # Closes decided but not yet in the ledger: subscription_id -> (request, reason, last delivered).
+        self._closing: dict[str, tuple[SubscribeRequest, str, int]] = {}
 
     async def serve(self) -> None:
         """Follow the partition, take over every open subscription, then answer requests until cancelled."""
@@ -74,6 +76,7 @@ class Gateway:
             await self.feed.started.wait()
             for subscription_id, request, position in await self._open_rows():
                 self._start(self._session(subscription_id, request, position))
+            self._closing.update(await self._closing_rows())
             for name in _DECODERS:
                 self._subs.append(await self.nc.subscribe(f"{self.prefix}.sub.{name}",
                                                           queue="pamledger-subscriptions", cb=self._handle))
@@ -132,6 +135,10 @@ class Gateway:
             await msg.respond(body)
 
     async def _open(self, request: SubscribeRequest) -> dict[str, Any]:
+        if request.operation_id is not None:
+            earlier = await self._opened_by(request)
+            if earlier is not None:
+                return earlier
         head = await self._head_of(request.scope_id)
         if request.after_sequence is not None and request.after_sequence > head:
             raise InvalidRequest("after_sequence is beyond the ledger head",
@@ -145,17 +152,38 @@ class Gateway:
                 "scope_id": request.scope_id, "subscription_id": subscription_id,
                 "actor": msgspec.to_builtins(request.actor), "subscription": described})
             await self.conn.execute(
-                "INSERT INTO subscriptions (subscription_id, scope_id, request, start_sequence, acked_sequence)"
-                " VALUES (%s, %s, %s, %s, %s)",
-                (subscription_id, request.scope_id, msgspec.json.encode(request), start, start))
+                "INSERT INTO subscriptions (subscription_id, scope_id, request, start_sequence, acked_sequence,"
+                " operation_id) VALUES (%s, %s, %s, %s, %s, %s)",
+                (subscription_id, request.scope_id, msgspec.json.encode(request), start, start,
+                 request.operation_id))
         except BaseException:
             self.sessions.pop(subscription_id, None)
             raise
         session.stored_position = start
         self._start(session)
         log.info("subscription.opened", subscription_id=subscription_id, start_sequence=start)
-        return {**described, "mode": request.delivery.mode, "delivery_subject": session.deliver_subject,
-                "generation": session.generation}
+        return self._opened(session, start)
+
+    def _opened(self, session: Session, start: int) -> dict[str, Any]:
+        request = session.request
+        return {**descriptor(session.id, request, start, session.deliver_subject), "mode": request.delivery.mode,
+                "delivery_subject": session.deliver_subject, "generation": session.generation}
+
+    async def _opened_by(self, request: SubscribeRequest) -> dict[str, Any] | None:
+        """A retried open (same operation_id) gets the subscription its first attempt made."""
+        cur = await self.conn.execute("SELECT subscription_id, request, start_sequence FROM subscriptions"
+                                      " WHERE operation_id = %s", (request.operation_id,))
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        if bytes(row[1]) != msgspec.json.encode(request):
+            raise DuplicateOperation("operation_id was already used to open a different subscription",
+                                     details={"operation_id": request.operation_id, "subscription_id": row[0]})
+        session = self.sessions.get(row[0])
+        if session is None or session.closing:
+            raise InvalidRequest("the subscription this operation opened is closed",
+                                 details={"operation_id": request.operation_id, "subscription_id": row[0]})
+        return self._opened(session, int(row[2]))
 
     async def _ack(self, request: AckRequest) -> dict[str, Any]:
         session = self._get(request.subscription_id)
@@ -290,6 +318,7 @@ class Gateway:
             await asyncio.sleep(FLUSH_SECONDS)
             try:
                 await self._flush_positions()
+                await self._finish_pending_closes()
             except psycopg.Error as exc:
                 log.warning("subscription.flush_failed", error=type(exc).__name__)
                 if self.conn.broken or self.conn.closed:
@@ -310,25 +339,50 @@ class Gateway:
             session.stored_position = positions[session.id][0]
 
     async def close(self, session: Session, reason: str) -> None:
-        """Terminal close: a close notice to the subscriber, subscription_closed in the ledger, no more
-        delivery."""
+        """Terminal close: no more delivery, a close notice to the subscriber, then subscription_closed in
+        the ledger. The table says 'closing' first, so a close whose ledger entry could not be written yet
+        (writer down, gateway crash) is finished later, also by the next leader, and never resumes."""
         if session.closing:
             return
         session.closing = reason
         self.feed.remove(session)
         await self._stop_pump(session)
-        await session.notify("closed", reason=reason)
-        await self.writer.command("close_subscription", {
-            "scope_id": session.request.scope_id, "subscription_id": session.id,
-            "actor": msgspec.to_builtins(session.request.actor), "reason": reason,
-            "last_delivered_sequence": session.last_delivered})
         await self.conn.execute(
-            "UPDATE subscriptions SET status = 'closed', close_reason = %s, last_delivered_sequence = %s,"
+            "UPDATE subscriptions SET status = 'closing', close_reason = %s, last_delivered_sequence = %s,"
             " acked_sequence = %s, closed_at = now() WHERE subscription_id = %s",
             (reason, session.last_delivered, session.client_acked, session.id))
         await session.close_reader()
+        with contextlib.suppress(nats.errors.Error):
+            await session.notify("closed", reason=reason)
+        self.sessions.pop(session.id, None)
+        self._closing[session.id] = (session.request, reason, session.last_delivered)
+        await self._finish_close(session.id)
         log.info("subscription.closed", subscription_id=session.id, reason=reason,
                  last_delivered_sequence=session.last_delivered)
+
+    async def _finish_close(self, subscription_id: str) -> bool:
+        """Write the subscription_closed ledger entry of a 'closing' subscription, then mark it closed."""
+        request, reason, last = self._closing[subscription_id]
+        try:
+            await self.writer.command("close_subscription", {
+                "scope_id": request.scope_id, "subscription_id": subscription_id,
+                "actor": msgspec.to_builtins(request.actor), "reason": reason, "last_delivered_sequence": last})
+        except PamspecError as exc:
+            if exc.code == "service_unavailable":
+                log.warning("subscription.close_pending", subscription_id=subscription_id, error=exc.message)
+                return False
+            # The writer refused the entry (a bug, not an outage): retrying cannot help; say so loudly.
+            log.error("subscription.close_entry_refused", subscription_id=subscription_id, code=exc.code,
+                      error=exc.message)
+        await self.conn.execute("UPDATE subscriptions SET status = 'closed' WHERE subscription_id = %s"
+                                " AND status = 'closing'", (subscription_id,))
+        del self._closing[subscription_id]
+        return True
+
+    async def _finish_pending_closes(self) -> None:
+        for subscription_id in list(self._closing):
+            if not await self._finish_close(subscription_id):
+                return  # the writer is still away: try again next round
 
     # -- bookkeeping ----------------------------------------------------------------------------
 
@@ -363,3 +417,11 @@ class Gateway:
             " WHERE status = 'open'")
         decoder = msgspec.json.Decoder(SubscribeRequest)
         return [(r[0], decoder.decode(bytes(r[1])), int(r[2])) for r in await cur.fetchall()]
+
+    async def _closing_rows(self) -> dict[str, tuple[SubscribeRequest, str, int]]:
+        """Closes an earlier leader decided but could not write to the ledger."""
+        cur = await self.conn.execute(
+            "SELECT subscription_id, request, close_reason, last_delivered_sequence FROM subscriptions"
+            " WHERE status = 'closing'")
+        decoder = msgspec.json.Decoder(SubscribeRequest)
+        return {r[0]: (decoder.decode(bytes(r[1])), str(r[2]), int(r[3])) for r in await cur.fetchall()}

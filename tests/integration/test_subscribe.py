@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from memory_client.client import MemoryClient, PamspecError
-from tests.conftest import ACTOR, PROVENANCE, Env, fresh_database, fresh_settings, running_service
+from tests.conftest import ACTOR, PROVENANCE, Env, fresh_database, fresh_settings, running_service, wait_for
 
 SCOPE = "workspace:subs"
 
@@ -217,3 +217,52 @@ async def test_a_slow_subscriber_whose_live_buffer_overflows_still_gets_every_ev
     assert [p["event"]["object_id"] for p in got] == [o["object_id"] for o in created]
     await raw.unsubscribe()
     await client.subscription_request("close", {"subscription_id": opened["subscription_id"], "reason": "unsubscribed"})
+
+
+async def test_a_retried_open_returns_the_subscription_the_first_attempt_made(client: MemoryClient,
+                                                                             service: Env) -> None:
+    body = {"scope_id": SCOPE, "actor": ACTOR, "operation_id": "op:test-retried-open",
+            "delivery": {"mode": "poll"}}
+    first = await client.subscription_request("open", body)
+    again = await client.subscription_request("open", body)
+    assert again["subscription_id"] == first["subscription_id"]
+    assert again["start_sequence"] == first["start_sequence"]
+    with pytest.raises(PamspecError) as err:
+        await client.subscription_request("open", {**body, "filter": {"object_type": "claim"}})
+    assert err.value.code == "duplicate_operation"
+    async with await psycopg.AsyncConnection.connect(service.database_url) as conn:
+        cur = await conn.execute("SELECT count(*) FROM subscriptions WHERE operation_id = %s",
+                                 ("op:test-retried-open",))
+        assert (await cur.fetchone()) == (1,)
+    await client.subscription_request("close", {"subscription_id": first["subscription_id"]})
+
+
+async def test_a_close_left_unfinished_by_a_dead_gateway_is_finished_by_the_next_and_never_resumed(
+        servers: Any) -> None:
+    """The gateway marks a subscription 'closing' before it writes subscription_closed; if it dies (or the
+    writer is away) in between, the next leader writes the entry and does not deliver again."""
+    env = Env(servers, fresh_database(servers, "closing"), fresh_settings("closing"))
+    async with running_service(env):
+        client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
+        await client.create_scope(SCOPE)
+        opened = await client.subscription_request("open", {"scope_id": SCOPE, "actor": ACTOR})
+        await client.close()
+    async with await psycopg.AsyncConnection.connect(env.database_url, autocommit=True) as conn:
+        await conn.execute("UPDATE subscriptions SET status = 'closing', close_reason = 'unsubscribed'"
+                           " WHERE subscription_id = %s", (opened["subscription_id"],))
+        async with running_service(env):
+            client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
+
+            async def closed() -> bool:
+                cur = await conn.execute("SELECT status FROM subscriptions WHERE subscription_id = %s",
+                                         (opened["subscription_id"],))
+                return (await cur.fetchone()) == ("closed",)
+
+            await wait_for(closed, timeout=30)
+            with pytest.raises(PamspecError) as err:
+                await client.subscription_request("status", {"subscription_id": opened["subscription_id"]})
+            assert err.value.code == "invalid_request"
+            await client.close()
+        cur = await conn.execute("SELECT event_type FROM ledger WHERE convert_from(event, 'UTF8') LIKE %s"
+                                 " ORDER BY ledger_sequence", (f"%{opened['subscription_id']}%",))
+        assert [r[0] for r in await cur.fetchall()] == ["subscription_opened", "subscription_closed"]

@@ -13,13 +13,11 @@ import statistics
 import time
 from typing import Any
 
-import msgspec
 import psycopg
 
 from projector.rows import Row, current_row, fold
 from projector.store import stage_and_merge
 
-_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
 async def explain_projector_merge(database_url: str, events: int = 1000) -> dict[str, Any]:
@@ -35,7 +33,7 @@ async def explain_projector_merge(database_url: str, events: int = 1000) -> dict
                                  (events,))
         rows: dict[tuple[str, str], Row] = {}
         for sequence, event in reversed(await cur.fetchall()):
-            fold(rows, current_row(_decoder.decode(bytes(event)), sequence))
+            fold(rows, current_row(bytes(event), sequence))
         count = (await (await conn.execute("SELECT count(*) FROM content_store")).fetchone() or (0,))[0]
         t0 = time.perf_counter()
         try:

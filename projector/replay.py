@@ -9,10 +9,12 @@ is current), while Query keeps answering.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -20,11 +22,11 @@ import psycopg
 from psycopg import sql
 
 from command_handler.store import HEAD_SQL
-from projector.rows import Row, current_row, fold
-from projector.store import PROJECTION, stage_and_merge
+from projector.rows import COLUMNS, Row, current_row, fold
+from schemas.canonical import canonical_bytes
+from projector.store import PROJECTION, precompute_search, stage_and_merge
 
 Progress = Callable[[dict[str, Any]], None]
-_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
 class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,8 +49,13 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
         started = time.perf_counter()
         await conn.execute(sql.SQL("CREATE TABLE {} (LIKE current_objects INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
                                    ).format(sql.Identifier(table)))
+        search_table = f"replay_search_{uuid.uuid4().hex[:8]}"
+        # Full-text vectors depend on content only: another connection computes them while this one reads.
+        side = await psycopg.AsyncConnection.connect(database_url, autocommit=True)
+        vectors = asyncio.create_task(precompute_search(side, search_table, options.scope_id))
         try:
-            events = await _rebuild(conn, table, options.scope_id, 0, head, progress)
+            events, digest = await _rebuild(conn, table, options.scope_id, 0, head, progress,
+                                            (vectors, search_table))
             report: dict[str, Any] = {"table": table, "through_sequence": head, "events": events,
                                       "scope_id": options.scope_id}
             if options.verify or options.swap:
@@ -56,18 +63,29 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
                 report.update(await _settle(conn, table, options, head, progress))
             final = PROJECTION if options.swap else table
             report["table"] = final
-            report["digest"], report["rows"] = await projection_digest(conn, final, options.scope_id)
+            if options.verify or options.swap or digest is None:  # the table may have caught up since
+                digest = await projection_digest(conn, final, options.scope_id)
+            report["digest"], report["rows"] = digest
             seconds = time.perf_counter() - started
             report.update(seconds=round(seconds, 3), events_per_second=round(events / seconds) if seconds else 0)
             return report
         finally:
+            if not vectors.done():
+                vectors.cancel()
+                with contextlib.suppress(asyncio.CancelledError, psycopg.Error):
+                    await vectors
+            await side.close()
+            await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(search_table)))
             if not (options.keep or options.swap):
                 await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
 
 
 async def _rebuild(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None, after: int, through: int,
-                   progress: Progress | None) -> int:
-    """Fold events (after, through] into `table`; returns how many events were read."""
+                   progress: Progress | None, vectors: tuple[asyncio.Task[None], str] | None = None,
+                   ) -> tuple[int, tuple[str, int] | None]:
+    """Fold events (after, through] into `table`. `vectors`: search vectors being precomputed (task,
+    table), taken instead of computing them in the insert. Returns how many events were read and, for a
+    first load (after == 0), the digest of the rows it wrote."""
     rows: dict[tuple[str, str], Row] = {}
     query = ("SELECT ledger_sequence, event FROM ledger WHERE partition = 0 AND ledger_sequence > {after}"
              " AND ledger_sequence <= {through}{scope} ORDER BY ledger_sequence")
@@ -78,16 +96,23 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str
     async with cur.copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(statement)) as copy:
         copy.set_types(["int8", "bytea"])
         async for sequence, event in copy.rows():
-            fold(rows, current_row(_decoder.decode(event), sequence))
+            fold(rows, current_row(event, sequence))
             count += 1
             if progress and count % 50_000 == 0 and time.perf_counter() - last_report > 1.0:
                 last_report = time.perf_counter()
                 progress({"phase": "reading", "events": count, "at_sequence": sequence, "through": through})
     if progress:
         progress({"phase": "writing", "events": count, "rows": len(rows)})
+    search_table = None
+    if vectors is not None:
+        await vectors[0]
+        search_table = vectors[1]
+    final = list(rows.values())
+    # The digest of a first load is the digest of these rows: a thread hashes them while Postgres writes.
+    digesting = asyncio.create_task(asyncio.to_thread(folded_digest, final)) if after == 0 else None
     async with conn.transaction():  # the first load has one row per object and no key yet: plain insert
-        await stage_and_merge(conn, list(rows.values()), table, upsert=after > 0)
-    return count
+        await stage_and_merge(conn, final, table, upsert=after > 0, search_table=search_table)
+    return count, (await digesting if digesting is not None else None)
 
 
 async def _settle(conn: psycopg.AsyncConnection[Any], table: str, options: ReplayOptions, head: int,
@@ -160,20 +185,41 @@ async def _swap(conn: psycopg.AsyncConnection[Any], table: str) -> None:
             sql.Identifier(f"{table}_{suffix}"), sql.Identifier(f"current_objects_{suffix}")))
 
 
+_KEY = (COLUMNS.index("scope_id"), COLUMNS.index("object_id"), COLUMNS.index("ledger_sequence"),
+        COLUMNS.index("content_digest"), COLUMNS.index("meta"))
+
+
+def rows_digest(parts: Iterable[tuple[str, str, int, str | None, bytes]]) -> tuple[str, int]:
+    """The projection digest: sha256 over (scope_id, object_id, ledger_sequence, content_digest, meta) per
+    row, in (scope_id, object_id) code-point order. Every other column is derived from these (meta is the
+    canonical envelope; the full-text vector from the content the digest names), so equal digests mean
+    equal projections; `--verify` still compares every column."""
+    digest, count = hashlib.sha256(), 0
+    for scope_id, object_id, ledger_sequence, content_digest, meta in sorted(parts, key=lambda p: (p[0], p[1])):
+        digest.update(canonical_bytes([scope_id, object_id, ledger_sequence, content_digest, msgspec.Raw(meta)]))
+        digest.update(b"\n")
+        count += 1
+    return "sha256:" + digest.hexdigest(), count
+
+
+def folded_digest(rows: Iterable[Row]) -> tuple[str, int]:
+    """`rows_digest` of rows still in memory (a replay digests what it writes while Postgres writes it)."""
+    a, b, c, d, e = _KEY
+    return rows_digest((r[a], r[b], r[c], r[d], r[e]) for r in rows)
+
+
 async def projection_digest(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None) -> tuple[str, int]:
-    """sha256 over every row's text form in (scope_id, object_id) order: equal tables, equal digests."""
+    """`rows_digest` of a projection table (or one scope of it)."""
     scope = sql.SQL(" WHERE scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
-    statement = sql.SQL("COPY (SELECT t::text FROM {} t{} ORDER BY scope_id, object_id) TO STDOUT").format(
-        sql.Identifier(table), scope)
-    digest, rows = hashlib.sha256(), 0
+    statement = sql.SQL("COPY (SELECT scope_id, object_id, ledger_sequence, content_digest, meta FROM {}{})"
+                        " TO STDOUT (FORMAT BINARY)").format(sql.Identifier(table), scope)
+    parts: list[tuple[str, str, int, str | None, bytes]] = []
     cur = conn.cursor()
     async with cur.copy(statement) as copy:
-        async for chunk in copy:
-            digest.update(chunk)
-    cur2 = await conn.execute(sql.SQL("SELECT count(*) FROM {} t{}").format(sql.Identifier(table), scope))
-    row = await cur2.fetchone()
-    rows = int(row[0]) if row else 0
-    return "sha256:" + digest.hexdigest(), rows
+        copy.set_types(["text", "text", "int8", "text", "bytea"])
+        async for row in copy.rows():
+            parts.append(row)
+    return rows_digest(parts)
 
 
 async def _ledger_head(conn: psycopg.AsyncConnection[Any]) -> int:

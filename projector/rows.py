@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.canonical import canonical_bytes
+import msgspec
 
 COLUMNS = (
     "scope_id", "object_id", "version_id", "sequence", "ledger_sequence", "object_type", "schema_id",
@@ -23,19 +23,69 @@ COLUMNS = (
 Row = tuple[Any, ...]
 
 
-def current_row(event: dict[str, Any], ledger_sequence: int) -> Row | None:
-    """The row an event leaves for its object, or None when the event does not touch a version."""
-    payload = event.get("payload") or {}
-    meta = payload.get("envelope")
-    if not isinstance(meta, dict) or event.get("object_id") is None:
+class _Actor(msgspec.Struct):
+    actor_id: str
+
+
+class _Provenance(msgspec.Struct):
+    provenance_id: str
+
+
+class _Meta(msgspec.Struct):
+    """The envelope fields a row needs (the rest stay in `meta`, untouched)."""
+
+    scope_id: str
+    object_id: str
+    version_id: str
+    sequence: int
+    object_type: str
+    lifecycle_state: str
+    availability_state: str
+    retention_state: str
+    validation_state: str
+    actor: _Actor
+    provenance: _Provenance
+    committed_at: str
+    recorded_at: str
+    schema_id: str | None = None
+    observed_at: str | None = None
+    asserted_at: str | None = None
+    valid_from: str | None = None
+    valid_until: str | None = None
+
+
+class _Payload(msgspec.Struct):
+    envelope: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))  # Raw takes no union
+    content_digest: str | None = None
+
+
+class _Event(msgspec.Struct):
+    object_id: str | None = None
+    payload: _Payload | None = None
+
+
+_decode_event = msgspec.json.Decoder(_Event).decode
+_decode_meta = msgspec.json.Decoder(_Meta).decode
+
+
+def current_row(event: bytes, ledger_sequence: int) -> Row | None:
+    """The row an event (its canonical JSON bytes) leaves for its object, or None when the event does not
+    touch a version. `meta` is the envelope's bytes as they stand in the event: a member of canonical JSON
+    is itself canonical, so no re-encoding is needed."""
+    decoded = _decode_event(event)
+    payload = decoded.payload
+    if payload is None or decoded.object_id is None:
         return None
+    raw = bytes(payload.envelope)
+    if raw == b"null":
+        return None
+    m = _decode_meta(raw)
     return (
-        meta["scope_id"], meta["object_id"], meta["version_id"], meta["sequence"], ledger_sequence,
-        meta["object_type"], meta.get("schema_id"),
-        meta["lifecycle_state"], meta["availability_state"], meta["retention_state"], meta["validation_state"],
-        meta["actor"]["actor_id"], meta["provenance"]["provenance_id"],
-        meta.get("observed_at"), meta.get("asserted_at"), meta.get("valid_from"), meta.get("valid_until"),
-        meta["committed_at"], meta["recorded_at"], payload.get("content_digest"), canonical_bytes(meta),
+        m.scope_id, m.object_id, m.version_id, m.sequence, ledger_sequence, m.object_type, m.schema_id,
+        m.lifecycle_state, m.availability_state, m.retention_state, m.validation_state,
+        m.actor.actor_id, m.provenance.provenance_id,
+        m.observed_at, m.asserted_at, m.valid_from, m.valid_until,
+        m.committed_at, m.recorded_at, payload.content_digest, raw,
     )
 
 

@@ -12,7 +12,6 @@ import asyncio
 import time
 from typing import Any
 
-import msgspec
 import nats
 import psycopg
 import structlog
@@ -25,7 +24,6 @@ from projector.store import apply_rows, checkpoint
 from infra.tasks import reraise_if_cancelled
 
 log = structlog.get_logger(__name__)
-_decoder = msgspec.json.Decoder(dict[str, Any])
 _PROJECTOR_LOCK_BASE = 0x70616D70_00  # 'pamp' + partition
 LINGER_SECONDS = 0.01
 
@@ -102,7 +100,7 @@ class Projector:
             seq = msg.metadata.sequence.stream
             if seq <= self.applied:
                 continue  # redelivered: already in the projection
-            fold(rows, current_row(_decoder.decode(msg.data), seq))
+            fold(rows, current_row(msg.data, seq))
             through = max(through, seq)
         if through > self.applied:
             await apply_rows(self.conn, list(rows.values()), through)

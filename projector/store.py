@@ -51,8 +51,19 @@ async def apply_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], throug
         await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(through)))  # delivered at COMMIT
 
 
-async def stage_and_merge(conn: psycopg.AsyncConnection[Any], rows: list[Row], table: str, upsert: bool) -> None:
-    """COPY rows into a temp stage, then insert them into `table` with their search vectors."""
+async def precompute_search(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None) -> None:
+    """(content_digest, search) of the content store (one scope, or all) into a new unlogged `table`, so a
+    bulk rebuild can compute vectors on another connection while it reads the ledger."""
+    scope = sql.SQL(" WHERE c.scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
+    await conn.execute(sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT c.content_digest, " + SEARCH_EXPRESSION +
+                               " AS search FROM content_store c{}").format(sql.Identifier(table), scope))
+    await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+
+
+async def stage_and_merge(conn: psycopg.AsyncConnection[Any], rows: list[Row], table: str, upsert: bool,
+                          search_table: str | None = None) -> None:
+    """COPY rows into a temp stage, then insert them into `table` with their search vectors (computed
+    from the content store, or taken from a `precompute_search` table)."""
     await conn.execute(sql.SQL(
         "CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE current_objects EXCLUDING ALL) ON COMMIT DELETE ROWS"
     ).format(stage=sql.Identifier(_STAGE)))
@@ -66,10 +77,15 @@ async def stage_and_merge(conn: psycopg.AsyncConnection[Any], rows: list[Row], t
     # with them, small live batches use its primary key and bulk replays a hash join.
     await cur.execute(sql.SQL("ANALYZE {stage}").format(stage=sql.Identifier(_STAGE)))
     selected = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in COLUMNS)
+    if search_table is None:
+        search, source = sql.SQL(SEARCH_EXPRESSION), sql.Identifier("content_store")
+    else:
+        search, source = sql.SQL("c.search"), sql.Identifier(search_table)
     statement = sql.SQL(
-        "INSERT INTO {table} ({columns}, search) SELECT {selected}, " + SEARCH_EXPRESSION +
-        " FROM {stage} s LEFT JOIN content_store c ON c.content_digest = s.content_digest"
-    ).format(table=sql.Identifier(table), columns=columns, selected=selected, stage=sql.Identifier(_STAGE))
+        "INSERT INTO {table} ({columns}, search) SELECT {selected}, {search}"
+        " FROM {stage} s LEFT JOIN {source} c ON c.content_digest = s.content_digest"
+    ).format(table=sql.Identifier(table), columns=columns, selected=selected, stage=sql.Identifier(_STAGE),
+             search=search, source=source)
     if upsert:
         updates = sql.SQL(", ").join(
             sql.SQL("{c} = excluded.{c}").format(c=sql.Identifier(c)) for c in (*COLUMNS[2:], "search"))

@@ -22,6 +22,10 @@ SEARCH_EXPRESSION = (
     " ELSE jsonb_to_tsvector('english', convert_from(c.content, 'UTF8')::jsonb, '[\"string\"]') END"
 )
 _STAGE = "projection_stage"
+SMALL_BATCH = 64  # up to this many rows: one array statement; more: COPY into a stage
+COLUMN_TYPES = ("text", "text", "text", "int4", "int8", "text", "text", "text", "text", "text", "text", "text",
+                "text", "timestamptz", "timestamptz", "timestamptz", "timestamptz", "timestamptz", "timestamptz",
+                "text", "bytea")
 
 
 async def checkpoint(conn: psycopg.AsyncConnection[Any], projection: str = PROJECTION) -> int:
@@ -36,19 +40,53 @@ async def apply_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], throug
     """Upsert rows (at most one per object) and move the checkpoint to `through`, in one transaction.
 
     The checkpoint row is locked first, so a concurrent swap by `replay --swap` and this projector never
-    interleave. A row never replaces a newer one, so a redelivered event changes nothing.
+    interleave. A row never replaces a newer one, so a redelivered event changes nothing. Small batches
+    (live traffic) go as one statement over arrays, pipelined with the checkpoint in one round trip;
+    large ones through a COPY stage.
     """
     async with conn.transaction():
-        await conn.execute(
-            "INSERT INTO projection_checkpoints (projection, ledger_sequence) VALUES (%s, 0)"
-            " ON CONFLICT (projection) DO NOTHING", (PROJECTION,))
-        await conn.execute("SELECT 1 FROM projection_checkpoints WHERE projection = %s FOR UPDATE", (PROJECTION,))
-        if rows:
+        async with conn.pipeline():
+            await conn.execute(
+                "INSERT INTO projection_checkpoints (projection, ledger_sequence) VALUES (%s, 0)"
+                " ON CONFLICT (projection) DO NOTHING", (PROJECTION,))
+            await conn.execute("SELECT 1 FROM projection_checkpoints WHERE projection = %s FOR UPDATE",
+                               (PROJECTION,))
+            if rows and len(rows) <= SMALL_BATCH:
+                await conn.execute(_array_insert(table), [list(column) for column in zip(*rows)])
+        if len(rows) > SMALL_BATCH:
             await stage_and_merge(conn, rows, table, upsert=True)
-        await conn.execute(
-            "UPDATE projection_checkpoints SET ledger_sequence = greatest(ledger_sequence, %s)"
-            " WHERE projection = %s", (through, PROJECTION))
-        await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(through)))  # delivered at COMMIT
+        async with conn.pipeline():
+            await conn.execute(
+                "UPDATE projection_checkpoints SET ledger_sequence = greatest(ledger_sequence, %s)"
+                " WHERE projection = %s", (through, PROJECTION))
+            await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(through)))  # sent at COMMIT
+
+
+def _array_insert(table: str) -> sql.Composed:
+    """INSERT ... SELECT FROM unnest(one array per column): content looked up by its key, no stage."""
+    arrays = sql.SQL(", ").join(sql.SQL("%s::" + kind + "[]") for kind in COLUMN_TYPES)
+    names = sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS)
+    source = sql.SQL("unnest({arrays}) AS s({names})").format(arrays=arrays, names=names)
+    return _insert(table, source, sql.SQL(SEARCH_EXPRESSION), sql.Identifier("content_store"), upsert=True)
+
+
+def _insert(table: str, source: sql.Composable, search: sql.Composable, content: sql.Composable,
+            upsert: bool) -> sql.Composed:
+    columns = sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS)
+    selected = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in COLUMNS)
+    statement = sql.SQL(
+        "INSERT INTO {table} ({columns}, search) SELECT {selected}, {search}"
+        " FROM {source} LEFT JOIN {content} c ON c.content_digest = s.content_digest"
+    ).format(table=sql.Identifier(table), columns=columns, selected=selected, search=search, source=source,
+             content=content)
+    if upsert:
+        updates = sql.SQL(", ").join(
+            sql.SQL("{c} = excluded.{c}").format(c=sql.Identifier(c)) for c in (*COLUMNS[2:], "search"))
+        statement = statement + sql.SQL(
+            " ON CONFLICT (scope_id, object_id) DO UPDATE SET {updates}"
+            " WHERE {table}.ledger_sequence < excluded.ledger_sequence"
+        ).format(updates=updates, table=sql.Identifier(table))
+    return statement
 
 
 async def precompute_search(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None) -> None:
@@ -76,22 +114,10 @@ async def stage_and_merge(conn: psycopg.AsyncConnection[Any], rows: list[Row], t
     # Without statistics the planner guesses the stage's size and may hash-join the WHOLE content store;
     # with them, small live batches use its primary key and bulk replays a hash join.
     await cur.execute(sql.SQL("ANALYZE {stage}").format(stage=sql.Identifier(_STAGE)))
-    selected = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in COLUMNS)
     if search_table is None:
-        search, source = sql.SQL(SEARCH_EXPRESSION), sql.Identifier("content_store")
+        search, content = sql.SQL(SEARCH_EXPRESSION), sql.Identifier("content_store")
     else:
-        search, source = sql.SQL("c.search"), sql.Identifier(search_table)
-    statement = sql.SQL(
-        "INSERT INTO {table} ({columns}, search) SELECT {selected}, {search}"
-        " FROM {stage} s LEFT JOIN {source} c ON c.content_digest = s.content_digest"
-    ).format(table=sql.Identifier(table), columns=columns, selected=selected, stage=sql.Identifier(_STAGE),
-             search=search, source=source)
-    if upsert:
-        updates = sql.SQL(", ").join(
-            sql.SQL("{c} = excluded.{c}").format(c=sql.Identifier(c)) for c in (*COLUMNS[2:], "search"))
-        statement = statement + sql.SQL(
-            " ON CONFLICT (scope_id, object_id) DO UPDATE SET {updates}"
-            " WHERE {table}.ledger_sequence < excluded.ledger_sequence"
-        ).format(updates=updates, table=sql.Identifier(table))
-    await cur.execute(statement)
+        search, content = sql.SQL("c.search"), sql.Identifier(search_table)
+    source = sql.SQL("{stage} s").format(stage=sql.Identifier(_STAGE))
+    await cur.execute(_insert(table, source, search, content, upsert))
     await cur.execute(sql.SQL("TRUNCATE {stage}").format(stage=sql.Identifier(_STAGE)))

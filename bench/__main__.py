@@ -48,6 +48,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="catch-up ledger events for --m3 (default 200000; 20000 with --quick)")
     parser.add_argument("--m3-subscriptions", type=int, default=None,
                         help="fan-out subscriptions for --m3, 10 per scope (default 1000; 200 with --quick)")
+    parser.add_argument("--m2-steps", default="ledger,lag",
+                        help="M2 parts: ledger (loader, replay, query) and/or lag (default both)")
     parser.add_argument("--m3-steps", default="catchup,live,light,fanout",
                         help="comma-separated subset of the M3 steps (default all four)")
     args = parser.parse_args(argv)
@@ -147,7 +149,10 @@ def _run_m2(args: argparse.Namespace) -> int:
     """The M2 suite (bench/m2.py): its own table and JSON."""
     from bench import m2, m2_report
 
-    cfg = m2.m2_config(args.quick, args.m2_events)
+    m2_steps = tuple(x.strip() for x in args.m2_steps.split(",") if x.strip())
+    if not m2_steps or set(m2_steps) - set(m2.STEPS):
+        raise SystemExit(f"--m2-steps: choose from {','.join(m2.STEPS)}")
+    cfg = m2.m2_config(args.quick, args.m2_events, m2_steps)
     began = time.perf_counter()
     load_before = os.getloadavg()[0]
     with bench_servers() as servers:
@@ -155,9 +160,10 @@ def _run_m2(args: argparse.Namespace) -> int:
         m2.log(f"{source}; {cfg.events:,} events; query {cfg.query_seconds:g} s per kind;"
                f" lag {cfg.lag.duration:g} s per attempt")
         results = m2.run_suite(servers, cfg)
-    load = results["load"]
-    header = (f"pamledger bench --m2{' --quick' if args.quick else ''}: {load['events']:,} ledger events"
-              f" ({load['objects']:,} objects, {load['scopes']} scopes); {os.cpu_count()} cores; {source};"
+    load = results.get("load")
+    ledger = (f"{load['events']:,} ledger events ({load['objects']:,} objects, {load['scopes']} scopes)" if load
+              else "lag only")
+    header = (f"pamledger bench --m2{' --quick' if args.quick else ''}: {ledger}; {os.cpu_count()} cores; {source};"
               f" {time.perf_counter() - began:.0f} s wall; 1-min load average {load_before:.1f} at start,"
               f" {os.getloadavg()[0]:.1f} at end")
     print(m2_report.render(results, header))

@@ -29,38 +29,40 @@ def verdicts(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     def add(label: str, value: str, target: str = "(baseline)", ok: bool | None = None) -> None:
         rows.append((label, value, target, "" if ok is None else "PASS" if ok else "MISS"))
 
-    load = res["load"]
-    add("loader: events/s (writer core, hash chain, COPY)", f"{load['events_per_second']:,}",
-        f">= {LOADER_TARGET:,}", load["events_per_second"] >= LOADER_TARGET)
-    rep = res["replay"]
-    add("replay: replay(ReplayOptions()) events/s", f"{rep['replay']['events_per_second']:,}", "")
-    add("replay: raw COPY BINARY + msgspec decode events/s", f"{rep['raw_events_per_second']:,}")
-    add("replay: ratio replay / raw", f"{rep['ratio']:.3f}", f">= {REPLAY_RATIO_TARGET}",
-        rep["ratio"] >= REPLAY_RATIO_TARGET)
-    q = res["query"]
-    echo = _ms(q["echo"], 0.5)
-    for key, label, limit in (("structured", "query: structured p50 / p99 ms", STRUCTURED_P50_MS),
-                              ("page2", "query: structured 2nd page (cursor) p50 / p99 ms", STRUCTURED_P50_MS),
-                              ("fulltext", "query: full text p50 / p99 ms", FULLTEXT_P50_MS)):
-        r = q[key]
-        add(label, f"{_fmt(_ms(r, 0.5))} / {_fmt(_ms(r, 0.99))}", f"p50 <= {limit:g}", _ms(r, 0.5) <= limit)
-    add("query: NATS echo round trip p50 / p99 ms", f"{_fmt(echo, 3)} / {_fmt(_ms(q['echo'], 0.99), 3)}")
-    add("query: SQL only p50 ms, structured / full text",
-        f"{_fmt(_ms(q['sql_structured'], 0.5))} / {_fmt(_ms(q['sql_fulltext'], 0.5))}")
-    for key, name in (("structured", "structured"), ("fulltext", "full text")):
-        p50 = _ms(q[key], 0.5)
-        add(f"query: {name} p50 / echo p50 (x)", _fmt(p50 / echo if echo else math.nan, 1), "")
-        add(f"query: {name} p50 - SQL only p50 (service share, ms)", _fmt(p50 - _ms(q[f"sql_{key}"], 0.5)), "")
-    lag = res["lag"]
-    chosen = lag["chosen"]
-    lag_r: Result = chosen["lag"]
-    add(f"lag: reply -> queryable p50 / p99 ms at {chosen['rate']:,.0f}/s",
-        f"{_fmt(_ms(lag_r, 0.5))} / {_fmt(_ms(lag_r, 0.99))}", f"p99 <= {LAG_P99_MS:g}",
-        _ms(lag_r, 0.99) <= LAG_P99_MS and chosen["never_queryable"] == 0)
-    add("lag: sustained create rate (replies/s in window)", f"{chosen['achieved_replies_per_second']:,.0f}",
-        f">= {lag['target_rate']:,}/s", bool(lag["sustained_target"]))
-    add("lag: create send -> reply p50 / p99 ms (same run)",
-        f"{_fmt(_ms(chosen['create'], 0.5))} / {_fmt(_ms(chosen['create'], 0.99))}")
+    if "load" in res:
+        load = res["load"]
+        add("loader: events/s (writer core, hash chain, COPY)", f"{load['events_per_second']:,}",
+            f">= {LOADER_TARGET:,}", load["events_per_second"] >= LOADER_TARGET)
+        rep = res["replay"]
+        add("replay: replay(ReplayOptions()) events/s", f"{rep['replay']['events_per_second']:,}", "")
+        add("replay: raw COPY BINARY + msgspec decode events/s", f"{rep['raw_events_per_second']:,}")
+        add("replay: ratio replay / raw", f"{rep['ratio']:.3f}", f">= {REPLAY_RATIO_TARGET}",
+            rep["ratio"] >= REPLAY_RATIO_TARGET)
+        q = res["query"]
+        echo = _ms(q["echo"], 0.5)
+        for key, label, limit in (("structured", "query: structured p50 / p99 ms", STRUCTURED_P50_MS),
+                                  ("page2", "query: structured 2nd page (cursor) p50 / p99 ms", STRUCTURED_P50_MS),
+                                  ("fulltext", "query: full text p50 / p99 ms", FULLTEXT_P50_MS)):
+            r = q[key]
+            add(label, f"{_fmt(_ms(r, 0.5))} / {_fmt(_ms(r, 0.99))}", f"p50 <= {limit:g}", _ms(r, 0.5) <= limit)
+        add("query: NATS echo round trip p50 / p99 ms", f"{_fmt(echo, 3)} / {_fmt(_ms(q['echo'], 0.99), 3)}")
+        add("query: SQL only p50 ms, structured / full text",
+            f"{_fmt(_ms(q['sql_structured'], 0.5))} / {_fmt(_ms(q['sql_fulltext'], 0.5))}")
+        for key, name in (("structured", "structured"), ("fulltext", "full text")):
+            p50 = _ms(q[key], 0.5)
+            add(f"query: {name} p50 / echo p50 (x)", _fmt(p50 / echo if echo else math.nan, 1), "")
+            add(f"query: {name} p50 - SQL only p50 (service share, ms)", _fmt(p50 - _ms(q[f"sql_{key}"], 0.5)), "")
+    if "lag" in res:
+        lag = res["lag"]
+        chosen = lag["chosen"]
+        lag_r: Result = chosen["lag"]
+        add(f"lag: reply -> queryable p50 / p99 ms at {chosen['rate']:,.0f}/s",
+            f"{_fmt(_ms(lag_r, 0.5))} / {_fmt(_ms(lag_r, 0.99))}", f"p99 <= {LAG_P99_MS:g}",
+            _ms(lag_r, 0.99) <= LAG_P99_MS and chosen["never_queryable"] == 0)
+        add("lag: sustained create rate (replies/s in window)", f"{chosen['achieved_replies_per_second']:,.0f}",
+            f">= {lag['target_rate']:,}/s", bool(lag["sustained_target"]))
+        add("lag: create send -> reply p50 / p99 ms (same run)",
+            f"{_fmt(_ms(chosen['create'], 0.5))} / {_fmt(_ms(chosen['create'], 0.99))}")
     return rows
 
 
@@ -73,6 +75,13 @@ def render(res: dict[str, Any], header: str) -> str:
 
 
 def _details(res: dict[str, Any]) -> list[str]:
+    out = _ledger_details(res) if "load" in res else []
+    if "lag" in res:
+        out += ["", *_lag_details(res)]
+    return out
+
+
+def _ledger_details(res: dict[str, Any]) -> list[str]:
     load, rep, proj, q = res["load"], res["replay"], res["projection"], res["query"]
     out = [f"loader: {load['events']:,} events = {load['by_type']}; {load['objects']:,} objects in {load['scopes']}"
            f" scopes; {load['seconds']} s incl. index rebuild {load['index_rebuild_seconds']} s;"
@@ -109,7 +118,11 @@ def _details(res: dict[str, Any]) -> list[str]:
         s_ = e["slowest"]
         out += [f"  plan of the slowest variant '{s_['variant']}' (p50 {s_['p50_ms']} ms), request {s_['request']}:",
                 *[f"    {line}" for line in s_["summary"]]]
-    out.append("")
+    return out
+
+
+def _lag_details(res: dict[str, Any]) -> list[str]:
+    out: list[str] = []
     for a in res["lag"]["attempts"]:
         out.append(f"lag attempt {a['rate']:,.0f}/s: sustained={a['sustained']} {a['stopped']} replies/s"
                    f" {a['achieved_replies_per_second']:,}, max sender delay {a['max_sender_delay_ms']} ms,"

@@ -22,7 +22,7 @@ SEARCH_EXPRESSION = (
     " ELSE jsonb_to_tsvector('english', convert_from(c.content, 'UTF8')::jsonb, '[\"string\"]') END"
 )
 _STAGE = "projection_stage"
-SMALL_BATCH = 64  # up to this many rows: one array statement; more: COPY into a stage
+SMALL_BATCH = 1000  # up to this many rows (every live batch): one array statement; more: COPY into a stage
 COLUMN_TYPES = ("text", "text", "text", "int4", "int8", "text", "text", "text", "text", "text", "text", "text",
                 "text", "timestamptz", "timestamptz", "timestamptz", "timestamptz", "timestamptz", "timestamptz",
                 "text", "bytea")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import psycopg
 from psycopg import sql
 
@@ -22,7 +23,8 @@ SEARCH_EXPRESSION = (
     " ELSE jsonb_to_tsvector('english', convert_from(c.content, 'UTF8')::jsonb, '[\"string\"]') END"
 )
 _STAGE = "projection_stage"
-SMALL_BATCH = 1000  # up to this many rows (every live batch): one array statement; more: COPY into a stage
+_json = msgspec.json.Encoder()
+SMALL_BATCH = 1000  # up to this many rows (every live batch): one JSON-parameter statement; more: COPY stage
 COLUMN_TYPES = ("text", "text", "text", "int4", "int8", "text", "text", "text", "text", "text", "text", "text",
                 "text", "timestamptz", "timestamptz", "timestamptz", "timestamptz", "timestamptz", "timestamptz",
                 "text", "bytea")
@@ -41,7 +43,7 @@ async def apply_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], throug
 
     The checkpoint row is locked first, so a concurrent swap by `replay --swap` and this projector never
     interleave. A row never replaces a newer one, so a redelivered event changes nothing. Small batches
-    (live traffic) go as one statement over arrays, pipelined with the checkpoint in one round trip;
+    (live traffic) go as one statement over a JSON parameter, pipelined with the checkpoint in one round trip;
     large ones through a COPY stage.
     """
     async with conn.transaction():
@@ -52,7 +54,7 @@ async def apply_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], throug
             await conn.execute("SELECT 1 FROM projection_checkpoints WHERE projection = %s FOR UPDATE",
                                (PROJECTION,))
             if rows and len(rows) <= SMALL_BATCH:
-                await conn.execute(_array_insert(table), [list(column) for column in zip(*rows)])
+                await conn.execute(_json_insert(table), (_rows_json(rows),))
         if len(rows) > SMALL_BATCH:
             await stage_and_merge(conn, rows, table, upsert=True)
         async with conn.pipeline():
@@ -62,18 +64,26 @@ async def apply_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], throug
             await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(through)))  # sent at COMMIT
 
 
-def _array_insert(table: str) -> sql.Composed:
-    """INSERT ... SELECT FROM unnest(one array per column): content looked up by its key, no stage."""
-    arrays = sql.SQL(", ").join(sql.SQL("%s::" + kind + "[]") for kind in COLUMN_TYPES)
-    names = sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS)
-    source = sql.SQL("unnest({arrays}) AS s({names})").format(arrays=arrays, names=names)
-    return _insert(table, source, sql.SQL(SEARCH_EXPRESSION), sql.Identifier("content_store"), upsert=True)
+def _rows_json(rows: list[Row]) -> str:
+    """Rows as ONE JSON parameter (meta as hex): psycopg dumps one string far faster than 21 arrays."""
+    return _json.encode([{**dict(zip(COLUMNS[:-1], row[:-1])), "meta": row[-1].hex()} for row in rows]).decode()
+
+
+def _json_insert(table: str) -> sql.Composed:
+    """INSERT ... SELECT FROM json_to_recordset(the rows): content looked up by its key, no stage."""
+    record = sql.SQL(", ").join(
+        sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL("text" if c == "meta" else kind))
+        for c, kind in zip(COLUMNS, COLUMN_TYPES))
+    source = sql.SQL("json_to_recordset(%s::json) AS s({record})").format(record=record)
+    return _insert(table, source, sql.SQL(SEARCH_EXPRESSION), sql.Identifier("content_store"), upsert=True,
+                   meta=sql.SQL("decode(s.meta, 'hex')"))
 
 
 def _insert(table: str, source: sql.Composable, search: sql.Composable, content: sql.Composable,
-            upsert: bool) -> sql.Composed:
+            upsert: bool, meta: sql.Composable | None = None) -> sql.Composed:
     columns = sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS)
-    selected = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c)) for c in COLUMNS)
+    selected = sql.SQL(", ").join(
+        meta if c == "meta" and meta is not None else sql.SQL("s.{}").format(sql.Identifier(c)) for c in COLUMNS)
     statement = sql.SQL(
         "INSERT INTO {table} ({columns}, search) SELECT {selected}, {search}"
         " FROM {source} LEFT JOIN {content} c ON c.content_digest = s.content_digest"

@@ -161,15 +161,15 @@ async def test_the_cli_replays_audits_and_queries(history: dict[str, Any], servi
     assert json.loads(replayed.stdout)["digest"] == digest or json.loads(replayed.stdout)["verify"]["equal"]
 
 
-async def test_small_array_batches_and_large_staged_batches_project_the_same_rows(
+async def test_small_json_batches_and_large_staged_batches_project_the_same_rows(
         history: dict[str, Any], service: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The live projector writes small batches as one array statement and large ones through a COPY stage:
+    """The live projector writes small batches as one JSON-parameter statement, large ones through a COPY stage:
     both paths, and both orders of arrival, must leave identical rows."""
     import projector.store
     from projector.rows import current_row
     from projector.store import apply_rows
 
-    monkeypatch.setattr(projector.store, "SMALL_BATCH", 10)
+    monkeypatch.setattr(projector.store, "SMALL_BATCH", 10)  # chunks of 7: JSON path; all: stage
     async with await psycopg.AsyncConnection.connect(service.database_url, autocommit=True) as conn:
         cur = await conn.execute("SELECT ledger_sequence, event FROM ledger ORDER BY ledger_sequence")
         rows = [r for seq, event in await cur.fetchall() if (r := current_row(bytes(event), seq)) is not None]

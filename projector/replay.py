@@ -47,8 +47,11 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         head = options.to_sequence if options.to_sequence is not None else await _ledger_head(conn)
         started = time.perf_counter()
-        await conn.execute(sql.SQL("CREATE TABLE {} (LIKE current_objects INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
-                                   ).format(sql.Identifier(table)))
+        # A rebuild that is only digested or compared, then dropped, need not be crash-safe: UNLOGGED skips
+        # the write-ahead log (half of the write phase). One that replaces the live table is logged.
+        kind = sql.SQL("TABLE" if options.swap else "UNLOGGED TABLE")
+        await conn.execute(sql.SQL("CREATE {} {} (LIKE current_objects INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+                                   ).format(kind, sql.Identifier(table)))
         search_table = f"replay_search_{uuid.uuid4().hex[:8]}"
         # Full-text vectors depend on content only: another connection computes them while this one reads.
         side = await psycopg.AsyncConnection.connect(database_url, autocommit=True)

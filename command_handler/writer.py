@@ -212,16 +212,18 @@ def _op_id(msg: Msg, item: Parsed | PamledgerError) -> str | None:
 
 
 def _new_stamp(parsed: Parsed) -> Stamp:
-    """Fresh ids and the commit clock for one command (the shell's job, never the core's)."""
+    """Fresh ids and the commit clock for one command (the shell's job, never the core's). One read of
+    the system's randomness gives the four version-4 UUIDs and the content salt."""
     command = parsed.command
+    random = os.urandom(80)
     object_id = getattr(command, "object_id", None)
     if object_id is None:
-        object_id = f"mem:{uuid.uuid4()}"
+        object_id = f"mem:{uuid.UUID(bytes=random[:16], version=4)}"
     return Stamp(
-        operation_id=parsed.operation_id or f"op:{uuid.uuid4()}",
-        event_id=f"evt:{uuid.uuid4()}",
-        version_id=f"ver:{uuid.uuid4()}",
+        operation_id=parsed.operation_id or f"op:{uuid.UUID(bytes=random[16:32], version=4)}",
+        event_id=f"evt:{uuid.UUID(bytes=random[32:48], version=4)}",
+        version_id=f"ver:{uuid.UUID(bytes=random[48:64], version=4)}",
         object_id=object_id,
         now=datetime.now(timezone.utc),
-        salt=os.urandom(16),
+        salt=random[64:],
     )

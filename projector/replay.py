@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -57,8 +59,9 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
         side = await psycopg.AsyncConnection.connect(database_url, autocommit=True)
         vectors = asyncio.create_task(precompute_search(side, search_table, options.scope_id))
         try:
-            events, digest = await _rebuild(conn, table, options.scope_id, 0, head, progress,
-                                            (vectors, search_table))
+            with _gc_paused():
+                events, digest = await _rebuild(conn, table, options.scope_id, 0, head, progress,
+                                                Helper(vectors, search_table, side))
             report: dict[str, Any] = {"table": table, "through_sequence": head, "events": events,
                                       "scope_id": options.scope_id}
             if options.verify or options.swap:
@@ -83,12 +86,34 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
                 await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
 
 
+@dataclass
+class Helper:
+    """A second connection computing search vectors (`vectors` into `search_table`); once done, it writes
+    half of a first load beside the main connection (two backends, two cores)."""
+
+    vectors: asyncio.Task[None]
+    search_table: str
+    conn: psycopg.AsyncConnection[Any]
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """A first load allocates millions of long-lived tuples: the cyclic collector would rescan them over
+    and over as they pile up, and could not free any of them anyway."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 async def _rebuild(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None, after: int, through: int,
-                   progress: Progress | None, vectors: tuple[asyncio.Task[None], str] | None = None,
-                   ) -> tuple[int, tuple[str, int] | None]:
-    """Fold events (after, through] into `table`. `vectors`: search vectors being precomputed (task,
-    table), taken instead of computing them in the insert. Returns how many events were read and, for a
-    first load (after == 0), the digest of the rows it wrote."""
+                   progress: Progress | None, helper: Helper | None = None) -> tuple[int, tuple[str, int] | None]:
+    """Fold events (after, through] into `table`. `helper`: precomputed search vectors and a second
+    connection for the write. Returns how many events were read and, for a first load (after == 0), the
+    digest of the rows it wrote."""
     rows: dict[tuple[str, str], Row] = {}
     query = ("SELECT ledger_sequence, event FROM ledger WHERE partition = 0 AND ledger_sequence > {after}"
              " AND ledger_sequence <= {through}{scope} ORDER BY ledger_sequence")
@@ -106,16 +131,24 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str
                 progress({"phase": "reading", "events": count, "at_sequence": sequence, "through": through})
     if progress:
         progress({"phase": "writing", "events": count, "rows": len(rows)})
-    search_table = None
-    if vectors is not None:
-        await vectors[0]
-        search_table = vectors[1]
     final = list(rows.values())
     # The digest of a first load is the digest of these rows: a thread hashes them while Postgres writes.
     digesting = asyncio.create_task(asyncio.to_thread(folded_digest, final)) if after == 0 else None
-    async with conn.transaction():  # the first load has one row per object and no key yet: plain insert
-        await stage_and_merge(conn, final, table, upsert=after > 0, search_table=search_table)
+    if helper is None:
+        async with conn.transaction():
+            await stage_and_merge(conn, final, table, upsert=after > 0)
+    else:
+        await helper.vectors
+        half = len(final) // 2
+        await asyncio.gather(*(_write_part(c, part, table, helper.search_table)
+                               for c, part in ((conn, final[:half]), (helper.conn, final[half:]))))
     return count, (await digesting if digesting is not None else None)
+
+
+async def _write_part(conn: psycopg.AsyncConnection[Any], rows: list[Row], table: str, search_table: str) -> None:
+    """One share of a first load (one row per object, no key yet: plain insert) on its own connection."""
+    async with conn.transaction():
+        await stage_and_merge(conn, rows, table, upsert=False, search_table=search_table)
 
 
 async def _settle(conn: psycopg.AsyncConnection[Any], table: str, options: ReplayOptions, head: int,

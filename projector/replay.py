@@ -61,7 +61,7 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
         try:
             with _gc_paused():
                 events, digest = await _rebuild(conn, table, options.scope_id, 0, head, progress,
-                                                Helper(vectors, search_table, side))
+                                                Helper(vectors, search_table))
             report: dict[str, Any] = {"table": table, "through_sequence": head, "events": events,
                                       "scope_id": options.scope_id}
             if options.verify or options.swap:
@@ -88,12 +88,10 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
 
 @dataclass
 class Helper:
-    """A second connection computing search vectors (`vectors` into `search_table`); once done, it writes
-    half of a first load beside the main connection (two backends, two cores)."""
+    """Search vectors being computed on a second connection (`vectors`, into `search_table`)."""
 
     vectors: asyncio.Task[None]
     search_table: str
-    conn: psycopg.AsyncConnection[Any]
 
 
 @contextlib.contextmanager
@@ -111,8 +109,8 @@ def _gc_paused() -> Iterator[None]:
 
 async def _rebuild(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None, after: int, through: int,
                    progress: Progress | None, helper: Helper | None = None) -> tuple[int, tuple[str, int] | None]:
-    """Fold events (after, through] into `table`. `helper`: precomputed search vectors and a second
-    connection for the write. Returns how many events were read and, for a first load (after == 0), the
+    """Fold events (after, through] into `table`. `helper`: precomputed search vectors to take instead of
+    computing them in the insert. Returns how many events were read and, for a first load (after == 0), the
     digest of the rows it wrote."""
     rows: dict[tuple[str, str], Row] = {}
     query = ("SELECT ledger_sequence, event FROM ledger WHERE partition = 0 AND ledger_sequence > {after}"
@@ -134,21 +132,13 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str
     final = list(rows.values())
     # The digest of a first load is the digest of these rows: a thread hashes them while Postgres writes.
     digesting = asyncio.create_task(asyncio.to_thread(folded_digest, final)) if after == 0 else None
-    if helper is None:
-        async with conn.transaction():
-            await stage_and_merge(conn, final, table, upsert=after > 0)
-    else:
+    search_table = None
+    if helper is not None:
         await helper.vectors
-        half = len(final) // 2
-        await asyncio.gather(*(_write_part(c, part, table, helper.search_table)
-                               for c, part in ((conn, final[:half]), (helper.conn, final[half:]))))
+        search_table = helper.search_table
+    async with conn.transaction():  # the first load has one row per object and no key yet: plain insert
+        await stage_and_merge(conn, final, table, upsert=after > 0, search_table=search_table)
     return count, (await digesting if digesting is not None else None)
-
-
-async def _write_part(conn: psycopg.AsyncConnection[Any], rows: list[Row], table: str, search_table: str) -> None:
-    """One share of a first load (one row per object, no key yet: plain insert) on its own connection."""
-    async with conn.transaction():
-        await stage_and_merge(conn, rows, table, upsert=False, search_table=search_table)
 
 
 async def _settle(conn: psycopg.AsyncConnection[Any], table: str, options: ReplayOptions, head: int,

@@ -92,9 +92,11 @@ class PartitionFeed:
                 reraise_if_cancelled()
                 busy = False
                 continue
-            busy = True
             for msg in msgs:
                 await self._dispatch(msg)
+            # More waiting on the server: take a batch next; none: one lingering request for the next event
+            # (a batch request when nothing is pending costs a second pull and a status message per event).
+            busy = bool(msgs) and msgs[-1].metadata.num_pending > 0
 
     async def _dispatch(self, msg: Any) -> None:
         sequence = msg.metadata.sequence.stream

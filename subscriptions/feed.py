@@ -7,11 +7,17 @@ never decoded; otherwise it is decoded once and offered to each subscription of 
 order. When the consumer is lost (NATS restart, stream rebuilt) the feed recreates it from the last
 sequence it handed out, so it never skips an event: subscriptions that were reading meanwhile find the
 rest in their buffers.
+
+With no push subscription for PAUSE_AFTER_SECONDS the feed deletes its consumer and reads nothing (an idle
+gateway costs nothing per event). The next subscription wakes it at the stream's tail as a new `epoch`;
+a subscription may switch to live only on a catch-up fetch issued while the current epoch was following
+(Gateway._catch_up), so the pause never opens a gap.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +37,7 @@ _decoder = msgspec.json.Decoder(dict[str, Any])
 BATCH = 512
 IDLE_WAIT_SECONDS = 5.0
 RETRY_SECONDS = 0.5
+PAUSE_AFTER_SECONDS = 10.0
 
 
 class PartitionFeed:
@@ -45,11 +52,15 @@ class PartitionFeed:
         self.on_revoked = on_revoked
         self.position = -1  # the last stream sequence handed out; -1 until the feed knows the tail
         self.by_scope: dict[str, set[Session]] = {}
-        self.started = asyncio.Event()
+        self.epoch = 0  # bumped each time the feed starts from the tail (at start and after a pause)
+        self.following = asyncio.Event()  # set while this epoch's consumer delivers
+        self.wanted = asyncio.Event()  # set while push subscriptions exist
+        self.last_wanted = time.monotonic()
         self.dispatched = 0
 
     def add(self, session: Session) -> None:
         self.by_scope.setdefault(session.scope_token, set()).add(session)
+        self.wanted.set()
 
     def remove(self, session: Session) -> None:
         sessions = self.by_scope.get(session.scope_token)
@@ -57,23 +68,38 @@ class PartitionFeed:
             sessions.discard(session)
             if not sessions:
                 del self.by_scope[session.scope_token]
+        if not self.by_scope:
+            self.wanted.clear()
+            self.last_wanted = time.monotonic()
+
+    def covering(self) -> int | None:
+        """The epoch whose consumer is following now, else None: a catch-up fetch issued now proves a
+        gap-free switch to live only if the same epoch is still current when it returns."""
+        return self.epoch if self.following.is_set() else None
 
     async def run(self) -> None:
-        """Follow the stream forever, recreating the consumer (from `position + 1`) whenever it fails."""
+        """Follow the stream while subscriptions want it, recreating the consumer (from `position + 1`)
+        whenever it fails; pause when none has wanted it for a while."""
         while True:
+            await self.wanted.wait()
             name: str | None = None
             try:
                 if self.position < 0:
                     self.position = (await self.js.stream_info(self.stream)).state.last_seq
+                    self.epoch += 1
                 name = f"pamfeed_{uuid.uuid4().hex[:12]}"
                 await self.js.add_consumer(self.stream, ConsumerConfig(
                     name=name, ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
                     opt_start_seq=self.position + 1, filter_subject=self.subject, inactive_threshold=60.0,
                     mem_storage=True))
                 pull = await self.js.pull_subscribe_bind(name, self.stream)
-                self.started.set()
-                log.info("feed.following", stream=self.stream, after_sequence=self.position)
+                self.following.set()
+                log.info("feed.following", stream=self.stream, after_sequence=self.position, epoch=self.epoch)
                 await self._follow(pull)
+                # Paused: nobody subscribes. The next start is a new epoch at the tail.
+                self.following.clear()
+                self.position = -1
+                log.info("feed.paused", stream=self.stream)
             except (nats.errors.Error, asyncio.TimeoutError) as exc:
                 reraise_if_cancelled()
                 log.warning("feed.retrying", error=type(exc).__name__, position=self.position)
@@ -83,6 +109,7 @@ class PartitionFeed:
                     asyncio.ensure_future(self._delete(name))
 
     async def _follow(self, pull: Any) -> None:
+        """Dispatch until no subscription has wanted the feed for PAUSE_AFTER_SECONDS."""
         busy = False
         while True:
             try:
@@ -91,12 +118,16 @@ class PartitionFeed:
             except asyncio.TimeoutError:
                 reraise_if_cancelled()
                 busy = False
+                if not self.wanted.is_set() and time.monotonic() - self.last_wanted > PAUSE_AFTER_SECONDS:
+                    return
                 continue
             for msg in msgs:
                 await self._dispatch(msg)
             # More waiting on the server: take a batch next; none: one lingering request for the next event
             # (a batch request when nothing is pending costs a second pull and a status message per event).
             busy = bool(msgs) and msgs[-1].metadata.num_pending > 0
+            if not busy and not self.wanted.is_set() and time.monotonic() - self.last_wanted > PAUSE_AFTER_SECONDS:
+                return
 
     async def _dispatch(self, msg: Any) -> None:
         sequence = msg.metadata.sequence.stream

@@ -72,8 +72,6 @@ class Gateway:
         feed_task = asyncio.create_task(self.feed.run())
         flusher = asyncio.create_task(self._flush_forever())
         try:
-            # Sessions may join the feed only once it follows the stream (see Session: the switch to live).
-            await self.feed.started.wait()
             for subscription_id, request, position in await self._open_rows():
                 self._start(self._session(subscription_id, request, position))
             self._closing.update(await self._closing_rows())
@@ -102,7 +100,7 @@ class Gateway:
         await msg.respond(canonical_bytes({"result": {
             "role": "gateway", "leader": True, "partition": self.settings.partition, "pid": os.getpid(),
             "open_subscriptions": len(self.sessions), "live_subscriptions": live,
-            "feed_sequence": self.feed.position}}))
+            "feed_sequence": self.feed.position, "feed_following": self.feed.following.is_set()}}))
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -263,13 +261,15 @@ class Gateway:
                 await asyncio.sleep(0.5)
 
     async def _catch_up(self, session: Session) -> None:
-        epoch = session.buffer_epoch
+        epoch, feed_epoch = session.buffer_epoch, self.feed.covering()
         # Never fetch more than there is room for: what the reader hands over is not handed over again.
         events, caught_up = await session.read(min(session.room(), READ_BATCH), CATCH_UP_WAIT_SECONDS)
         for sequence, event, raw in events:
             await session.deliver(sequence, event, raw)
-        if caught_up and epoch == session.buffer_epoch and not session.closing:
-            # Everything up to this fetch came from the reader; everything after is in the buffer.
+        if (caught_up and epoch == session.buffer_epoch and feed_epoch is not None
+                and feed_epoch == self.feed.covering() and not session.closing):
+            # Everything up to this fetch came from the reader; everything after is in the buffer (the
+            # feed followed the stream throughout, and the buffer was not dropped).
             await session.close_reader()
             session.live = True
             await session.drain_buffer()

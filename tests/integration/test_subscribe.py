@@ -266,3 +266,31 @@ async def test_a_close_left_unfinished_by_a_dead_gateway_is_finished_by_the_next
         cur = await conn.execute("SELECT event_type FROM ledger WHERE convert_from(event, 'UTF8') LIKE %s"
                                  " ORDER BY ledger_sequence", (f"%{opened['subscription_id']}%",))
         assert [r[0] for r in await cur.fetchall()] == ["subscription_opened", "subscription_closed"]
+
+
+async def test_the_feed_pauses_without_subscribers_and_a_later_subscription_misses_nothing(
+        client: MemoryClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no push subscription the gateway stops reading the stream; a subscription opened later catches
+    up over what was written meanwhile and joins the restarted feed without a gap."""
+    import subscriptions.feed as feed_module
+
+    monkeypatch.setattr(feed_module, "PAUSE_AFTER_SECONDS", 0.2)
+    monkeypatch.setattr(feed_module, "IDLE_WAIT_SECONDS", 0.2)
+    first = await client.subscribe(SCOPE, ACTOR, filter={"event_classes": ["object_created"]})
+    await make(client, 1)
+    await take(first, 1)
+    await first.close()
+
+    async def paused() -> bool:
+        return not (await client.status("gateway"))["feed_following"]
+
+    await wait_for(paused, timeout=30)
+    while_paused = await make(client, 5)
+    start = while_paused[0]["ledger_sequence"] - 1
+    sub = await client.subscribe(SCOPE, ACTOR, after_sequence=start, filter={"event_classes": ["object_created"]})
+    later = asyncio.create_task(make(client, 10))
+    events = await take(sub, 15)
+    expected = while_paused + await later
+    assert [e["event"]["object_id"] for e in events] == [o["object_id"] for o in expected]
+    assert (await client.status("gateway"))["feed_following"]
+    await sub.close()

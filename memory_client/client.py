@@ -194,6 +194,34 @@ class SyncMemoryClient:
 
         return call
 
+    def subscribe(self, *args: Any, **kwargs: Any) -> SyncSubscription:
+        """MemoryClient.subscribe, iterated with a plain `for`. Its acks and reconnects run while you
+        are inside the iteration (this wrapper's event loop runs only inside its calls)."""
+        return SyncSubscription(self._loop, self._loop.run_until_complete(self._client.subscribe(*args, **kwargs)))
+
     def close(self) -> None:
         self._loop.run_until_complete(self._client.close())
         self._loop.close()
+
+
+class SyncSubscription:
+    """A Subscription for blocking code: `for event in sub: ...`, then `sub.close()`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, subscription: Any):
+        self._loop = loop
+        self._subscription = subscription
+        self._events = subscription.__aiter__()
+        self.subscription_id: str = subscription.subscription_id
+
+    def __iter__(self) -> SyncSubscription:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        try:
+            return self._loop.run_until_complete(self._events.__anext__())  # type: ignore[no-any-return]
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def close(self, reason: str = "unsubscribed") -> dict[str, Any]:
+        self._loop.run_until_complete(self._events.aclose())  # type: ignore[attr-defined]
+        return self._loop.run_until_complete(self._subscription.close(reason))  # type: ignore[no-any-return]

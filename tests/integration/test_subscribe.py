@@ -294,3 +294,27 @@ async def test_the_feed_pauses_without_subscribers_and_a_later_subscription_miss
     assert [e["event"]["object_id"] for e in events] == [o["object_id"] for o in expected]
     assert (await client.status("gateway"))["feed_following"]
     await sub.close()
+
+
+async def test_the_blocking_client_iterates_a_subscription_with_a_plain_for(client: MemoryClient,
+                                                                           service: Env) -> None:
+    from memory_client.client import SyncMemoryClient
+
+    created = await make(client, 3)
+    start = created[0]["ledger_sequence"] - 1
+
+    def blocking() -> list[str]:
+        sync = SyncMemoryClient(service.nats_url, service.settings.subject_prefix)
+        try:
+            sub = sync.subscribe(SCOPE, ACTOR, after_sequence=start, filter={"event_classes": ["object_created"]})
+            got = []
+            for event in sub:
+                got.append(event["event"]["object_id"])
+                if len(got) == 3:
+                    break
+            assert sub.close()["reason"] == "unsubscribed"
+            return got
+        finally:
+            sync.close()
+
+    assert await asyncio.wait_for(asyncio.to_thread(blocking), 60) == [o["object_id"] for o in created]

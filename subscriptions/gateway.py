@@ -185,7 +185,13 @@ class Gateway:
 
     async def _ack(self, request: AckRequest) -> dict[str, Any]:
         session = self._get(request.subscription_id)
-        session.ack(request.ledger_sequence)
+        try:
+            session.ack(request.ledger_sequence)
+        except InvalidRequest:
+            log.info("subscription.ack_refused", subscription_id=session.id, ledger_sequence=request.ledger_sequence,
+                     acknowledged=session.client_acked, unacked=len(session.unacked),
+                     first_unacked=session.unacked[0][0] if session.unacked else None, generation=session.generation)
+            raise
         return {"subscription_id": session.id, "acknowledged_sequence": session.client_acked}
 
     async def _poll(self, request: PollRequest) -> dict[str, Any]:

@@ -57,9 +57,10 @@ class CheckpointWatcher:
 
     async def wait_for(self, sequence: int, timeout: float) -> bool:
         async with self._changed:
-            try:
-                await asyncio.wait_for(self._changed.wait_for(lambda: self.sequence >= sequence), timeout)
-            except asyncio.TimeoutError:
+            try:  # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait_for(lambda: self.sequence >= sequence)
+            except TimeoutError:
                 return False
         return True
 

@@ -294,8 +294,11 @@ class Gateway:
     @staticmethod
     async def _wait(session: Session, seconds: float) -> None:
         session.wake.clear()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(session.wake.wait(), seconds)
+        # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that lands as the event
+        # is set, and a pump that survives its cancel leaves `resume` waiting for it forever.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await session.wake.wait()
 
     @staticmethod
     async def _keepalive_if_idle(session: Session, keepalive: float) -> None:

@@ -1,0 +1,21 @@
+"""A delivery pump must die when cancelled, even if its wake-up lands at the same moment: `resume` and
+`close` wait for the old pump to end before they start a new one."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+
+import pytest
+
+from subscriptions.gateway import Gateway
+
+
+async def test_a_cancel_that_races_the_wake_up_still_cancels_the_wait() -> None:
+    session = types.SimpleNamespace(wake=asyncio.Event())
+    waiting = asyncio.create_task(Gateway._wait(session, 30.0))  # type: ignore[arg-type]
+    await asyncio.sleep(0)  # the task is now parked on the event
+    session.wake.set()  # its wake-up is scheduled ...
+    waiting.cancel()  # ... and the cancel lands in the same loop iteration
+    with pytest.raises(asyncio.CancelledError):
+        await waiting

@@ -127,15 +127,25 @@ class MemoryClient:
         if subscription_id is not None:
             opened = await self.subscription_request("resume", {"subscription_id": subscription_id,
                                                                 "after_sequence": after_sequence})
-        else:
-            # One operation id for every retry: a retried open returns the subscription the first one made.
-            body: dict[str, Any] = {"scope_id": scope_id, "actor": actor, "filter": filter or {},
-                                    "delivery": delivery, "operation_id": f"op:{uuid.uuid4()}"}
-            if after_sequence is not None:
-                body["after_sequence"] = after_sequence
+            subscription = Subscription(self, opened, int(delivery["keepalive_interval_ms"]))
+            await subscription.listen()
+            return subscription
+        # Listen on our own inbox first, then open naming it: the first push cannot be missed. One
+        # operation id for every retry: a retried open returns the subscription the first one made.
+        inbox = self.nc.new_inbox()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        listening = await self.nc.subscribe(inbox, cb=queue.put)
+        body: dict[str, Any] = {"scope_id": scope_id, "actor": actor, "filter": filter or {},
+                                "delivery": {**delivery, "subject": inbox}, "operation_id": f"op:{uuid.uuid4()}"}
+        if after_sequence is not None:
+            body["after_sequence"] = after_sequence
+        try:
             opened = await self.subscription_request("open", body)
+        except BaseException:
+            await listening.unsubscribe()
+            raise
         subscription = Subscription(self, opened, int(delivery["keepalive_interval_ms"]))
-        await subscription.listen()
+        subscription.adopt(queue, listening)
         return subscription
 
     async def subscription_request(self, name: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -37,8 +37,13 @@ class Subscription:
 
     async def listen(self) -> None:
         """Start receiving at once (called by MemoryClient.subscribe), so nothing waits for iteration."""
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._sub = await self.client.nc.subscribe(self.delivery_subject, cb=self._queue.put)
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.adopt(queue, await self.client.nc.subscribe(self.delivery_subject, cb=queue.put))
+
+    def adopt(self, queue: asyncio.Queue[Any], sub: Any) -> None:
+        """Receive from a NATS subscription made before the open (on the inbox the open named)."""
+        self._queue = queue
+        self._sub = sub
 
     async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
         queue = self._queue

@@ -52,6 +52,15 @@ FLUSH_SECONDS = 0.5  # how often acknowledged positions go to Postgres (a crash 
 CATCH_UP_WAIT_SECONDS = 0.1
 
 
+async def stop_task(task: asyncio.Task[Any], patience: float = 0.5) -> None:
+    """Cancel `task` and wait until it has ended. A cancel can be swallowed on the way (Python 3.11's
+    wait_for, which nats-py uses to wait for messages, drops one that races a message), so cancel again
+    until it takes: a pump that outlived its cancel would deliver beside its successor."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=patience)
+
+
 class Gateway:
     def __init__(self, settings: Settings, nc: NATS, conn: psycopg.AsyncConnection[Any], authorizer: Authorizer):
         self.settings = settings
@@ -318,9 +327,7 @@ class Gateway:
     async def _stop_pump(self, session: Session) -> None:
         task, session.pump_task = session.pump_task, None
         if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)
 
     async def _flush_forever(self) -> None:
         while True:

@@ -76,7 +76,7 @@ class Session:
         self.authorizer = authorizer
         self.scope_token = scope_token(request.scope_id)
         self.actor: dict[str, Any] = msgspec.to_builtins(request.actor)  # once, not per event
-        self.deliver_subject = f"{prefix}.sub.deliver.{scope_token(subscription_id)}"
+        self.deliver_subject = request.delivery.subject or f"{prefix}.sub.deliver.{scope_token(subscription_id)}"
         self.push_mode = request.delivery.mode == "push"
         self.max_unacked = request.delivery.max_unacked
         self.closing: str | None = None

@@ -73,6 +73,9 @@ def _live(v: dict[str, Any], light: dict[str, Any] | None) -> list[Row]:
     if light:
         rows.append((f"  reference: {light['rate']:,.0f} creates/s, reply -> delivered", _pq(light["lag"]), "",
                      f"split at relay: {_pq(light['relay_to_delivery'])}", ""))
+        rows.append((f"  reference: {light['rate']:,.0f} creates/s, every create delivered",
+                     f"{light['measured_creates'] - light['missing']:,} of {light['measured_creates']:,}", "all", "",
+                     _verdict(light["missing"] == 0)))
     return rows
 
 

@@ -91,7 +91,11 @@ class Gateway:
             self._subs.append(await self.nc.subscribe(status_subject(self.prefix, "gateway"), cb=self._leader_status))
             await self.nc.flush()
             log.info("gateway.serving", open_subscriptions=len(self.sessions))
-            await asyncio.Event().wait()
+            # Both run forever: if either ends it failed, and the gateway restarts (and takes over again).
+            done, _ = await asyncio.wait({feed_task, flusher}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+            raise RuntimeError("the gateway's feed or position flusher stopped")
         finally:
             for sub in self._subs:
                 with contextlib.suppress(nats.errors.Error):

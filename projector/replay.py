@@ -26,7 +26,7 @@ from psycopg import sql
 from command_handler.store import HEAD_SQL
 from projector.rows import COLUMNS, Row, current_row, fold
 from schemas.canonical import canonical_bytes
-from projector.store import PROJECTION, precompute_search, stage_and_merge
+from projector.store import PROJECTION, merge, precompute_search, stage
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -130,14 +130,16 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str
     if progress:
         progress({"phase": "writing", "events": count, "rows": len(rows)})
     final = list(rows.values())
-    # The digest of a first load is the digest of these rows: a thread hashes them while Postgres writes.
-    digesting = asyncio.create_task(asyncio.to_thread(folded_digest, final)) if after == 0 else None
     search_table = None
     if helper is not None:
         await helper.vectors
         search_table = helper.search_table
+    digesting = None
     async with conn.transaction():  # the first load has one row per object and no key yet: plain insert
-        await stage_and_merge(conn, final, table, upsert=after > 0, search_table=search_table)
+        await stage(conn, final)
+        if after == 0:  # the digest of a first load is that of these rows: hashed while Postgres inserts
+            digesting = asyncio.create_task(asyncio.to_thread(folded_digest, final))
+        await merge(conn, table, upsert=after > 0, search_table=search_table)
     return count, (await digesting if digesting is not None else None)
 
 

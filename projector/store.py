@@ -111,18 +111,28 @@ async def precompute_search(conn: psycopg.AsyncConnection[Any], table: str, scop
 async def stage_and_merge(conn: psycopg.AsyncConnection[Any], rows: list[Row], table: str, upsert: bool,
                           search_table: str | None = None) -> None:
     """COPY rows into a temp stage, then insert them into `table` with their search vectors (computed
-    from the content store, or taken from a `precompute_search` table)."""
+    from the content store, or taken from a `precompute_search` table). Call inside a transaction."""
+    await stage(conn, rows)
+    await merge(conn, table, upsert, search_table)
+
+
+async def stage(conn: psycopg.AsyncConnection[Any], rows: list[Row]) -> None:
+    """COPY rows into this connection's temp stage (emptied at COMMIT)."""
     await conn.execute(sql.SQL(
         "CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE current_objects EXCLUDING ALL) ON COMMIT DELETE ROWS"
     ).format(stage=sql.Identifier(_STAGE)))
     columns = sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS)
-    cur = conn.cursor()
-    async with cur.copy(sql.SQL("COPY {stage} ({columns}) FROM STDIN").format(
+    async with conn.cursor().copy(sql.SQL("COPY {stage} ({columns}) FROM STDIN").format(
             stage=sql.Identifier(_STAGE), columns=columns)) as copy:
         for row in rows:
             await copy.write_row(row)
+
+
+async def merge(conn: psycopg.AsyncConnection[Any], table: str, upsert: bool, search_table: str | None = None) -> None:
+    """Insert the staged rows into `table` with their search vectors, then empty the stage."""
+    cur = conn.cursor()
     # Without statistics the planner guesses the stage's size and may hash-join the WHOLE content store;
-    # with them, small live batches use its primary key and bulk replays a hash join.
+    # with them, small batches use its primary key and bulk replays a hash join.
     await cur.execute(sql.SQL("ANALYZE {stage}").format(stage=sql.Identifier(_STAGE)))
     if search_table is None:
         search, content = sql.SQL(SEARCH_EXPRESSION), sql.Identifier("content_store")

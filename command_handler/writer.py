@@ -90,10 +90,17 @@ class Writer:
             await self._fail_all(msgs, items, exc)
             return
         except psycopg.Error as exc:
-            err = map_db_error(exc)
+            alive = not (self.store.conn.broken or self.store.conn.closed)
+            if alive and len(msgs) > 1 and not isinstance(exc, psycopg.OperationalError):
+                # Postgres refused some command's rows (a constraint, a value it cannot store). Nothing was
+                # written and nothing in memory moved: commit each command alone, so only the offender fails.
+                log.warning("batch.split", error=type(exc).__name__, size=len(msgs))
+                for msg in msgs:
+                    await self._commit_batch([msg])
+                return
             log.error("batch.failed", error=type(exc).__name__, size=len(msgs))
-            await self._fail_all(msgs, items, err)
-            if self.store.conn.broken or self.store.conn.closed:
+            await self._fail_all(msgs, items, map_db_error(exc))
+            if not alive:
                 raise
             return
         self._advance(plan)

@@ -198,3 +198,35 @@ async def test_a_tampered_row_is_named_by_verify(servers: Any) -> None:
                            " 'claim', 'CLAIM'), 'UTF8') WHERE ledger_sequence = 3")
     result = verify_ledger(env.database_url)
     assert not result["ok"] and result["first_bad_sequence"] == 3
+
+
+async def test_a_command_postgres_refuses_fails_alone_and_its_batch_mates_commit(servers: Any) -> None:
+    """A database error caused by one command's rows must not fail the others that shared its group commit:
+    the writer retries the batch one command at a time. A trigger plays the command Postgres refuses."""
+    from tests.conftest import fresh_database, fresh_settings
+
+    env = Env(servers, fresh_database(servers, "poison"), fresh_settings("poison"))
+    async with await psycopg.AsyncConnection.connect(env.database_url, autocommit=True) as conn:
+        await conn.execute(
+            "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " IF NEW.scope_id = 'workspace:poison' THEN RAISE EXCEPTION 'poisoned row'; END IF;"
+            " RETURN NEW; END $$")
+        await conn.execute("CREATE TRIGGER refuse_poison BEFORE INSERT ON ledger FOR EACH ROW"
+                           " EXECUTE FUNCTION refuse_poison()")
+    async with running_service(env):
+        client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
+        client.retries = 0
+        for scope in (SCOPE, "workspace:poison"):
+            await client.create_scope(scope)
+        outcomes = await asyncio.gather(*(
+            client.create(SCOPE if i % 2 else "workspace:poison", "claim", {"n": i}, ACTOR, PROVENANCE)
+            for i in range(40)), return_exceptions=True)
+        good = [o for i, o in enumerate(outcomes) if i % 2]
+        bad = [o for i, o in enumerate(outcomes) if not i % 2]
+        assert all(isinstance(o, dict) and o["ledger_sequence"] > 0 for o in good)
+        assert all(isinstance(o, PamspecError) and o.code == "internal_error" for o in bad)
+        sequences = sorted(o["ledger_sequence"] for o in good)  # type: ignore[index]
+        assert sequences == list(range(1, 21)), "a refused command must not leave a gap"
+        assert (await client.status("writer"))["ledger_sequence"] == 20
+        await client.close()
+    assert verify_ledger(env.database_url)["ok"]

@@ -24,6 +24,7 @@ from psycopg.conninfo import conninfo_to_dict
 from nats.aio.client import Client as NATS
 
 from bench import service
+from infra import tasks
 from bench.load import Result, check_echo, create_payload, drive
 from bench.procs import Child, python_child, wait_answering
 from bench.servers import Servers
@@ -105,19 +106,10 @@ def sdk_events(subscription: Any) -> AsyncGenerator[dict[str, Any], None]:
     return cast(AsyncGenerator[dict[str, Any], None], subscription.__aiter__())
 
 
-async def stop_task(task: asyncio.Task[Any], attempts: int = 40) -> None:
-    """Cancel `task` and wait for it, cancelling again while it runs on (bounded: attempts x 0.25 s).
-
-    A guard for tasks iterating an SDK subscription: its iterator once waited with `asyncio.wait_for`, whose
-    Python 3.11 version can lose a cancellation that coincides with a message (now `asyncio.timeout`).
-    """
-    for _ in range(attempts):
-        if task.done():
-            break
-        task.cancel()
-        await asyncio.wait({task}, timeout=0.25)
-    if task.done() and not task.cancelled():
-        task.exception()  # retrieved: a failure after the measurement is not worth a warning at exit
+async def stop_task(task: asyncio.Task[Any]) -> None:
+    """Stop a task iterating an SDK subscription (bounded: 40 x 0.25 s); a failure after the
+    measurement is retrieved, not reported."""
+    await tasks.stop_task(task, attempts=40)
 
 
 async def writer_status(nc: NATS, prefix: str) -> dict[str, Any]:

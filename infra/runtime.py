@@ -27,6 +27,7 @@ from command_handler.writer import Writer
 from infra.settings import Settings
 from infra.subjects import status_subject
 from infra.supervisor import ROLES
+from infra.tasks import stop_task
 from projector.runner import Projector, projector_lock_key
 from query.search import CheckpointWatcher
 from query.service import QueryService
@@ -81,8 +82,9 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
         for task in tasks:
             task.cancel()
         for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            failure = await stop_task(task)
+            if failure is not None:
+                log.error("service.role_failed_at_stop", error=repr(failure))
         if query is not None:
             await query.stop()
         if pool is not None:
@@ -117,9 +119,7 @@ async def _lead_once(settings: Settings, nc: NATS, database_url: str) -> None:
         try:
             await Writer(settings, nc, store, relay).serve()
         finally:
-            relay_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await relay_task
+            await stop_task(relay_task)
 
 
 async def project_forever(settings: Settings, nc: NATS, database_url: str) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import signal
 import sys
@@ -12,6 +11,7 @@ from typing import Any
 
 from infra.endpoints import resolve
 from infra.settings import Settings
+from infra.tasks import stop_task
 from memory_client.client import MemoryClient, PamspecError
 
 
@@ -59,9 +59,7 @@ async def _tail(settings: Settings, args: argparse.Namespace) -> None:
 
     task = asyncio.create_task(pump())
     await asyncio.wait([task, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await stop_task(task)
     if args.close_on_exit and sub.closed is None:
         await sub.close()
     await client.close()

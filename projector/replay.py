@@ -24,9 +24,10 @@ import psycopg
 from psycopg import sql
 
 from command_handler.store import HEAD_SQL
+from infra.tasks import stop_task
 from projector.rows import COLUMNS, Row, current_row, fold
-from schemas.canonical import canonical_bytes
 from projector.store import PROJECTION, merge, precompute_search, stage
+from schemas.canonical import canonical_bytes
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -76,10 +77,7 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
             report.update(seconds=round(seconds, 3), events_per_second=round(events / seconds) if seconds else 0)
             return report
         finally:
-            if not vectors.done():
-                vectors.cancel()
-                with contextlib.suppress(asyncio.CancelledError, psycopg.Error):
-                    await vectors
+            await stop_task(vectors)  # done unless the rebuild failed first
             await side.close()
             await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(search_table)))
             if not (options.keep or options.swap):

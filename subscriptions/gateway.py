@@ -31,7 +31,7 @@ from command_handler.store import HEAD_SQL
 from infra.db_errors import map_db_error
 from infra.settings import Settings
 from infra.subjects import status_subject
-from infra.tasks import reraise_if_cancelled
+from infra.tasks import reraise_if_cancelled, stop_task
 from memory_client.client import MemoryClient, PamspecError
 from schemas.canonical import canonical_bytes
 from schemas.errors import DuplicateOperation, InvalidRequest, PamledgerError, ScopeNotFound, ServiceUnavailable
@@ -50,15 +50,6 @@ _DECODERS: dict[str, Any] = {
 }
 FLUSH_SECONDS = 0.5  # how often acknowledged positions go to Postgres (a crash re-delivers at most this)
 CATCH_UP_WAIT_SECONDS = 0.1
-
-
-async def stop_task(task: asyncio.Task[Any], patience: float = 0.5) -> None:
-    """Cancel `task` and wait until it has ended. A cancel can be swallowed on the way (Python 3.11's
-    wait_for, which nats-py uses to wait for messages, drops one that races a message), so cancel again
-    until it takes: a pump that outlived its cancel would deliver beside its successor."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait({task}, timeout=patience)
 
 
 class Gateway:
@@ -102,7 +93,7 @@ class Gateway:
                     await sub.unsubscribe()
             for task in (feed_task, flusher, *self._background,
                          *(s.pump_task for s in self.sessions.values() if s.pump_task)):
-                task.cancel()
+                await stop_task(task)
             for session in list(self.sessions.values()):
                 await session.close_reader()
             with contextlib.suppress(psycopg.Error):
@@ -435,13 +426,11 @@ class Gateway:
         cur = await self.conn.execute(
             "SELECT subscription_id, request, coalesce(acked_sequence, start_sequence) FROM subscriptions"
             " WHERE status = 'open'")
-        decoder = msgspec.json.Decoder(SubscribeRequest)
-        return [(r[0], decoder.decode(bytes(r[1])), int(r[2])) for r in await cur.fetchall()]
+        return [(r[0], _DECODERS["open"].decode(bytes(r[1])), int(r[2])) for r in await cur.fetchall()]
 
     async def _closing_rows(self) -> dict[str, tuple[SubscribeRequest, str, int]]:
         """Closes an earlier leader decided but could not write to the ledger."""
         cur = await self.conn.execute(
             "SELECT subscription_id, request, close_reason, last_delivered_sequence FROM subscriptions"
             " WHERE status = 'closing'")
-        decoder = msgspec.json.Decoder(SubscribeRequest)
-        return {r[0]: (decoder.decode(bytes(r[1])), str(r[2]), int(r[3])) for r in await cur.fetchall()}
+        return {r[0]: (_DECODERS["open"].decode(bytes(r[1])), str(r[2]), int(r[3])) for r in await cur.fetchall()}

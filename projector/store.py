@@ -5,6 +5,7 @@ SQL lives here, next to the adapter that runs it. Table names go through psycopg
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import msgspec
@@ -43,25 +44,22 @@ async def apply_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], throug
 
     The checkpoint row is locked first, so a concurrent swap by `replay --swap` and this projector never
     interleave. A row never replaces a newer one, so a redelivered event changes nothing. Small batches
-    (live traffic) go as one statement over a JSON parameter, pipelined with the checkpoint in one round trip;
-    large ones through a COPY stage.
+    (live traffic) go as one statement over a JSON parameter, pipelined with the checkpoint and the NOTIFY
+    in one round trip; large ones through a COPY stage.
     """
     async with conn.transaction():
         async with conn.pipeline():
+            # One upsert creates, locks and advances the checkpoint row before any projection row is touched.
             await conn.execute(
-                "INSERT INTO projection_checkpoints (projection, ledger_sequence) VALUES (%s, 0)"
-                " ON CONFLICT (projection) DO NOTHING", (PROJECTION,))
-            await conn.execute("SELECT 1 FROM projection_checkpoints WHERE projection = %s FOR UPDATE",
-                               (PROJECTION,))
+                "INSERT INTO projection_checkpoints (projection, ledger_sequence) VALUES (%s, %s)"
+                " ON CONFLICT (projection) DO UPDATE"
+                " SET ledger_sequence = greatest(projection_checkpoints.ledger_sequence, excluded.ledger_sequence)",
+                (PROJECTION, through))
             if rows and len(rows) <= SMALL_BATCH:
                 await conn.execute(_json_insert(table), (_rows_json(rows),))
+            await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(through)))  # sent at COMMIT
         if len(rows) > SMALL_BATCH:
             await stage_and_merge(conn, rows, table, upsert=True)
-        async with conn.pipeline():
-            await conn.execute(
-                "UPDATE projection_checkpoints SET ledger_sequence = greatest(ledger_sequence, %s)"
-                " WHERE projection = %s", (through, PROJECTION))
-            await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(through)))  # sent at COMMIT
 
 
 def _rows_json(rows: list[Row]) -> str:
@@ -69,6 +67,7 @@ def _rows_json(rows: list[Row]) -> str:
     return _json.encode([{**dict(zip(COLUMNS[:-1], row[:-1])), "meta": row[-1].hex()} for row in rows]).decode()
 
 
+@functools.lru_cache(maxsize=8)
 def _json_insert(table: str) -> sql.Composed:
     """INSERT ... SELECT FROM json_to_recordset(the rows): content looked up by its key, no stage."""
     record = sql.SQL(", ").join(

@@ -56,7 +56,7 @@ class PartitionFeed:
         self.following = asyncio.Event()  # set while this epoch's consumer delivers
         self.wanted = asyncio.Event()  # set while push subscriptions exist
         self.last_wanted = time.monotonic()
-        self.dispatched = 0
+        self._deleting: set[asyncio.Future[None]] = set()
 
     def add(self, session: Session) -> None:
         self.by_scope.setdefault(session.scope_token, set()).add(session)
@@ -105,8 +105,10 @@ class PartitionFeed:
                 log.warning("feed.retrying", error=type(exc).__name__, position=self.position)
                 await asyncio.sleep(RETRY_SECONDS)
             finally:
-                if name is not None:
-                    asyncio.ensure_future(self._delete(name))
+                if name is not None:  # not awaited: this may run during a cancel
+                    deletion = asyncio.ensure_future(self._delete(name))
+                    self._deleting.add(deletion)
+                    deletion.add_done_callback(self._deleting.discard)
 
     async def _follow(self, pull: Any) -> None:
         """Dispatch until no subscription has wanted the feed for PAUSE_AFTER_SECONDS."""
@@ -118,7 +120,7 @@ class PartitionFeed:
             except asyncio.TimeoutError:
                 reraise_if_cancelled()
                 busy = False
-                if not self.wanted.is_set() and time.monotonic() - self.last_wanted > PAUSE_AFTER_SECONDS:
+                if self._unwanted():
                     return
                 continue
             for msg in msgs:
@@ -126,8 +128,12 @@ class PartitionFeed:
             # More waiting on the server: take a batch next; none: one lingering request for the next event
             # (a batch request when nothing is pending costs a second pull and a status message per event).
             busy = bool(msgs) and msgs[-1].metadata.num_pending > 0
-            if not busy and not self.wanted.is_set() and time.monotonic() - self.last_wanted > PAUSE_AFTER_SECONDS:
+            if not busy and self._unwanted():
                 return
+
+    def _unwanted(self) -> bool:
+        """No push subscription for PAUSE_AFTER_SECONDS: time to pause."""
+        return not self.wanted.is_set() and time.monotonic() - self.last_wanted > PAUSE_AFTER_SECONDS
 
     async def _dispatch(self, msg: Any) -> None:
         sequence = msg.metadata.sequence.stream
@@ -143,7 +149,6 @@ class PartitionFeed:
                     self.remove(session)
                     self.on_revoked(session, revoked.sequence)
         self.position = sequence
-        self.dispatched += 1
 
     async def _delete(self, name: str) -> None:
         try:

@@ -93,6 +93,7 @@ class Session:
         self.pump_task: asyncio.Task[None] | None = None
         self.wake = asyncio.Event()
         self.generation = 0  # bumped by every reposition; pushed messages carry it so stale ones are ignored
+        self.buffer_epoch = 0  # bumped whenever the live buffer is dropped (overflow or reposition)
         self.stored_position = -1  # what Postgres holds; the gateway flushes when client_acked moves past it
         self.reader: Any = None
         self.reader_name: str | None = None
@@ -107,7 +108,7 @@ class Session:
         self.buffer: deque[tuple[int, dict[str, Any], bytes]] = deque()
         self.live = False
         self.draining = False
-        self.buffer_epoch = 0
+        self.buffer_epoch += 1
         self.last_sent_at = time.monotonic()
         self.generation += 1
         self.wake.set()
@@ -192,10 +193,6 @@ class Session:
         """backpressure_policy drop_oldest: give up on the oldest unacknowledged delivery."""
         if self.unacked:
             self.client_acked = max(self.client_acked, self.unacked.popleft()[0])
-
-    def position(self) -> int:
-        """Where delivery resumes after a gateway restart: acknowledged (push) or returned (poll)."""
-        return self.client_acked
 
     # -- the reader (catch-up and poll) ---------------------------------------------------------
 

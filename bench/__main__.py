@@ -65,6 +65,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _steps(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
+    """A comma-separated subset of a suite's steps, in the order given; anything else stops the run."""
+    steps = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not steps or set(steps) - set(allowed):
+        raise SystemExit(f"{flag}: choose from {','.join(allowed)}")
+    return steps
+
+
 def make_config(args: argparse.Namespace) -> Config:
     duration = 2.5 if args.quick else args.duration
     warmup = 0.5 if args.quick else min(2.0, max(0.5, 0.2 * duration))
@@ -149,10 +157,7 @@ def _run_m2(args: argparse.Namespace) -> int:
     """The M2 suite (bench/m2.py): its own table and JSON."""
     from bench import m2, m2_report
 
-    m2_steps = tuple(x.strip() for x in args.m2_steps.split(",") if x.strip())
-    if not m2_steps or set(m2_steps) - set(m2.STEPS):
-        raise SystemExit(f"--m2-steps: choose from {','.join(m2.STEPS)}")
-    cfg = m2.m2_config(args.quick, args.m2_events, m2_steps)
+    cfg = m2.m2_config(args.quick, args.m2_events, _steps(args.m2_steps, m2.STEPS, "--m2-steps"))
     began = time.perf_counter()
     load_before = os.getloadavg()[0]
     with bench_servers() as servers:
@@ -179,10 +184,8 @@ def _run_m3(args: argparse.Namespace) -> int:
     """The M3 suite (bench/m3.py): its own table and JSON."""
     from bench import m3, m3_report
 
-    steps = tuple(x.strip() for x in args.m3_steps.split(",") if x.strip())
-    if not steps or set(steps) - set(m3.STEPS):
-        raise SystemExit(f"--m3-steps: choose from {','.join(m3.STEPS)}")
-    cfg = m3.m3_config(args.quick, args.m3_events, args.m3_subscriptions, steps)
+    cfg = m3.m3_config(args.quick, args.m3_events, args.m3_subscriptions,
+                       _steps(args.m3_steps, m3.STEPS, "--m3-steps"))
     began = time.perf_counter()
     load_before = os.getloadavg()[0]
     with bench_servers() as servers:

@@ -84,6 +84,26 @@ def check_result(reply: bytes, request: bytes) -> None:
         raise BadReply(f"error reply: {reply[:600].decode(errors='replace')}")
 
 
+class _Created(msgspec.Struct):
+    ledger_sequence: int
+
+
+class _CreateReply(msgspec.Struct):
+    result: _Created | None = None
+    error: dict[str, Any] | None = None
+
+
+_decode_create_reply = msgspec.json.Decoder(_CreateReply).decode
+
+
+def created_sequence(reply: bytes) -> int:
+    """The ledger_sequence of a successful create reply; BadReply (with the reply) for anything else."""
+    decoded = _decode_create_reply(reply)
+    if decoded.result is None:
+        raise BadReply(f"error reply: {reply[:400].decode(errors='replace')}")
+    return decoded.result.ledger_sequence
+
+
 def check_echo(reply: bytes, request: bytes) -> None:
     if reply != request:
         raise BadReply(f"echo mismatch: {reply[:200]!r}")

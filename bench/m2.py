@@ -17,7 +17,6 @@ import contextlib
 import random
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,14 +24,14 @@ import msgspec
 import psycopg
 
 from bench.ledger_loader import LoadSpec, load_ledger, scope_ids
-from bench.load import Result, check_echo, drive
+from bench.load import Result
 from bench.m2_lag import lag_benchmark
 from bench.m2_query import as_result, explain_variants, fulltext_maker, run_kind, sql_only, structured_maker
 from bench.m2_replay import build_projection, replay_benchmark
-from bench.m2_service import connect, service_on, writer_probe
-from bench.procs import python_child, wait_answering
+from bench.m2_service import service_on, writer_probe
 from bench.scenarios import Config
 from bench.servers import Servers
+from bench.service import serial_echo
 from command_handler.verify import verify_ledger
 
 
@@ -138,27 +137,13 @@ async def query_benchmark(servers: Servers, url: str, load: dict[str, Any], cfg:
         sample = s_stats.pop("sample_item")
         t_stats.pop("sample_item", None)
         out["probe"] = await writer_probe(nc, prefix, sample, head) if sample else {"ok": False}
-    out["echo"] = await echo_baseline(servers, first[0][2] if first else b"{}")
+    out["echo"] = await serial_echo(servers, "m2echo", first[0][2] if first else b"{}", 2.0)
     log("query: SQL-only baseline and EXPLAIN (ANALYZE, BUFFERS)")
     out["sql_structured"] = await sql_only(url, first)
     out["sql_fulltext"] = await sql_only(url, text)
     out["explain_structured"] = await explain_variants(url, first + second)
     out["explain_fulltext"] = await explain_variants(url, text)
     return out
-
-
-async def echo_baseline(servers: Servers, payload: bytes) -> Result:
-    """Serial round trips to bench.echo with a query-sized payload: the NATS share of a query."""
-    subject = f"bench_m2echo_{uuid.uuid4().hex[:8]}.echo"
-    child = python_child("echo-m2", "bench.echo", {}, servers.work_dir, servers.nats_url, subject)
-    nc = await connect(servers.nats_url)
-    try:
-        child.start()
-        await wait_answering(nc, child, subject)
-        return await drive(nc, subject, "NATS echo, serial", lambda i: (payload, None), check_echo, 1, 0.5, 2.0)
-    finally:
-        child.stop()
-        await nc.close()
 
 
 def to_jsonable(value: Any) -> Any:

@@ -20,10 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from nats.aio.client import Client as NATS
 
-from bench.load import BadReply, Result, check_result, create_requests, drive
+from bench.load import Result, check_result, create_requests, created_sequence, drive
 from bench.m2_explain import commit_stats, explain_projector_merge
 from bench.procs import python_child
 from bench.scenarios import Config, pamledger_service, writer_status
@@ -34,16 +33,6 @@ TARGET_RATE = 5000
 MAX_ATTEMPTS = 3
 
 
-class _Created(msgspec.Struct):
-    ledger_sequence: int
-
-
-class _Reply(msgspec.Struct):
-    result: _Created | None = None
-    error: dict[str, Any] | None = None
-
-
-_decode_reply = msgspec.json.Decoder(_Reply).decode
 
 
 async def open_loop(nc: NATS, prefix: str, rate: float, warmup: float, duration: float) -> dict[str, Any]:
@@ -63,11 +52,9 @@ async def open_loop(nc: NATS, prefix: str, rate: float, warmup: float, duration:
         try:
             msg = await nc.request(subject, payload, timeout=30, headers=headers)
             replied = time.monotonic()
-            reply = _decode_reply(msg.data)
-            if reply.result is None:
-                raise BadReply(f"error reply: {msg.data[:400].decode(errors='replace')}")
+            sequence = created_sequence(msg.data)
             if window[0] <= scheduled < window[1]:
-                samples.append((scheduled, replied, reply.result.ledger_sequence))
+                samples.append((scheduled, replied, sequence))
         except BaseException as exc:  # noqa: BLE001 - reported after the run
             failures.append(exc)
 

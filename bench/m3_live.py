@@ -18,10 +18,11 @@ from typing import Any
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from bench.load import ACTOR, create_scope
+from bench.load import ACTOR, create_payload, create_scope
 from bench.m3_pace import Paced, create_bodies, lag_stats, paced_creates
-from bench.m3_service import Log, echo_baseline, log_signs, log_watches, sdk_events, service_on, stop_task
+from bench.m3_service import Log, log_signs, log_watches, sdk_events, service_on, stop_task
 from bench.servers import Servers
+from bench.service import serial_echo
 from memory_client.client import MemoryClient
 from memory_client.subscription import Subscription
 
@@ -106,5 +107,5 @@ async def live_benchmark(servers: Servers, rate: float, warmup: float, duration:
     finally:
         servers.drop_database(db_name)
     if echo:
-        out["echo"] = await echo_baseline(servers, 2.0)
+        out["echo"] = await serial_echo(servers, "m3echo", create_payload(), 2.0)
     return out

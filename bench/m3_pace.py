@@ -22,20 +22,10 @@ import msgspec
 import nats
 from nats.aio.client import Client as NATS
 
-from bench.load import ACTOR, PROVENANCE, BadReply
+from bench.load import ACTOR, PROVENANCE, created_sequence
 from infra.subjects import command_subject
 
 
-class _Created(msgspec.Struct):
-    ledger_sequence: int
-
-
-class _Reply(msgspec.Struct):
-    result: _Created | None = None
-    error: dict[str, Any] | None = None
-
-
-_decode_reply = msgspec.json.Decoder(_Reply).decode
 REPLY_TIMEOUT = 30.0
 
 
@@ -95,10 +85,7 @@ async def paced_creates(nc: NATS, prefix: str, bodies: list[bytes], scope_of: Ca
             msg = await nc.request(subject, bodies[scope], timeout=REPLY_TIMEOUT,
                                    headers={"Pam-Idempotency-Key": f"bench:m3:{tag}:{i}"})
             replied = time.monotonic()
-            reply = _decode_reply(msg.data)
-            if reply.result is None:
-                raise BadReply(f"error reply: {msg.data[:400].decode(errors='replace')}")
-            out.creates.append(Sent(i, scope, scheduled, replied, reply.result.ledger_sequence))
+            out.creates.append(Sent(i, scope, scheduled, replied, created_sequence(msg.data)))
         except nats.errors.TimeoutError:
             timeouts.append(i)
         except BaseException as exc:  # noqa: BLE001 - reported after the run

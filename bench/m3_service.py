@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any, cast
@@ -24,10 +23,9 @@ from psycopg.conninfo import conninfo_to_dict
 from nats.aio.client import Client as NATS
 
 from bench import service
-from infra import tasks
-from bench.load import Result, check_echo, create_payload, drive
-from bench.procs import Child, python_child, wait_answering
+from bench.procs import Child
 from bench.servers import Servers
+from infra import tasks
 from infra.subjects import status_subject
 
 Log = Callable[[str], None]
@@ -147,16 +145,3 @@ async def wait_settled(nc: NATS, prefix: str, database_url: str, head: int, chil
     raise TimeoutError(f"relay/projector did not reach {head} within {timeout:g} s:\n{child.log_tail()}")
 
 
-async def echo_baseline(servers: Servers, seconds: float) -> Result:
-    """Serial create-sized request/reply round trips to bench.echo: the NATS floor of this machine."""
-    subject = f"bench_m3echo_{uuid.uuid4().hex[:8]}.echo"
-    child = python_child("echo-m3", "bench.echo", {}, servers.work_dir, servers.nats_url, subject)
-    nc = await connect(servers.nats_url)
-    try:
-        child.start()
-        await wait_answering(nc, child, subject)
-        payload = create_payload()
-        return await drive(nc, subject, "NATS echo, serial", lambda i: (payload, None), check_echo, 1, 0.5, seconds)
-    finally:
-        child.stop()
-        await nc.close()

@@ -23,7 +23,7 @@ from bench.load import (
 )
 from bench.procs import Child, python_child, wait_answering
 from bench.servers import Servers
-from bench.service import service_process
+from bench.service import echo_service, service_process
 from infra.subjects import command_subject, status_subject
 
 
@@ -118,19 +118,11 @@ async def scenario_b(servers: Servers, cfg: Config) -> dict[str, Result]:
 
 async def scenario_c(servers: Servers, cfg: Config) -> dict[str, Result]:
     """The NATS echo service: same payloads and headers, 64 in flight, then 1 in flight."""
-    subject = f"bench_c_{_tag()}.echo"
-    child = python_child("echo-c", "bench.echo", {}, servers.work_dir, servers.nats_url, subject)
-    nc = await _connect(servers.nats_url)
-    try:
-        child.start()
-        await wait_answering(nc, child, subject)
+    async with echo_service(servers, "c") as (nc, subject):
         fast = await drive(nc, subject, "(c) NATS echo", create_requests(_tag()), check_echo,
                            cfg.in_flight, cfg.warmup, cfg.duration)
         serial = await drive(nc, subject, "(c) NATS echo, serial", create_requests(_tag()), check_echo,
                              1, cfg.warmup, cfg.duration)
-    finally:
-        child.stop()
-        await nc.close()
     return {"c": fast, "c_serial": serial}
 
 

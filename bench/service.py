@@ -16,6 +16,7 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 
+from bench.load import Result, check_echo, drive
 from bench.procs import Child, python_child, wait_answering
 from bench.servers import Servers
 from infra.subjects import status_subject
@@ -33,6 +34,27 @@ def service_names(label: str) -> tuple[str, str]:
     """A private subject prefix and stream name, so concurrent runs never share subjects."""
     tag = uuid.uuid4().hex[:8]
     return f"bench_{label}_{tag}", f"BENCH_{label.upper()}_{tag.upper()}"
+
+
+@contextlib.asynccontextmanager
+async def echo_service(servers: Servers, label: str) -> AsyncIterator[tuple[NATS, str]]:
+    """(nc, subject) of a running bench.echo child: the NATS-only baseline every suite measures against."""
+    subject = f"bench_{label}_{uuid.uuid4().hex[:8]}.echo"
+    child = python_child(f"echo-{label}", "bench.echo", {}, servers.work_dir, servers.nats_url, subject)
+    nc = await connect(servers.nats_url)
+    try:
+        child.start()
+        await wait_answering(nc, child, subject)
+        yield nc, subject
+    finally:
+        child.stop()
+        await nc.close()
+
+
+async def serial_echo(servers: Servers, label: str, payload: bytes, seconds: float) -> Result:
+    """Serial request/reply round trips with `payload` to bench.echo: the NATS floor of this machine."""
+    async with echo_service(servers, label) as (nc, subject):
+        return await drive(nc, subject, "NATS echo, serial", lambda i: (payload, None), check_echo, 1, 0.5, seconds)
 
 
 @contextlib.asynccontextmanager

@@ -416,10 +416,13 @@ class Gateway:
         return session
 
     async def _head_of(self, scope_id: str) -> int:
-        if await (await self.conn.execute("SELECT 1 FROM scopes WHERE scope_id = %s", (scope_id,))).fetchone() is None:
+        """The ledger head, in the same round trip as the check that the scope exists."""
+        cur = await self.conn.execute(
+            f"SELECT EXISTS (SELECT 1 FROM scopes WHERE scope_id = %s), ({HEAD_SQL})", (scope_id,))
+        known, head = await cur.fetchone() or (False, 0)
+        if not known:
             raise ScopeNotFound("scope not found", details={"scope_id": scope_id})
-        row = await (await self.conn.execute(HEAD_SQL)).fetchone()
-        return int(row[0]) if row else 0
+        return int(head)
 
     async def _open_rows(self) -> list[tuple[str, SubscribeRequest, int]]:
         """Open subscriptions and the position each resumes from (acknowledged, else where it started)."""

@@ -3,7 +3,7 @@
 The baseline is the floor any rebuild has to pay: `COPY (SELECT ledger_sequence, event FROM ledger ORDER
 BY ledger_sequence) TO STDOUT (FORMAT BINARY)` through the same async psycopg API replay uses, decoding
 every event with msgspec. It runs before and after replay (the faster of the two counts), so the ratio
-replay/raw is not flattered by a cold cache. Replay's phases (read+fold, then write+digest) are timed
+replay/raw is not flattered by a cold cache. Replay's phases (read+fold+stage, then merge+digest) are timed
 from its progress callback.
 """
 
@@ -41,17 +41,18 @@ async def raw_read(database_url: str) -> dict[str, Any]:
 
 
 async def timed_replay(database_url: str, options: ReplayOptions) -> dict[str, Any]:
-    """Run replay and split its time at the moment it starts writing (reported by its progress callback)."""
+    """Run replay and split its time where it stops streaming the ledger into the stage and starts merging
+    (reported by its progress callback)."""
     marks: dict[str, float] = {}
 
     def progress(note: dict[str, Any]) -> None:
-        if note.get("phase") == "writing" and "writing" not in marks:
-            marks["writing"] = time.perf_counter()
+        if note.get("phase") == "merging" and "merging" not in marks:
+            marks["merging"] = time.perf_counter()
 
     started = time.perf_counter()
     report = await replay(database_url, options, progress)
     seconds = time.perf_counter() - started
-    read_fold = marks.get("writing", started) - started
+    read_fold = marks.get("merging", started) - started
     return {"events": report["events"], "rows": report["rows"], "seconds": round(seconds, 3),
             "events_per_second": round(report["events"] / seconds) if seconds else 0,
             "replay_reported_events_per_second": report["events_per_second"],

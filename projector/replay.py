@@ -15,7 +15,7 @@ import gc
 import hashlib
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +25,8 @@ from psycopg import sql
 
 from command_handler.store import HEAD_SQL
 from infra.tasks import stop_task
-from projector.rows import COLUMNS, Row, current_row, fold
-from projector.store import PROJECTION, merge, precompute_search, stage
+from projector.rows import COLUMNS, newest_row
+from projector.store import PROJECTION, merge, precompute_search, staging
 from schemas.canonical import canonical_bytes
 
 Progress = Callable[[dict[str, Any]], None]
@@ -47,7 +47,11 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
     if options.verify and options.to_sequence:
         raise ValueError("--verify compares with the live projection, which is at the head: drop --to-sequence")
     table = f"current_objects_rebuild_{uuid.uuid4().hex[:8]}"
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+    async with contextlib.AsyncExitStack() as stack:
+        conn, reader, side = [await stack.enter_async_context(await psycopg.AsyncConnection.connect(
+            database_url, autocommit=True)) for _ in range(3)]  # writes; reads the ledger; computes vectors
+        for setting in _BULK_SESSION:
+            await conn.execute(setting)
         head = options.to_sequence if options.to_sequence is not None else await _ledger_head(conn)
         started = time.perf_counter()
         # A rebuild that is only digested or compared, then dropped, need not be crash-safe: UNLOGGED skips
@@ -56,18 +60,17 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
         await conn.execute(sql.SQL("CREATE {} {} (LIKE current_objects INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
                                    ).format(kind, sql.Identifier(table)))
         search_table = f"replay_search_{uuid.uuid4().hex[:8]}"
-        # Full-text vectors depend on content only: another connection computes them while this one reads.
-        side = await psycopg.AsyncConnection.connect(database_url, autocommit=True)
+        # Full-text vectors depend on content only: a third connection computes them while the ledger streams.
         vectors = asyncio.create_task(precompute_search(side, search_table, options.scope_id))
         try:
             with _gc_paused():
-                events, digest = await _rebuild(conn, table, options.scope_id, 0, head, progress,
+                events, digest = await _rebuild(conn, reader, table, options.scope_id, 0, head, progress,
                                                 Helper(vectors, search_table))
             report: dict[str, Any] = {"table": table, "through_sequence": head, "events": events,
                                       "scope_id": options.scope_id}
             if options.verify or options.swap:
                 await _index(conn, table)
-                report.update(await _settle(conn, table, options, head, progress))
+                report.update(await _settle(conn, reader, table, options, head, progress))
             final = PROJECTION if options.swap else table
             report["table"] = final
             if options.verify or options.swap or digest is None:  # the table may have caught up since
@@ -78,10 +81,15 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
             return report
         finally:
             await stop_task(vectors)  # done unless the rebuild failed first
-            await side.close()
             await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(search_table)))
             if not (options.keep or options.swap):
                 await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+# The writing session's memory for one bulk rebuild: the temp stage holds every row (temp_buffers, settable
+# only before the session's first temp table), and the merge hash-joins a million search vectors
+# (work_mem); with the defaults (8 MB, 4 MB) both spill to disk.
+_BULK_SESSION = ("SET temp_buffers = '1GB'", "SET work_mem = '256MB'")
 
 
 @dataclass
@@ -105,44 +113,52 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-async def _rebuild(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None, after: int, through: int,
-                   progress: Progress | None, helper: Helper | None = None) -> tuple[int, tuple[str, int] | None]:
-    """Fold events (after, through] into `table`. `helper`: precomputed search vectors to take instead of
-    computing them in the insert. Returns how many events were read and, for a first load (after == 0), the
-    digest of the rows it wrote."""
-    rows: dict[tuple[str, str], Row] = {}
-    query = ("SELECT ledger_sequence, event FROM ledger WHERE partition = 0 AND ledger_sequence > {after}"
-             " AND ledger_sequence <= {through}{scope} ORDER BY ledger_sequence")
+async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConnection[Any], table: str,
+                   scope_id: str | None, after: int, through: int, progress: Progress | None,
+                   helper: Helper | None = None) -> tuple[int, tuple[str, int] | None]:
+    """Fold events (after, through] into `table`: `reader` streams them newest first and each object's row
+    goes into `conn`'s COPY stage the moment its latest event is found (rows.newest_row), so Postgres
+    takes rows while Python reads and only a 32-byte digest line per object stays in memory; the stage is
+    then merged with the search vectors (`helper`'s precomputed ones, else computed in the insert).
+    Returns how many events were read and, for a first load (after == 0), the digest of its rows."""
+    lines: dict[tuple[str, str], bytes] = {}  # (scope_id, object_id) -> row_hash: also the set of objects seen
+    query = ("SELECT ledger_sequence, scope_id, object_id, event FROM ledger WHERE partition = 0"
+             " AND ledger_sequence > {after} AND ledger_sequence <= {through}{scope} ORDER BY ledger_sequence DESC")
     scope = sql.SQL(" AND scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
     statement = sql.SQL(query).format(after=sql.Literal(after), through=sql.Literal(through), scope=scope)
+    a, b, c, d, e = _KEY
     count, last_report = 0, time.perf_counter()
-    cur = conn.cursor()
-    async with cur.copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(statement)) as copy:
-        copy.set_types(["int8", "bytea"])
-        async for sequence, event in copy.rows():
-            fold(rows, current_row(event, sequence))
-            count += 1
-            if progress and count % 50_000 == 0 and time.perf_counter() - last_report > 1.0:
-                last_report = time.perf_counter()
-                progress({"phase": "reading", "events": count, "at_sequence": sequence, "through": through})
-    if progress:
-        progress({"phase": "writing", "events": count, "rows": len(rows)})
-    final = list(rows.values())
-    search_table = None
-    if helper is not None:
-        await helper.vectors
-        search_table = helper.search_table
-    digesting = None
-    async with conn.transaction():  # the first load has one row per object and no key yet: plain insert
-        await stage(conn, final)
-        if after == 0:  # the digest of a first load is that of these rows: hashed while Postgres inserts
-            digesting = asyncio.create_task(asyncio.to_thread(folded_digest, final))
-        await merge(conn, table, upsert=after > 0, search_table=search_table)
-    return count, (await digesting if digesting is not None else None)
+    async with conn.transaction():
+        async with staging(conn) as into, reader.cursor().copy(
+                sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(statement)) as out:
+            out.set_types(["int8", "text", "text", "bytea"])
+            async for sequence, row_scope, object_id, event in out.rows():
+                count += 1
+                row = newest_row(lines, row_scope, object_id, event, sequence)
+                if row is not None:
+                    lines[(row_scope, object_id)] = row_hash(row[a], row[b], row[c], row[d], row[e])
+                    await into.write_row(row)
+                if progress and count % 50_000 == 0 and time.perf_counter() - last_report > 1.0:
+                    last_report = time.perf_counter()
+                    progress({"phase": "reading", "events": count, "rows": len(lines), "at_sequence": sequence,
+                              "from_sequence": through, "down_to_sequence": after})  # newest first
+        if progress:
+            progress({"phase": "merging", "events": count, "rows": len(lines)})
+        search_table = None
+        if helper is not None:
+            await helper.vectors
+            search_table = helper.search_table
+        # The digest of a first load is that of these rows: sorted and hashed while Postgres merges them.
+        digesting = asyncio.create_task(asyncio.to_thread(combined_digest, lines)) if after == 0 else None
+        try:
+            await merge(conn, table, upsert=after > 0, search_table=search_table)
+        finally:
+            digest = await digesting if digesting is not None else None
+    return count, digest
 
 
-async def _settle(conn: psycopg.AsyncConnection[Any], table: str, options: ReplayOptions, head: int,
-                  progress: Progress | None) -> dict[str, Any]:
+async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConnection[Any], table: str,
+                  options: ReplayOptions, head: int, progress: Progress | None) -> dict[str, Any]:
     """Under the checkpoint lock: catch up to the live checkpoint, compare, and swap if asked."""
     async with conn.transaction():
         cur = await conn.execute("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s"
@@ -150,7 +166,7 @@ async def _settle(conn: psycopg.AsyncConnection[Any], table: str, options: Repla
         row = await cur.fetchone()
         live = int(row[0]) if row else 0
         if live > head:
-            await _rebuild(conn, table, options.scope_id, head, live, progress)
+            await _rebuild(conn, reader, table, options.scope_id, head, live, progress)
         outcome: dict[str, Any] = {"live_checkpoint": live}
         if options.verify:
             outcome["verify"] = await _compare(conn, table, options.scope_id)
@@ -215,37 +231,35 @@ _KEY = (COLUMNS.index("scope_id"), COLUMNS.index("object_id"), COLUMNS.index("le
         COLUMNS.index("content_digest"), COLUMNS.index("meta"))
 
 
-def rows_digest(parts: Iterable[tuple[str, str, int, str | None, bytes]]) -> tuple[str, int]:
-    """The projection digest: sha256 over (scope_id, object_id, ledger_sequence, content_digest, meta) per
-    row, in (scope_id, object_id) code-point order. Every other column is derived from these (meta is the
-    canonical envelope; the full-text vector from the content the digest names), so equal digests mean
-    equal projections; `--verify` still compares every column."""
-    digest, count = hashlib.sha256(), 0
-    for scope_id, object_id, ledger_sequence, content_digest, meta in sorted(parts, key=lambda p: (p[0], p[1])):
-        digest.update(canonical_bytes([scope_id, object_id, ledger_sequence, content_digest, msgspec.Raw(meta)]))
-        digest.update(b"\n")
-        count += 1
-    return "sha256:" + digest.hexdigest(), count
+def row_hash(scope_id: str, object_id: str, ledger_sequence: int, content_digest: str | None, meta: bytes) -> bytes:
+    """sha256 of one row's digest line: canonical JSON `[scope_id, object_id, ledger_sequence,
+    content_digest, meta]`. Every other column derives from these (meta is the canonical envelope; the
+    full-text vector comes from the content the digest names)."""
+    return hashlib.sha256(canonical_bytes([scope_id, object_id, ledger_sequence, content_digest,
+                                           msgspec.Raw(meta)])).digest()
 
 
-def folded_digest(rows: Iterable[Row]) -> tuple[str, int]:
-    """`rows_digest` of rows still in memory (a replay digests what it writes while Postgres writes it)."""
-    a, b, c, d, e = _KEY
-    return rows_digest((r[a], r[b], r[c], r[d], r[e]) for r in rows)
+def combined_digest(row_hashes: dict[tuple[str, str], bytes]) -> tuple[str, int]:
+    """The projection digest: sha256 over the rows' `row_hash`es in (scope_id, object_id) code-point order,
+    and the row count. Equal digests mean equal projections; `--verify` still compares every column."""
+    digest = hashlib.sha256()
+    for key in sorted(row_hashes):
+        digest.update(row_hashes[key])
+    return "sha256:" + digest.hexdigest(), len(row_hashes)
 
 
 async def projection_digest(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None) -> tuple[str, int]:
-    """`rows_digest` of a projection table (or one scope of it)."""
+    """`combined_digest` of a projection table (or one scope of it)."""
     scope = sql.SQL(" WHERE scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
     statement = sql.SQL("COPY (SELECT scope_id, object_id, ledger_sequence, content_digest, meta FROM {}{})"
                         " TO STDOUT (FORMAT BINARY)").format(sql.Identifier(table), scope)
-    parts: list[tuple[str, str, int, str | None, bytes]] = []
+    row_hashes: dict[tuple[str, str], bytes] = {}
     cur = conn.cursor()
     async with cur.copy(statement) as copy:
         copy.set_types(["text", "text", "int8", "text", "bytea"])
-        async for row in copy.rows():
-            parts.append(row)
-    return rows_digest(parts)
+        async for scope, object_id, ledger_sequence, content_digest, meta in copy.rows():
+            row_hashes[(scope, object_id)] = row_hash(scope, object_id, ledger_sequence, content_digest, meta)
+    return combined_digest(row_hashes)
 
 
 async def _ledger_head(conn: psycopg.AsyncConnection[Any]) -> int:

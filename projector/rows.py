@@ -9,6 +9,7 @@ content).
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any
 
 import msgspec
@@ -93,3 +94,18 @@ def fold(rows: dict[tuple[str, str], Row], row: Row | None) -> None:
     """Keep the latest row per (scope_id, object_id); rows arrive in ledger order."""
     if row is not None:
         rows[(row[0], row[1])] = row
+
+
+def newest_row(seen: Container[tuple[str, str]], scope_id: str, object_id: str | None, event: bytes,
+               ledger_sequence: int) -> Row | None:
+    """For events read in DESCENDING ledger order with their ledger row's scope_id and object_id: the row
+    this event leaves if it is the first (so the latest) to leave one for its object, else None. An object
+    already in `seen` is skipped without decoding its event, so an update-heavy ledger decodes about one
+    event per object, and each row is final the moment it is found (a rebuild can stream it out)."""
+    if object_id is None or (scope_id, object_id) in seen:
+        return None
+    row = current_row(event, ledger_sequence)
+    if row is not None and (row[0] != scope_id or row[1] != object_id):
+        raise ValueError(f"ledger row {ledger_sequence} is filed under ({scope_id}, {object_id}) but its event"
+                         f" names ({row[0]}, {row[1]})")
+    return row

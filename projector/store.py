@@ -5,7 +5,9 @@ SQL lives here, next to the adapter that runs it. Table names go through psycopg
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -117,14 +119,22 @@ async def stage_and_merge(conn: psycopg.AsyncConnection[Any], rows: list[Row], t
 
 async def stage(conn: psycopg.AsyncConnection[Any], rows: list[Row]) -> None:
     """COPY rows into this connection's temp stage (emptied at COMMIT)."""
+    async with staging(conn) as copy:
+        for row in rows:
+            await copy.write_row(row)
+
+
+@contextlib.asynccontextmanager
+async def staging(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[psycopg.AsyncCopy]:
+    """A COPY into this connection's temp stage (emptied at COMMIT), for rows written one by one as they
+    are found (`copy.write_row`); `merge` then moves them into a projection table."""
     await conn.execute(sql.SQL(
         "CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE current_objects EXCLUDING ALL) ON COMMIT DELETE ROWS"
     ).format(stage=sql.Identifier(_STAGE)))
     columns = sql.SQL(", ").join(sql.Identifier(c) for c in COLUMNS)
     async with conn.cursor().copy(sql.SQL("COPY {stage} ({columns}) FROM STDIN").format(
             stage=sql.Identifier(_STAGE), columns=columns)) as copy:
-        for row in rows:
-            await copy.write_row(row)
+        yield copy
 
 
 async def merge(conn: psycopg.AsyncConnection[Any], table: str, upsert: bool, search_table: str | None = None) -> None:

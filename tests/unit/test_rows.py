@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from projector.rows import COLUMNS, current_row
+import pytest
+
+from projector.rows import COLUMNS, Row, current_row, fold, newest_row
 from schemas.canonical import canonical_bytes, decode_json
 
 META = {
@@ -37,3 +39,31 @@ def test_events_without_a_version_leave_no_row() -> None:
     assert current_row(event(None), 1) is None
     assert current_row(event(META, object_id=None), 1) is None
     assert current_row(canonical_bytes({"event_type": "subscription_opened", "payload": {}}), 1) is None
+
+
+def test_newest_first_folding_gives_the_same_rows_as_folding_in_ledger_order() -> None:
+    """Replay reads newest first and keeps each object's first row; the live projector folds oldest
+    first and keeps the last. Both must leave the same table, whatever mix of events."""
+    events: list[tuple[int, str, str | None, bytes]] = []
+    for sequence in range(1, 61):
+        object_id = f"mem:{sequence % 7}"
+        meta = {**META, "object_id": object_id, "sequence": sequence, "version_id": f"ver:{sequence}"}
+        payload: object = None if sequence % 5 == 0 else meta  # some object events carry no version
+        events.append((sequence, "workspace:rows", object_id, event(payload, object_id=object_id)))
+    events.append((61, "workspace:rows", None, canonical_bytes({"event_type": "scope_created", "payload": {}})))
+    oldest_first: dict[tuple[str, str], Row] = {}
+    for sequence, _, _, data in events:
+        fold(oldest_first, current_row(data, sequence))
+    newest_first: dict[tuple[str, str], Row] = {}
+    for sequence, scope_id, object_id, data in reversed(events):
+        row = newest_row(newest_first, scope_id, object_id, data, sequence)
+        if row is not None:
+            newest_first[(scope_id, str(object_id))] = row
+    assert newest_first == oldest_first and len(newest_first) == 7
+    # the latest event of mem:0 (sequence 60) carries no version: its row is the one before (sequence 56)
+    assert newest_first[("workspace:rows", "mem:0")][COLUMNS.index("ledger_sequence")] == 56
+
+
+def test_newest_first_refuses_an_event_filed_under_another_object() -> None:
+    with pytest.raises(ValueError, match="filed under"):
+        newest_row({}, "workspace:rows", "mem:other", event(META), 9)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.append_floor import run_append_floor
 from bench.baselines import run_commit_floor, run_eventsourcing
 from bench.load import Result
 from bench.report import as_json, render
@@ -25,7 +26,7 @@ from bench.scenarios import Config, scenario_a, scenario_b, scenario_c, scenario
 from bench.servers import Servers, bench_servers
 from infra.logging import configure_logging
 
-ORDER = ("c", "a", "b", "d", "commit", "e")
+ORDER = ("c", "a", "f", "b", "d", "commit", "e")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -33,7 +34,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=10.0, help="measured seconds per scenario (default 10)")
     parser.add_argument("--quick", action="store_true", help="2.5 s per scenario and a short memory run (smoke test)")
-    parser.add_argument("--only", default=",".join(ORDER), help="comma-separated subset of a,b,c,d,e,commit")
+    parser.add_argument("--only", default=",".join(ORDER), help="comma-separated subset of a,b,c,d,e,f,commit")
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")
     parser.add_argument("--in-flight", type=int, default=64, help="concurrent requests for a, b, c (default 64)")
     parser.add_argument("--mem-creates", type=int, default=None,
@@ -59,6 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown scenario(s) {sorted(unknown)}; choose from {','.join(ORDER)}")
     if wanted & {"a", "c"}:
         wanted.add("commit")
+    if "a" in wanted:
+        wanted.add("f")
     args.selected = [x for x in ORDER if x in wanted]
     if args.duration <= 0 or args.in_flight < 1:
         parser.error("--duration must be > 0 and --in-flight >= 1")
@@ -93,6 +96,12 @@ def run_one(name: str, servers: Servers, cfg: Config) -> dict[str, Result]:
         db_name, _ = servers.fresh_database("d", migrated=False)
         try:
             return {"d": run_eventsourcing(servers.pg_params(db_name), cfg.es_threads, cfg.warmup, cfg.duration)}
+        finally:
+            servers.drop_database(db_name)
+    if name == "f":
+        db_name, url = servers.fresh_database("f")
+        try:
+            return {"f": run_append_floor(url, cfg.warmup, cfg.duration)}
         finally:
             servers.drop_database(db_name)
     db_name, url = servers.fresh_database("commit", migrated=False)

@@ -116,3 +116,21 @@ async def wait_answering(nc: NATS, child: Child, subject: str, timeout: float = 
         except (NoRespondersError, NatsTimeout):
             await asyncio.sleep(0.05)
     raise TimeoutError(f"{child.name} did not answer on {subject} within {timeout}s:\n{child.log_tail()}")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User+system CPU seconds of a process and its living descendants (a Postgres postmaster: its
+    backends and background workers; a backend that exited in between is not counted)."""
+    total = 0.0
+    try:
+        root = psutil.Process(pid)
+        family = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    for proc in family:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total

@@ -21,7 +21,7 @@ import psycopg
 from bench.load import (
     SCOPE_ID, Result, check_echo, check_result, create_requests, create_scope, drive, drive_count,
 )
-from bench.procs import Child, python_child, wait_answering
+from bench.procs import Child, python_child, tree_cpu_seconds, wait_answering
 from bench.servers import Servers
 from bench.service import echo_service, service_process
 from infra.subjects import command_subject, status_subject
@@ -70,15 +70,26 @@ async def scenario_a(servers: Servers, cfg: Config) -> dict[str, Result]:
     competes with it.
     """
     async with pamledger_service(servers, "a") as (nc, prefix, child):
-        cpu0 = child.cpu_by_process()
+        cpu0, others0 = child.cpu_by_process(), _other_cpu(servers)
         fast = await _creates(nc, prefix, "(a) pamledger create", cfg.in_flight, cfg)
-        cpu1 = child.cpu_by_process()
+        cpu1, others1 = child.cpu_by_process(), _other_cpu(servers)
         per_create = {k: round((v - cpu0.get(k, 0.0)) / fast.extra["sent"] * 1e6) for k, v in cpu1.items()}
         fast.extra["service_cpu_us_per_create"] = sum(per_create.values())
         fast.extra["service_cpu_us_per_create_by_process"] = per_create
+        fast.extra["other_cpu_us_per_create"] = {
+            k: round((v - others0[k]) / fast.extra["sent"] * 1e6) for k, v in others1.items()}
     async with pamledger_service(servers, "as") as (nc, prefix, child):
         serial = await _creates(nc, prefix, "(a) pamledger create, serial", 1, cfg)
     return {"a": fast, "a_serial": serial}
+
+
+def _other_cpu(servers: Servers) -> dict[str, float]:
+    """CPU seconds so far of what (a) needs besides the service: the servers (when private) and this
+    process, the load driver."""
+    out = {name: tree_cpu_seconds(pid) for name, pid in servers.server_pids.items()}
+    own = psutil.Process().cpu_times()
+    out["bench driver"] = own.user + own.system
+    return out
 
 
 async def _creates(nc: NATS, prefix: str, name: str, in_flight: int, cfg: Config) -> Result:

@@ -35,6 +35,7 @@ class Servers:
     work_dir: Path
     private: bool
     created: list[str] = field(default_factory=list)
+    server_pids: dict[str, int] = field(default_factory=dict)  # private servers only: name -> pid
 
     def database_url(self, name: str) -> str:
         return make_conninfo(self.admin_url, dbname=name)
@@ -79,7 +80,8 @@ def bench_servers() -> Iterator[Servers]:
 
             handles.append(start_nats(root / "nats"))
             handles.append(start_postgres(root / "postgres"))
-            found = Servers(handles[0].url, handles[1].url, root, private=True)
+            found = Servers(handles[0].url, handles[1].url, root, private=True,
+                            server_pids={"nats-server": handles[0].pid, "postgres": handles[1].pid})
         try:
             yield found
         finally:

@@ -171,7 +171,7 @@ class Writer:
         digests = [h.content_digest for p in parsed if isinstance(p.command, TransitionState)
                    for h in [heads.get((p.scope_id, p.command.object_id))] if h and h.content_digest]
         return PlanInputs(heads=heads, idempotency=idem, scope_known=self.scopes.__contains__,
-                          stamp=_new_stamp, tail=self.tail, contents=await self.store.load_contents(digests))
+                          stamp=new_stamp, tail=self.tail, contents=await self.store.load_contents(digests))
 
     def _advance(self, plan: Plan) -> None:
         self.tail = plan.tail
@@ -218,7 +218,7 @@ def _op_id(msg: Msg, item: Parsed | PamledgerError) -> str | None:
     return (msg.headers or {}).get("Pam-Operation-Id")
 
 
-def _new_stamp(parsed: Parsed) -> Stamp:
+def new_stamp(parsed: Parsed) -> Stamp:
     """Fresh ids and the commit clock for one command (the shell's job, never the core's). One read of
     the system's randomness gives the four version-4 UUIDs and the content salt."""
     command = parsed.command

@@ -66,6 +66,7 @@ class Gateway:
         self._background: set[asyncio.Task[Any]] = set()
         # Closes decided but not yet in the ledger: subscription_id -> (request, reason, last delivered).
         self._closing: dict[str, tuple[SubscribeRequest, str, int]] = {}
+        self._finishing: set[str] = set()  # closes whose ledger entry is being written right now
 
     async def serve(self) -> None:
         """Follow the partition, take over every open subscription, then answer requests until cancelled."""
@@ -372,8 +373,19 @@ class Gateway:
                  last_delivered_sequence=session.last_delivered)
 
     async def _finish_close(self, subscription_id: str) -> bool:
-        """Write the subscription_closed ledger entry of a 'closing' subscription, then mark it closed."""
-        request, reason, last = self._closing[subscription_id]
+        """Write the subscription_closed ledger entry of a 'closing' subscription, then mark it closed.
+        A close and the periodic retry of pending closes may both get here for one subscription: only the
+        first writes the entry (False: the writer is away, try again later)."""
+        entry = self._closing.get(subscription_id)
+        if entry is None or subscription_id in self._finishing:
+            return True
+        self._finishing.add(subscription_id)
+        try:
+            return await self._write_close_entry(subscription_id, *entry)
+        finally:
+            self._finishing.discard(subscription_id)
+
+    async def _write_close_entry(self, subscription_id: str, request: SubscribeRequest, reason: str, last: int) -> bool:
         try:
             await self.writer.command("close_subscription", {
                 "scope_id": request.scope_id, "subscription_id": subscription_id,
@@ -387,7 +399,7 @@ class Gateway:
                       error=exc.message)
         await self.conn.execute("UPDATE subscriptions SET status = 'closed' WHERE subscription_id = %s"
                                 " AND status = 'closing'", (subscription_id,))
-        del self._closing[subscription_id]
+        self._closing.pop(subscription_id, None)
         return True
 
     async def _finish_pending_closes(self) -> None:

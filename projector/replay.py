@@ -1,6 +1,6 @@
 """Rebuild the current-version projection from the Postgres ledger alone, for audits and repairs.
 
-`replay` folds ledger events (in ledger order, optionally one scope, optionally up to a sequence) into a
+`replay` folds ledger events (newest first, optionally one scope, optionally up to a sequence) into a
 fresh table with the same pure projection the live projector uses, prints a digest of the result and can
 compare it with the live table or swap it in. Comparing and swapping happen under the projection's
 checkpoint lock: the live projector pauses for that moment (its next batch then lands in whichever table
@@ -94,7 +94,7 @@ _BULK_SESSION = ("SET temp_buffers = '1GB'", "SET work_mem = '256MB'")
 
 @dataclass
 class Helper:
-    """Search vectors being computed on a second connection (`vectors`, into `search_table`)."""
+    """Search vectors being computed on a connection of their own (`vectors`, into `search_table`)."""
 
     vectors: asyncio.Task[None]
     search_table: str
@@ -102,8 +102,8 @@ class Helper:
 
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
-    """A first load allocates millions of long-lived tuples: the cyclic collector would rescan them over
-    and over as they pile up, and could not free any of them anyway."""
+    """A first load keeps a key tuple per object (millions of long-lived objects): the cyclic collector
+    would rescan them over and over as they pile up, and could not free any of them anyway."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -118,7 +118,7 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConn
                    helper: Helper | None = None) -> tuple[int, tuple[str, int] | None]:
     """Fold events (after, through] into `table`: `reader` streams them newest first and each object's row
     goes into `conn`'s COPY stage the moment its latest event is found (rows.newest_row), so Postgres
-    takes rows while Python reads and only a 32-byte digest line per object stays in memory; the stage is
+    takes rows while Python reads and only its key and 32-byte row hash per object stay in memory; the stage is
     then merged with the search vectors (`helper`'s precomputed ones, else computed in the insert).
     Returns how many events were read and, for a first load (after == 0), the digest of its rows."""
     lines: dict[tuple[str, str], bytes] = {}  # (scope_id, object_id) -> row_hash: also the set of objects seen

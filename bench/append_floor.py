@@ -36,7 +36,7 @@ def planned_batches(creates: int, size: int = SINGLE_STATEMENT_ROWS) -> list[Bat
     for start in range(0, creates, size):
         items = [parse("create", payload, {"Pam-Idempotency-Key": f"floor:{i}"}, 1 << 20)
                  for i in range(start, min(creates, start + size))]
-        plan = plan_batch(list(items), PlanInputs(heads={}, idempotency={}, scope_known=lambda _: True,
+        plan = plan_batch(items, PlanInputs(heads={}, idempotency={}, scope_known=lambda _: True,
                                                   stamp=new_stamp, tail=tail))
         if any(o.error is not None for o in plan.outcomes):
             raise RuntimeError(f"the planner refused a bench create: {plan.outcomes}")
@@ -51,8 +51,8 @@ async def append_floor(url: str, warmup: float, duration: float) -> Result:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await conn.execute("INSERT INTO scopes (scope_id, scope_kind) VALUES (%s, 'workspace')", (SCOPE_ID,))
         store = PostgresLedgerStore(conn)
-        latencies, creates, began = [], 0, time.perf_counter()
-        start = began + warmup
+        latencies, creates = [], 0
+        start = time.perf_counter() + warmup
         for batch in batches:
             t0 = time.perf_counter()
             await store.append(batch)

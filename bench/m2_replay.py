@@ -52,12 +52,12 @@ async def timed_replay(database_url: str, options: ReplayOptions) -> dict[str, A
     started = time.perf_counter()
     report = await replay(database_url, options, progress)
     seconds = time.perf_counter() - started
-    read_fold = marks.get("merging", started) - started
+    streaming = marks.get("merging", started) - started
     return {"events": report["events"], "rows": report["rows"], "seconds": round(seconds, 3),
             "events_per_second": round(report["events"] / seconds) if seconds else 0,
             "replay_reported_events_per_second": report["events_per_second"],
-            "read_fold_seconds": round(read_fold, 3), "write_digest_seconds": round(seconds - read_fold, 3),
-            "read_fold_events_per_second": round(report["events"] / read_fold) if read_fold > 0 else None,
+            "stream_seconds": round(streaming, 3), "merge_digest_seconds": round(seconds - streaming, 3),
+            "stream_events_per_second": round(report["events"] / streaming) if streaming > 0 else None,
             "digest": report["digest"], "swapped": bool(report.get("swapped")), "table": report["table"]}
 
 

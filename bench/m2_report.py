@@ -92,8 +92,8 @@ def _ledger_details(res: dict[str, Any]) -> list[str]:
                    f" chunk 0 rows equal plan_batch's; after the writer probe: ok={res['verify_after_probe']['ok']}"
                    f" rows={res['verify_after_probe']['rows_checked']:,}")
     r = rep["replay"]
-    out.append(f"replay: {r['events']:,} events -> {r['rows']:,} rows in {r['seconds']} s: read+fold+stage {r['read_fold_seconds']} s"
-               f" ({_fmt(r['read_fold_events_per_second'] or 0, 0)} events/s), merge+digest {r['write_digest_seconds']} s"
+    out.append(f"replay: {r['events']:,} events -> {r['rows']:,} rows in {r['seconds']} s: read+fold+stage {r['stream_seconds']} s"
+               f" ({_fmt(r['stream_events_per_second'] or 0, 0)} events/s), merge+digest {r['merge_digest_seconds']} s"
                f" (the digest alone, re-timed: {r['digest_seconds']} s);"
                f" raw passes {[p['events_per_second'] for p in rep['raw_passes']]} events/s")
     out.append(f"projection for Query: replay --swap {proj['seconds']} s ({proj['events_per_second']:,} events/s incl."

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -60,17 +61,7 @@ class Child:
 
     def cpu_by_process(self) -> dict[str, float]:
         """CPU seconds per process of the tree, named by its `--roles` argument ('main' for the child)."""
-        root = psutil.Process(self.pid)
-        out: dict[str, float] = {}
-        for proc in [root, *root.children(recursive=True)]:
-            try:
-                times = proc.cpu_times()
-                argv = proc.cmdline()
-            except psutil.NoSuchProcess:
-                continue
-            name = argv[argv.index("--roles") + 1] if "--roles" in argv[:-1] else "main"
-            out[name] = out.get(name, 0.0) + times.user + times.system
-        return out
+        return tree_cpu(self.pid, lambda argv: argv[argv.index("--roles") + 1] if "--roles" in argv[:-1] else "main")
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -118,19 +109,19 @@ async def wait_answering(nc: NATS, child: Child, subject: str, timeout: float = 
     raise TimeoutError(f"{child.name} did not answer on {subject} within {timeout}s:\n{child.log_tail()}")
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """User+system CPU seconds of a process and its living descendants (a Postgres postmaster: its
-    backends and background workers; a backend that exited in between is not counted)."""
-    total = 0.0
-    try:
-        root = psutil.Process(pid)
-        family = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0
-    for proc in family:
+
+def tree_cpu(pid: int, name: Callable[[list[str]], str] = lambda argv: "all") -> dict[str, float]:
+    """User+system CPU seconds of a process and its living descendants, summed per `name(argv)` (a
+    Postgres postmaster: its backends and background workers; a process that exited in between is not
+    counted)."""
+    root = psutil.Process(pid)
+    out: dict[str, float] = {}
+    for proc in [root, *root.children(recursive=True)]:
         try:
             times = proc.cpu_times()
+            argv = proc.cmdline()
         except psutil.NoSuchProcess:
             continue
-        total += times.user + times.system
-    return total
+        key = name(argv)
+        out[key] = out.get(key, 0.0) + times.user + times.system
+    return out

@@ -21,7 +21,7 @@ import psycopg
 from bench.load import (
     SCOPE_ID, Result, check_echo, check_result, create_requests, create_scope, drive, drive_count,
 )
-from bench.procs import Child, python_child, tree_cpu_seconds, wait_answering
+from bench.procs import Child, python_child, tree_cpu, wait_answering
 from bench.servers import Servers
 from bench.service import echo_service, service_process
 from infra.subjects import command_subject, status_subject
@@ -86,7 +86,7 @@ async def scenario_a(servers: Servers, cfg: Config) -> dict[str, Result]:
 def _other_cpu(servers: Servers) -> dict[str, float]:
     """CPU seconds so far of what (a) needs besides the service: the servers (when private) and this
     process, the load driver."""
-    out = {name: tree_cpu_seconds(pid) for name, pid in servers.server_pids.items()}
+    out = {name: sum(tree_cpu(pid).values()) for name, pid in servers.server_pids.items()}
     own = psutil.Process().cpu_times()
     out["bench driver"] = own.user + own.system
     return out

@@ -46,22 +46,33 @@ async def apply_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], throug
 
     The checkpoint row is locked first, so a concurrent swap by `replay --swap` and this projector never
     interleave. A row never replaces a newer one, so a redelivered event changes nothing. Small batches
-    (live traffic) go as one statement over a JSON parameter, pipelined with the checkpoint and the NOTIFY
-    in one round trip; large ones through a COPY stage.
+    (live traffic) go as one statement over a JSON parameter, with BEGIN, the checkpoint, the NOTIFY and
+    COMMIT in one pipeline (one round trip); large ones through a COPY stage, which cannot be pipelined.
     """
+    if len(rows) <= SMALL_BATCH:
+        async with conn.pipeline(), conn.transaction():
+            await _advance_checkpoint(conn, through)
+            if rows:
+                await conn.execute(_json_insert(table), (_rows_json(rows),))
+            await conn.execute(_NOTIFY, (NOTIFY_CHANNEL, str(through)))  # sent at COMMIT
+        return
     async with conn.transaction():
         async with conn.pipeline():
-            # One upsert creates, locks and advances the checkpoint row before any projection row is touched.
-            await conn.execute(
-                "INSERT INTO projection_checkpoints (projection, ledger_sequence) VALUES (%s, %s)"
-                " ON CONFLICT (projection) DO UPDATE"
-                " SET ledger_sequence = greatest(projection_checkpoints.ledger_sequence, excluded.ledger_sequence)",
-                (PROJECTION, through))
-            if rows and len(rows) <= SMALL_BATCH:
-                await conn.execute(_json_insert(table), (_rows_json(rows),))
-            await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(through)))  # sent at COMMIT
-        if len(rows) > SMALL_BATCH:
-            await stage_and_merge(conn, rows, table, upsert=True)
+            await _advance_checkpoint(conn, through)
+            await conn.execute(_NOTIFY, (NOTIFY_CHANNEL, str(through)))
+        await stage_and_merge(conn, rows, table, upsert=True)
+
+
+_NOTIFY = b"SELECT pg_notify(%s, %s)"
+
+
+async def _advance_checkpoint(conn: psycopg.AsyncConnection[Any], through: int) -> None:
+    """One upsert creates, locks and advances the checkpoint row before any projection row is touched."""
+    await conn.execute(
+        b"INSERT INTO projection_checkpoints (projection, ledger_sequence) VALUES (%s, %s)"
+        b" ON CONFLICT (projection) DO UPDATE"
+        b" SET ledger_sequence = greatest(projection_checkpoints.ledger_sequence, excluded.ledger_sequence)",
+        (PROJECTION, through))
 
 
 def _rows_json(rows: list[Row]) -> str:
@@ -70,14 +81,15 @@ def _rows_json(rows: list[Row]) -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _json_insert(table: str) -> sql.Composed:
-    """INSERT ... SELECT FROM json_to_recordset(the rows): content looked up by its key, no stage."""
+def _json_insert(table: str) -> bytes:
+    """INSERT ... SELECT FROM json_to_recordset(the rows): content looked up by its key, no stage. As
+    bytes, composed once: psycopg would otherwise re-compose a sql.Composed on every execution."""
     record = sql.SQL(", ").join(
         sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL("text" if c == "meta" else kind))
         for c, kind in zip(COLUMNS, COLUMN_TYPES))
     source = sql.SQL("json_to_recordset(%s::json) AS s({record})").format(record=record)
     return _insert(table, source, sql.SQL(SEARCH_EXPRESSION), sql.Identifier("content_store"), upsert=True,
-                   meta=sql.SQL("decode(s.meta, 'hex')"))
+                   meta=sql.SQL("decode(s.meta, 'hex')")).as_bytes(None)
 
 
 def _insert(table: str, source: sql.Composable, search: sql.Composable, content: sql.Composable,

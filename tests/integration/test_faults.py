@@ -153,8 +153,13 @@ async def test_sigkill_of_the_leader_loses_no_acknowledged_command(pair: list[Se
 async def test_a_lost_stream_is_rebuilt_from_the_ledger(pair: list[ServiceProcess], fault_env: Env) -> None:
     client = await connect(fault_env)
     await client.nc.jetstream().delete_stream(fault_env.settings.stream_name)
-    await client.create(SCOPE, "claim", {"after": "stream loss"}, ACTOR, PROVENANCE)
+    created = await client.create(SCOPE, "claim", {"after": "stream loss"}, ACTOR, PROVENANCE)
     await assert_stream_equals_ledger(client.nc, fault_env)
+
+    async def projected() -> bool:  # the projector's consumer went with the stream: it must notice
+        items = (await client.query(SCOPE, min_sequence=0, validation_states=["unverified"]))["items"]
+        return created["object_id"] in {item["envelope"]["object_id"] for item in items}
+    await wait_for(projected, timeout=60, interval=0.2)
     await client.close()
 
 

@@ -76,6 +76,8 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
             if options.verify or options.swap or digest is None:  # the table may have caught up since
                 digest = await projection_digest(conn, final, options.scope_id)
             report["digest"], report["rows"] = digest
+            if options.keep and not options.swap:
+                await _drop_vectors(conn, table)
             seconds = time.perf_counter() - started
             report.update(seconds=round(seconds, 3), events_per_second=round(events / seconds) if seconds else 0)
             return report
@@ -84,6 +86,13 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
             await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(search_table)))
             if not (options.keep or options.swap):
                 await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+async def _drop_vectors(conn: psycopg.AsyncConnection[Any], table: str) -> None:
+    """A kept rebuild is an audit copy that nothing maintains: its full-text vectors (lexemes of content)
+    would outlive a later delete or redaction of that content. So it keeps none; the digest never
+    covered them (they derive from the content the digest names)."""
+    await conn.execute(sql.SQL("UPDATE {} SET search = NULL WHERE search IS NOT NULL").format(sql.Identifier(table)))
 
 
 # The writing session's memory for one bulk rebuild: the temp stage holds every row (temp_buffers, settable

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 import pytest
 
 from memory_client.client import MemoryClient
@@ -79,6 +80,19 @@ async def test_a_scoped_rebuild_equals_that_scope_of_the_live_projection(history
                                                                           service: Env) -> None:
     report = await replay(service.database_url, ReplayOptions(scope_id=SCOPES[1], verify=True))
     assert report["verify"]["equal"] and report["rows"] == 12
+
+
+async def test_a_kept_rebuild_is_an_audit_copy_without_search_vectors(history: dict[str, Any],
+                                                                      service: Env) -> None:
+    """Nothing maintains a kept table, so it must not hold lexemes of content that may be erased later."""
+    report = await replay(service.database_url, ReplayOptions(verify=True, keep=True))
+    assert report["verify"]["equal"], "compared with its vectors, before they are dropped"
+    async with await psycopg.AsyncConnection.connect(service.database_url, autocommit=True) as conn:
+        cur = await conn.execute(sql.SQL("SELECT count(*), count(search) FROM {}").format(
+            sql.Identifier(report["table"])))
+        assert await cur.fetchone() == (report["rows"], 0)
+        assert (await projection_digest(conn, report["table"], None))[0] == report["digest"]
+        await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(report["table"])))
 
 
 async def test_verify_names_the_rows_that_differ(history: dict[str, Any], service: Env) -> None:

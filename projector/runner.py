@@ -36,6 +36,11 @@ _PROJECTOR_LOCK_BASE = 0x70616D70_00  # 'pamp' + partition
 LINGER_SECONDS = 0.01
 MAX_ACK_PENDING = 20_000  # events the server may push ahead of the last acknowledged batch
 IDLE_CHECK_SECONDS = 2.0  # when nothing arrives for this long, check that the consumer still exists
+# Acks only let the server push more (max_ack_pending): the position that counts is the checkpoint in
+# Postgres, from which the consumer is re-created on every start. So acknowledge in bulk, not per batch:
+# each ack is work for nats-server and a wake-up on a machine the writer shares.
+ACK_EVERY_EVENTS = MAX_ACK_PENDING // 4
+ACK_EVERY_SECONDS = 1.0
 
 
 def projector_lock_key(partition: int) -> int:
@@ -65,6 +70,9 @@ class Projector:
         self._buffer: list[Msg] = []
         self._arrived = asyncio.Event()
         self._apply_started = 0.0
+        self._unacked: Msg | None = None  # the last message of what was applied but not yet acknowledged
+        self._unacked_count = 0
+        self._acked_at = 0.0
 
     async def run(self) -> None:
         """Apply batches forever; re-subscribes when the stream or consumer is lost or a gap shows."""
@@ -91,6 +99,7 @@ class Projector:
         self.applied = await checkpoint(self.conn)
         self._buffer = []
         self._arrived.clear()
+        self._unacked, self._unacked_count = None, 0
         await js.stream_info(self.stream)  # raises NotFoundError until the relay created it
         try:
             await js.delete_consumer(self.stream, self.durable)
@@ -122,6 +131,7 @@ class Projector:
                 await asyncio.wait_for(self._arrived.wait(), IDLE_CHECK_SECONDS)
             except asyncio.TimeoutError:
                 reraise_if_cancelled()
+                await self._ack()
                 # Quiet: make sure there is still a consumer to push to us (the stream may have been lost
                 # and rebuilt by the relay). NotFoundError re-subscribes from the checkpoint.
                 await self.nc.jetstream().consumer_info(self.stream, self.durable)
@@ -145,7 +155,16 @@ class Projector:
             self.applied = taken[-1][1]
         if gap is not None:  # what was contiguous is applied; the consumer is re-created after it
             raise StreamGap(f"expected stream sequence {self.applied + 1}, got {gap}")
-        await msgs[-1].ack()
+        self._unacked = msgs[-1]
+        self._unacked_count += len(msgs)
+        if self._unacked_count >= ACK_EVERY_EVENTS or time.monotonic() - self._acked_at >= ACK_EVERY_SECONDS:
+            await self._ack()
+
+    async def _ack(self) -> None:
+        """Acknowledge everything applied so far (AckPolicy.ALL: the last message covers the rest)."""
+        if self._unacked is not None:
+            await self._unacked.ack()
+        self._unacked, self._unacked_count, self._acked_at = None, 0, time.monotonic()
 
 
 def contiguous(sequences: list[int], applied: int) -> tuple[list[tuple[int, int]], int | None]:

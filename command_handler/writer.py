@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from datetime import datetime, timezone
 from typing import Any
 
@@ -225,12 +224,22 @@ def new_stamp(parsed: Parsed) -> Stamp:
     random = os.urandom(80)
     object_id = getattr(command, "object_id", None)
     if object_id is None:
-        object_id = f"mem:{uuid.UUID(bytes=random[:16], version=4)}"
+        object_id = f"mem:{uuid4_text(random[:16])}"
     return Stamp(
-        operation_id=parsed.operation_id or f"op:{uuid.UUID(bytes=random[16:32], version=4)}",
-        event_id=f"evt:{uuid.UUID(bytes=random[32:48], version=4)}",
-        version_id=f"ver:{uuid.UUID(bytes=random[48:64], version=4)}",
+        operation_id=parsed.operation_id or f"op:{uuid4_text(random[16:32])}",
+        event_id=f"evt:{uuid4_text(random[32:48])}",
+        version_id=f"ver:{uuid4_text(random[48:64])}",
         object_id=object_id,
         now=datetime.now(timezone.utc),
         salt=random[64:],
     )
+
+
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))  # the version nibble and the variant bits
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)  # version 4, RFC 4122 variant
+
+
+def uuid4_text(random16: bytes) -> str:
+    """str(uuid.UUID(bytes=random16, version=4)), at a third of its cost (it is four per command)."""
+    h = ((int.from_bytes(random16, "big") & _UUID4_CLEAR) | _UUID4_SET).to_bytes(16, "big").hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

@@ -104,7 +104,7 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
         prev = new_hash
         if decision.head is not None:
             heads[key] = decision.head
-        if item.idempotency_key is not None and decision.head is not None:
+        if item.idempotency_key is not None:
             keys[(command.scope_id, item.idempotency_key)] = (item.request_digest, index)
         content = decision.content
         if content is None and decision.head is not None and decision.head.content_digest is not None:
@@ -159,7 +159,12 @@ def _add_rows(
         object_id=event.object_id, version_id=event.version_id, event_type=event.event_type,
         recorded_at=event.recorded_at, event=event_bytes, prev_hash=prev, row_hash=new_hash,
     ))
-    if head is None:
+    if head is None:  # an event-only entry: its record names no object or version, only its ledger row
+        if item.idempotency_key is not None:
+            batch.idempotency.append(IdempotencyRow(
+                scope_id=event.scope_id, idempotency_key=item.idempotency_key, request_digest=item.request_digest,
+                object_id=None, version_id=None, ledger_sequence=seq,
+            ))
         return
     batch.versions.append(VersionRow(
         scope_id=head.scope_id, object_id=head.object_id, sequence=head.sequence, version_id=head.version_id,

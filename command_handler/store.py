@@ -111,11 +111,14 @@ class ContentRow(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class IdempotencyRow(msgspec.Struct, frozen=True, kw_only=True):
+    """What a command with an idempotency key committed: its version, or (object_id and version_id None)
+    the event-only ledger entry at ledger_sequence."""
+
     scope_id: str
     idempotency_key: str
     request_digest: str
-    object_id: str
-    version_id: str
+    object_id: str | None
+    version_id: str | None
     ledger_sequence: int
 
 

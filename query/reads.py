@@ -75,7 +75,15 @@ async def history(conn: psycopg.AsyncConnection[Any], scope_id: str, object_id: 
 
 
 async def fetch_replay(conn: psycopg.AsyncConnection[Any], record: IdempotencyRow) -> bytes:
-    """The original result of an idempotent command, rebuilt from the version it committed."""
+    """The original result of an idempotent command, rebuilt from the version it committed (or, for an
+    event-only entry, from its ledger row)."""
+    if record.version_id is None:
+        cur = await conn.execute("SELECT event_id FROM ledger WHERE partition = 0 AND ledger_sequence = %s",
+                                 (record.ledger_sequence,))
+        entry = await cur.fetchone()
+        assert entry is not None, "idempotency record without its ledger entry"
+        return canonical_bytes({"result": {"ledger_sequence": record.ledger_sequence, "event_id": entry[0],
+                                           "idempotency_result": "replayed_original_result"}})
     cur = await conn.execute(
         "SELECT v.sequence, v.meta, c.content, l.event_id FROM memory_versions v"
         " LEFT JOIN content_store c ON c.content_digest = v.content_digest"

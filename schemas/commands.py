@@ -121,6 +121,7 @@ class OpenSubscription(msgspec.Struct, tag="open_subscription", **_COMMAND):
     actor: Actor
     subscription: dict[str, Any]
     operation_id: Id | None = None
+    idempotency_key: IdempotencyKey | None = None
 
 
 class CloseSubscription(msgspec.Struct, tag="close_subscription", **_COMMAND):
@@ -132,6 +133,7 @@ class CloseSubscription(msgspec.Struct, tag="close_subscription", **_COMMAND):
     reason: Annotated[str, msgspec.Meta(max_length=256)]
     last_delivered_sequence: Annotated[int, msgspec.Meta(ge=0)]
     operation_id: Id | None = None
+    idempotency_key: IdempotencyKey | None = None
 
 
 ObjectCommand = CreateObject | UpdateObject | TransitionState | DeleteObject

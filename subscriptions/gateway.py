@@ -387,9 +387,12 @@ class Gateway:
 
     async def _write_close_entry(self, subscription_id: str, request: SubscribeRequest, reason: str, last: int) -> bool:
         try:
+            # One key per subscription: a close finished again after a crash (or by the next leader)
+            # replays the entry already written instead of writing a second one.
             await self.writer.command("close_subscription", {
                 "scope_id": request.scope_id, "subscription_id": subscription_id,
-                "actor": msgspec.to_builtins(request.actor), "reason": reason, "last_delivered_sequence": last})
+                "actor": msgspec.to_builtins(request.actor), "reason": reason, "last_delivered_sequence": last,
+                "idempotency_key": f"gateway:close:{subscription_id}"})
         except PamspecError as exc:
             if exc.code == "service_unavailable":
                 log.warning("subscription.close_pending", subscription_id=subscription_id, error=exc.message)

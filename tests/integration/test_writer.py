@@ -83,6 +83,25 @@ async def test_concurrent_duplicates_in_one_batch_commit_once(client: MemoryClie
         assert (await cur.fetchone()) == (1,)
 
 
+async def test_an_event_only_entry_with_a_known_key_is_written_once(client: MemoryClient, service: Env) -> None:
+    """A close finished twice (say, again after a gateway crash) must not leave two subscription_closed."""
+    subscription_id = f"sub:{uuid.uuid4()}"
+    body = {"scope_id": SCOPE, "subscription_id": subscription_id, "actor": ACTOR, "reason": "client_closed",
+            "last_delivered_sequence": 0, "idempotency_key": f"gateway:close:{subscription_id}"}
+    burst = await asyncio.gather(*[client.command("close_subscription", body) for _ in range(5)])
+    again = await client.command("close_subscription", body)
+    entries = {(r["ledger_sequence"], r["event_id"]) for r in [*burst, again]}
+    assert len(entries) == 1
+    assert again["idempotency_result"] == "replayed_original_result"
+    err = await error_code(client.command("close_subscription", {**body, "reason": "something else"}))
+    assert err.code == "duplicate_operation"
+    async with await psycopg.AsyncConnection.connect(service.database_url) as conn:
+        cur = await conn.execute("SELECT count(*) FROM ledger WHERE event_type = 'subscription_closed'"
+                                 " AND convert_from(event, 'UTF8')::jsonb -> 'payload' ->> 'subscription_id' = %s",
+                                 (subscription_id,))
+        assert (await cur.fetchone()) == (1,)
+
+
 async def test_update_transition_delete_and_history(client: MemoryClient, service: Env) -> None:
     created = await new_claim(client, "secret words")
     oid = created["object_id"]

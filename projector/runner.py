@@ -3,8 +3,9 @@
 One projector per partition leads (Postgres advisory lock); others wait. On start it reads its
 checkpoint from Postgres and (re)creates its durable consumer to start right after it, so the consumer's
 position can never run ahead of what was committed. The server pushes events to a private inbox; a
-callback only buffers them, and the apply loop takes everything buffered as one batch: rows and
-checkpoint commit in one transaction, then the batch is acknowledged (AckPolicy.ALL: one ack per batch).
+callback only buffers them, and the apply loop takes what is buffered (up to `batch`) as one batch: rows
+and checkpoint commit in one transaction. Acknowledgements are cumulative (AckPolicy.ALL) and sent in
+bulk (ACK_EVERY_EVENTS / ACK_EVERY_SECONDS, and when idle).
 
 Why push, not pull: nats-py's `fetch` costs about 5x more client CPU per message than a subscription
 callback (it awaits each message with its own timeout), and under load that CPU was most of the lag.
@@ -34,7 +35,7 @@ from infra.tasks import reraise_if_cancelled
 log = structlog.get_logger(__name__)
 _PROJECTOR_LOCK_BASE = 0x70616D70_00  # 'pamp' + partition
 LINGER_SECONDS = 0.01
-MAX_ACK_PENDING = 20_000  # events the server may push ahead of the last acknowledged batch
+MAX_ACK_PENDING = 20_000  # events the server may push ahead of the last acknowledgement
 IDLE_CHECK_SECONDS = 2.0  # when nothing arrives for this long, check that the consumer still exists
 # Acks only let the server push more (max_ack_pending): the position that counts is the checkpoint in
 # Postgres, from which the consumer is re-created on every start. So acknowledge in bulk, not per batch:

@@ -101,7 +101,7 @@ def run_one(name: str, servers: Servers, cfg: Config) -> dict[str, Result]:
     if name == "f":
         db_name, url = servers.fresh_database("f")
         try:
-            return {"f": run_append_floor(url, cfg.warmup, cfg.duration)}
+            return {"f": run_append_floor(url, cfg.warmup, cfg.duration, cfg.in_flight)}
         finally:
             servers.drop_database(db_name)
     db_name, url = servers.fresh_database("commit", migrated=False)

@@ -3,9 +3,9 @@
 How many creates/s could the ledger take if everything but the append cost nothing: no NATS, no
 decoding, no decide, no relay, no projector. The rows are exactly what pamledger writes for the bench's
 create command (the real intake and planner make them, hash chain included, before timing starts); they
-go through `PostgresLedgerStore.append` in batches of SINGLE_STATEMENT_ROWS (one statement each), one
-after another on one autocommit connection, because one writer appends on one connection. Latencies are
-per batch.
+go through `PostgresLedgerStore.append` in batches as large as the requests in flight (the most one group
+commit can gather; one statement each), one after another on one autocommit connection, because one
+writer appends on one connection. Latencies are per batch.
 
 a/f says how much of the storage floor the whole service delivers; f/c how far the a/c target is from
 what storage alone allows on this machine: if f/c < 0.4, no writer with this data model can meet a/c >= 0.4
@@ -45,9 +45,9 @@ def planned_batches(creates: int, size: int = SINGLE_STATEMENT_ROWS) -> list[Bat
     return batches
 
 
-async def append_floor(url: str, warmup: float, duration: float) -> Result:
+async def append_floor(url: str, warmup: float, duration: float, batch_size: int) -> Result:
     """Append prebuilt batches back to back; the measured window starts after `warmup` seconds of them."""
-    batches = planned_batches(int(CREATES_PER_SECOND_GUESS * (warmup + duration)))
+    batches = planned_batches(int(CREATES_PER_SECOND_GUESS * (warmup + duration)), batch_size)
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await conn.execute("INSERT INTO scopes (scope_id, scope_kind) VALUES (%s, 'workspace')", (SCOPE_ID,))
         store = PostgresLedgerStore(conn)
@@ -64,10 +64,12 @@ async def append_floor(url: str, warmup: float, duration: float) -> Result:
     if not latencies:
         raise RuntimeError("the storage floor finished its batches inside the warm-up; raise CREATES_PER_SECOND_GUESS")
     result = Result("(f) storage floor", creates, seconds, latencies, 1)
-    result.extra.update(batch_size=SINGLE_STATEMENT_ROWS, batches=len(latencies),
+    result.extra.update(batch_size=batch_size, batches=len(latencies),
                         measured_seconds=round(time.perf_counter() - start, 3))
     return result
 
 
-def run_append_floor(url: str, warmup: float, duration: float) -> Result:
-    return asyncio.run(append_floor(url, warmup, duration))
+def run_append_floor(url: str, warmup: float, duration: float, in_flight: int) -> Result:
+    """The floor for `in_flight` requests in flight: batches of that size (capped where the writer's append
+    switches from one statement to COPYs)."""
+    return asyncio.run(append_floor(url, warmup, duration, min(in_flight, SINGLE_STATEMENT_ROWS)))

@@ -17,7 +17,9 @@ from command_handler.state import ObjectHead
 from schemas.canonical import decode_json
 
 _WRITER_LOCK_BASE = 0x70616D00  # 'pam\0' + partition
-SINGLE_STATEMENT_ROWS = 32
+# Up to this many creates one statement (JSON parameters) beats COPYs in a transaction (4-6 round trips):
+# measured here 1.6x at 32 rows, 1.4x at 64, 1.1x at 128; about even near 200, COPY ahead from 256.
+SINGLE_STATEMENT_ROWS = 128
 _batch_json = msgspec.json.Encoder()
 # The ledger head through the (partition, ledger_sequence) key: one index probe, whatever the ledger size.
 HEAD_SQL = "SELECT coalesce(max(ledger_sequence), 0) FROM ledger WHERE partition = 0"

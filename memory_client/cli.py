@@ -113,13 +113,22 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[str, Any]:
     import psycopg
 
+    from projector.store import PROJECTION
+
     out: dict[str, Any] = {"nats": {"answers": False}, "postgres": {"answers": False}}
     try:
         async with await psycopg.AsyncConnection.connect(database_url, connect_timeout=3) as conn:
             cur = await conn.execute("SELECT coalesce(max(ledger_sequence), 0) FROM ledger WHERE partition = %s",
                                      (settings.partition,))
             row = await cur.fetchone()
-            out["postgres"] = {"answers": True, "ledger_sequence": row[0] if row else 0}
+            head = row[0] if row else 0
+            cur = await conn.execute("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s",
+                                     (PROJECTION,))
+            row = await cur.fetchone()
+            projected = row[0] if row else 0
+            # How far Query's current-version tables trail the ledger (0: every committed event is queryable).
+            out["postgres"] = {"answers": True, "ledger_sequence": head, "projection_checkpoint": projected,
+                               "projection_behind": head - projected}
     except psycopg.Error as exc:
         out["postgres"] = {"answers": False, "error": type(exc).__name__}
     try:
@@ -129,11 +138,14 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
         return out
     out["nats"] = {"answers": True}
     client.retries = 0
-    for component in ("writer", "query"):
+    async def ask(component: str) -> dict[str, Any]:
         try:
-            out[component] = {"answers": True, **await client.status(component)}
+            return {"answers": True, **await client.status(component)}
         except PamspecError as exc:
-            out[component] = {"answers": False, "error": exc.code}
+            return {"answers": False, "error": exc.code}
+
+    components = ("writer", "query", "projector", "gateway")  # asked at once: one timeout, not four
+    out.update(zip(components, await asyncio.gather(*(ask(c) for c in components))))
     await client.close()
     return out
 

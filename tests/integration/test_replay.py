@@ -175,6 +175,18 @@ async def test_the_cli_replays_audits_and_queries(history: dict[str, Any], servi
     assert json.loads(replayed.stdout)["digest"] == digest or json.loads(replayed.stdout)["verify"]["equal"]
 
 
+async def test_status_names_every_role_and_how_far_the_projection_trails(history: dict[str, Any],
+                                                                          service: Env) -> None:
+    async def reported() -> dict[str, Any] | None:
+        done = await asyncio.to_thread(run_cli, service, "status")
+        report = json.loads(done.stdout)
+        return report if done.returncode == 0 and report["postgres"]["projection_behind"] == 0 else None
+
+    report = await wait_for(reported, timeout=60, interval=0.2)
+    assert all(report[role]["answers"] for role in ("writer", "query", "projector", "gateway")), report
+    assert report["postgres"]["projection_checkpoint"] == report["postgres"]["ledger_sequence"] > 0
+
+
 async def test_small_json_batches_and_large_staged_batches_project_the_same_rows(
         history: dict[str, Any], service: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     """The live projector writes small batches as one JSON-parameter statement, large ones through a COPY stage:

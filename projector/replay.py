@@ -52,16 +52,22 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
             database_url, autocommit=True)) for _ in range(3)]  # writes; reads the ledger; computes vectors
         for setting in _BULK_SESSION:
             await conn.execute(setting)
+        dropped = await drop_leftovers(conn)
+        if dropped and progress:
+            progress({"phase": "cleaning", "dropped_leftover_tables": dropped})
         head = options.to_sequence if options.to_sequence is not None else await _ledger_head(conn)
         started = time.perf_counter()
+        owner = _OWNER_MARK.format(pid=conn.info.backend_pid)
         # A rebuild that is only digested or compared, then dropped, need not be crash-safe: UNLOGGED skips
         # the write-ahead log (half of the write phase). One that replaces the live table is logged.
         kind = sql.SQL("TABLE" if options.swap else "UNLOGGED TABLE")
-        await conn.execute(sql.SQL("CREATE {} {} (LIKE current_objects INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
-                                   ).format(kind, sql.Identifier(table)))
+        async with conn.transaction():  # the table appears with its owner mark, never without
+            await conn.execute(sql.SQL("CREATE {} {} (LIKE current_objects INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+                                       ).format(kind, sql.Identifier(table)))
+            await _mark(conn, table, owner)
         search_table = f"replay_search_{uuid.uuid4().hex[:8]}"
         # Full-text vectors depend on content only: a third connection computes them while the ledger streams.
-        vectors = asyncio.create_task(precompute_search(side, search_table, options.scope_id))
+        vectors = asyncio.create_task(precompute_search(side, search_table, options.scope_id, owner))
         try:
             with _gc_paused():
                 events, digest = await _rebuild(conn, reader, table, options.scope_id, 0, head, progress,
@@ -78,6 +84,7 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
             report["digest"], report["rows"] = digest
             if options.keep and not options.swap:
                 await _drop_vectors(conn, table)
+                await _mark(conn, table, KEPT_MARK)
             seconds = time.perf_counter() - started
             report.update(seconds=round(seconds, 3), events_per_second=round(events / seconds) if seconds else 0)
             return report
@@ -86,6 +93,34 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
             await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(search_table)))
             if not (options.keep or options.swap):
                 await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+# Scratch tables carry a comment naming the backend that owns them, so a replay that died (SIGKILL, a lost
+# connection) leaves nothing behind for long: the next replay drops every rebuild or vector table whose
+# owner is gone. Those tables hold lexemes of content and envelope metadata, which must not outlive an
+# erasure. A kept rebuild (--keep) is marked as such and left alone.
+_OWNER_MARK = "pamledger replay scratch, backend {pid}"
+KEPT_MARK = "pamledger replay kept"
+_LEFTOVERS = (
+    "SELECT c.relname FROM pg_class c WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace"
+    r" AND (c.relname LIKE 'current\_objects\_rebuild\_%%' OR c.relname LIKE 'replay\_search\_%%')"
+    " AND coalesce(obj_description(c.oid, 'pg_class'), '') <> %(kept)s"
+    " AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a"
+    "                 WHERE %(mark)s || a.pid = obj_description(c.oid, 'pg_class'))"
+)
+
+
+async def drop_leftovers(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+    """Drop the scratch tables of replays whose connection is gone; returns their names."""
+    cur = await conn.execute(_LEFTOVERS, {"kept": KEPT_MARK, "mark": _OWNER_MARK.format(pid="")})
+    names = [str(row[0]) for row in await cur.fetchall()]
+    for name in names:
+        await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
+    return names
+
+
+async def _mark(conn: psycopg.AsyncConnection[Any], table: str, mark: str | None) -> None:
+    await conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(sql.Identifier(table), sql.Literal(mark)))
 
 
 async def _drop_vectors(conn: psycopg.AsyncConnection[Any], table: str) -> None:
@@ -229,6 +264,7 @@ async def _swap(conn: psycopg.AsyncConnection[Any], table: str) -> None:
     await conn.execute(sql.SQL("ALTER TABLE current_objects RENAME TO {}").format(sql.Identifier(retired)))
     await conn.execute(sql.SQL("ALTER TABLE {} RENAME TO current_objects").format(sql.Identifier(table)))
     await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(retired)))
+    await _mark(conn, PROJECTION, None)  # no longer scratch: the live projection
     await conn.execute(sql.SQL("ALTER TABLE current_objects RENAME CONSTRAINT {} TO current_objects_pkey").format(
         sql.Identifier(f"{table}_pkey")))
     for suffix, _ in indexes:

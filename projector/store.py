@@ -112,12 +112,16 @@ def _insert(table: str, source: sql.Composable, search: sql.Composable, content:
     return statement
 
 
-async def precompute_search(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None) -> None:
+async def precompute_search(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None,
+                            comment: str) -> None:
     """(content_digest, search) of the content store (one scope, or all) into a new unlogged `table`, so a
-    bulk rebuild can compute vectors on another connection while it reads the ledger."""
+    bulk rebuild can compute vectors on another connection while it reads the ledger. The table appears
+    with `comment` (its owner), never without."""
     scope = sql.SQL(" WHERE c.scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
-    await conn.execute(sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT c.content_digest, " + SEARCH_EXPRESSION +
-                               " AS search FROM content_store c{}").format(sql.Identifier(table), scope))
+    async with conn.transaction():
+        await conn.execute(sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT c.content_digest, " + SEARCH_EXPRESSION +
+                                   " AS search FROM content_store c{}").format(sql.Identifier(table), scope))
+        await conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(sql.Identifier(table), sql.Literal(comment)))
     await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from memory_client.client import MemoryClient
 from projector.audit import audit
-from projector.replay import ReplayOptions, projection_digest, replay
+from projector.replay import KEPT_MARK, ReplayOptions, projection_digest, replay
 from tests.conftest import ACTOR, PROVENANCE, Env, wait_for
 
 SCOPES = ("workspace:replay-a", "workspace:replay-b")
@@ -95,6 +95,26 @@ async def test_a_kept_rebuild_is_an_audit_copy_without_search_vectors(history: d
         await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(report["table"])))
 
 
+async def test_a_replay_drops_the_scratch_tables_of_replays_that_died(history: dict[str, Any],
+                                                                      service: Env) -> None:
+    """Scratch tables hold lexemes and envelopes: one whose owning backend is gone must not linger."""
+    async with await psycopg.AsyncConnection.connect(service.database_url, autocommit=True) as conn:
+        mine = conn.info.backend_pid
+        tables = {"replay_search_deadbeef": "pamledger replay scratch, backend 999999",  # owner gone
+                  "current_objects_rebuild_deadbeef": None,  # left by a version that did not mark
+                  "current_objects_rebuild_cafecafe": KEPT_MARK,  # --keep: on purpose
+                  "replay_search_0badf00d": f"pamledger replay scratch, backend {mine}"}  # owner alive
+        for name, mark in tables.items():
+            await conn.execute(sql.SQL("CREATE UNLOGGED TABLE {} (x int)").format(sql.Identifier(name)))
+            if mark is not None:
+                await conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(sql.Identifier(name), sql.Literal(mark)))
+        await replay(service.database_url, ReplayOptions())
+        cur = await conn.execute("SELECT relname FROM pg_class WHERE relname = ANY(%s)", (list(tables),))
+        assert {row[0] for row in await cur.fetchall()} == {"current_objects_rebuild_cafecafe", "replay_search_0badf00d"}
+        for name in ("current_objects_rebuild_cafecafe", "replay_search_0badf00d"):
+            await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(name)))
+
+
 async def test_verify_names_the_rows_that_differ(history: dict[str, Any], service: Env) -> None:
     victim = history[f"{SCOPES[0]}/4"]["object_id"]
     async with await psycopg.AsyncConnection.connect(service.database_url, autocommit=True) as conn:
@@ -107,6 +127,9 @@ async def test_verify_names_the_rows_that_differ(history: dict[str, Any], servic
     assert report["verify"]["first_differences"] == [
         {"scope_id": SCOPES[0], "object_id": victim, "problem": "rows differ"}]
     swapped = await replay(service.database_url, ReplayOptions(swap=True))  # repair by rebuilding
+    async with await psycopg.AsyncConnection.connect(service.database_url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT obj_description('current_objects'::regclass, 'pg_class')")
+        assert await cur.fetchone() == (None,), "a swapped-in rebuild is no longer marked as scratch"
     again = await replay(service.database_url, ReplayOptions(verify=True))
     assert again["verify"]["equal"] and again["digest"] == swapped["digest"]
 

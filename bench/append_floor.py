@@ -19,7 +19,7 @@ import time
 
 import psycopg
 
-from bench.load import SCOPE_ID, Result, create_payload
+from bench.load import INSERT_SCOPE_SQL, SCOPE_ID, Result, create_payload
 from command_handler.chain import GENESIS_HASH
 from command_handler.intake import parse
 from command_handler.planner import PlanInputs, plan_batch
@@ -49,7 +49,7 @@ async def append_floor(url: str, warmup: float, duration: float, batch_size: int
     """Append prebuilt batches back to back; the measured window starts after `warmup` seconds of them."""
     batches = planned_batches(int(CREATES_PER_SECOND_GUESS * (warmup + duration)), batch_size)
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await conn.execute("INSERT INTO scopes (scope_id, scope_kind) VALUES (%s, 'workspace')", (SCOPE_ID,))
+        await conn.execute(INSERT_SCOPE_SQL, (SCOPE_ID,))
         store = PostgresLedgerStore(conn)
         latencies, creates = [], 0
         start = time.perf_counter() + warmup

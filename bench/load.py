@@ -24,6 +24,7 @@ from infra.subjects import command_subject
 ACTOR = {"actor_id": "actor:bench:agent", "actor_kind": "agent"}
 PROVENANCE = {"provenance_id": "prov:bench:1", "actor": ACTOR, "activity": "bench"}
 SCOPE_ID = "scope:bench"
+INSERT_SCOPE_SQL = "INSERT INTO scopes (scope_id, scope_kind) VALUES (%s, 'workspace')"  # for benches that skip NATS
 REQUEST_TIMEOUT = 30.0
 _encoder = msgspec.json.Encoder()
 

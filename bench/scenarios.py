@@ -19,7 +19,7 @@ import psutil  # type: ignore[import-untyped]
 import psycopg
 
 from bench.load import (
-    SCOPE_ID, Result, check_echo, check_result, create_requests, create_scope, drive, drive_count,
+    INSERT_SCOPE_SQL, SCOPE_ID, Result, check_echo, check_result, create_requests, create_scope, drive, drive_count,
 )
 from bench.procs import Child, python_child, tree_cpu, wait_answering
 from bench.servers import Servers
@@ -107,7 +107,7 @@ async def scenario_b(servers: Servers, cfg: Config) -> dict[str, Result]:
     """The naive one-transaction-per-command writer, same load as (a)."""
     db_name, db_url = servers.fresh_database("b")
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("INSERT INTO scopes (scope_id, scope_kind) VALUES (%s, 'workspace')", (SCOPE_ID,))
+        conn.execute(INSERT_SCOPE_SQL, (SCOPE_ID,))
     subject = f"bench_b_{_tag()}.create"
     child = python_child("naive-b", "bench.naive", {}, servers.work_dir, servers.nats_url, db_url, subject)
     nc = await _connect(servers.nats_url)

@@ -66,7 +66,6 @@ class Gateway:
         self._background: set[asyncio.Task[Any]] = set()
         # Closes decided but not yet in the ledger: subscription_id -> (request, reason, last delivered).
         self._closing: dict[str, tuple[SubscribeRequest, str, int]] = {}
-        self._finishing: set[str] = set()  # closes whose ledger entry is being written right now
 
     async def serve(self) -> None:
         """Follow the partition, take over every open subscription, then answer requests until cancelled."""
@@ -373,22 +372,15 @@ class Gateway:
                  last_delivered_sequence=session.last_delivered)
 
     async def _finish_close(self, subscription_id: str) -> bool:
-        """Write the subscription_closed ledger entry of a 'closing' subscription, then mark it closed.
-        A close and the periodic retry of pending closes may both get here for one subscription: only the
-        first writes the entry (False: the writer is away, try again later)."""
+        """Write the subscription_closed ledger entry of a 'closing' subscription, then mark it closed
+        (False: the writer is away, try again later). The entry carries one idempotency key per
+        subscription, so finishing a close twice (a close racing the periodic retry, a retry after a crash,
+        the next leader) writes it once and replays it after."""
         entry = self._closing.get(subscription_id)
-        if entry is None or subscription_id in self._finishing:
+        if entry is None:
             return True
-        self._finishing.add(subscription_id)
+        request, reason, last = entry
         try:
-            return await self._write_close_entry(subscription_id, *entry)
-        finally:
-            self._finishing.discard(subscription_id)
-
-    async def _write_close_entry(self, subscription_id: str, request: SubscribeRequest, reason: str, last: int) -> bool:
-        try:
-            # One key per subscription: a close finished again after a crash (or by the next leader)
-            # replays the entry already written instead of writing a second one.
             await self.writer.command("close_subscription", {
                 "scope_id": request.scope_id, "subscription_id": subscription_id,
                 "actor": msgspec.to_builtins(request.actor), "reason": reason, "last_delivered_sequence": last,

@@ -113,7 +113,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[str, Any]:
     import psycopg
 
-    from projector.store import PROJECTION
+    from projector.store import checkpoint
 
     out: dict[str, Any] = {"nats": {"answers": False}, "postgres": {"answers": False}}
     try:
@@ -122,10 +122,7 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
                                      (settings.partition,))
             row = await cur.fetchone()
             head = row[0] if row else 0
-            cur = await conn.execute("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s",
-                                     (PROJECTION,))
-            row = await cur.fetchone()
-            projected = row[0] if row else 0
+            projected = await checkpoint(conn)
             # How far Query's current-version tables trail the ledger (0: every committed event is queryable).
             out["postgres"] = {"answers": True, "ledger_sequence": head, "projection_checkpoint": projected,
                                "projection_behind": head - projected}

@@ -26,7 +26,7 @@ from psycopg import sql
 from command_handler.store import HEAD_SQL
 from infra.tasks import stop_task
 from projector.rows import COLUMNS, newest_row
-from projector.store import PROJECTION, merge, precompute_search, staging
+from projector.store import PROJECTION, comment_table, drop_table, merge, precompute_search, staging
 from schemas.canonical import canonical_bytes
 
 Progress = Callable[[dict[str, Any]], None]
@@ -64,7 +64,7 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
         async with conn.transaction():  # the table appears with its owner mark, never without
             await conn.execute(sql.SQL("CREATE {} {} (LIKE current_objects INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
                                        ).format(kind, sql.Identifier(table)))
-            await _mark(conn, table, owner)
+            await comment_table(conn, table, owner)
         search_table = f"replay_search_{uuid.uuid4().hex[:8]}"
         # Full-text vectors depend on content only: a third connection computes them while the ledger streams.
         vectors = asyncio.create_task(precompute_search(side, search_table, options.scope_id, owner))
@@ -84,15 +84,15 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
             report["digest"], report["rows"] = digest
             if options.keep and not options.swap:
                 await _drop_vectors(conn, table)
-                await _mark(conn, table, KEPT_MARK)
+                await comment_table(conn, table, KEPT_MARK)
             seconds = time.perf_counter() - started
             report.update(seconds=round(seconds, 3), events_per_second=round(events / seconds) if seconds else 0)
             return report
         finally:
             await stop_task(vectors)  # done unless the rebuild failed first
-            await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(search_table)))
+            await drop_table(conn, search_table)
             if not (options.keep or options.swap):
-                await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+                await drop_table(conn, table)
 
 
 # Scratch tables carry a comment naming the backend that owns them, so a replay that died (SIGKILL, a lost
@@ -115,12 +115,8 @@ async def drop_leftovers(conn: psycopg.AsyncConnection[Any]) -> list[str]:
     cur = await conn.execute(_LEFTOVERS, {"kept": KEPT_MARK, "mark": _OWNER_MARK.format(pid="")})
     names = [str(row[0]) for row in await cur.fetchall()]
     for name in names:
-        await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
+        await drop_table(conn, name)
     return names
-
-
-async def _mark(conn: psycopg.AsyncConnection[Any], table: str, mark: str | None) -> None:
-    await conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(sql.Identifier(table), sql.Literal(mark)))
 
 
 async def _drop_vectors(conn: psycopg.AsyncConnection[Any], table: str) -> None:
@@ -165,12 +161,13 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConn
     takes rows while Python reads and only its key and 32-byte row hash per object stay in memory; the stage is
     then merged with the search vectors (`helper`'s precomputed ones, else computed in the insert).
     Returns how many events were read and, for a first load (after == 0), the digest of its rows."""
-    lines: dict[tuple[str, str], bytes] = {}  # (scope_id, object_id) -> row_hash: also the set of objects seen
+    lines: dict[tuple[str, str], bytes] = {}  # (scope_id, object_id) -> row_hash (first load): the objects seen
     query = ("SELECT ledger_sequence, scope_id, object_id, event FROM ledger WHERE partition = 0"
              " AND ledger_sequence > {after} AND ledger_sequence <= {through}{scope} ORDER BY ledger_sequence DESC")
     scope = sql.SQL(" AND scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
     statement = sql.SQL(query).format(after=sql.Literal(after), through=sql.Literal(through), scope=scope)
     a, b, c, d, e = _KEY
+    first = after == 0
     count, last_report = 0, time.perf_counter()
     async with conn.transaction():
         async with staging(conn) as into, reader.cursor().copy(
@@ -179,8 +176,8 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConn
             async for sequence, row_scope, object_id, event in out.rows():
                 count += 1
                 row = newest_row(lines, row_scope, object_id, event, sequence)
-                if row is not None:
-                    lines[(row_scope, object_id)] = row_hash(row[a], row[b], row[c], row[d], row[e])
+                if row is not None:  # a catch-up (after > 0) is not digested: it only needs the key
+                    lines[(row_scope, object_id)] = row_hash(row[a], row[b], row[c], row[d], row[e]) if first else b""
                     await into.write_row(row)
                 if progress and count % 50_000 == 0 and time.perf_counter() - last_report > 1.0:
                     last_report = time.perf_counter()
@@ -193,7 +190,7 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConn
             await helper.vectors
             search_table = helper.search_table
         # The digest of a first load is that of these rows: sorted and hashed while Postgres merges them.
-        digesting = asyncio.create_task(asyncio.to_thread(combined_digest, lines)) if after == 0 else None
+        digesting = asyncio.create_task(asyncio.to_thread(combined_digest, lines)) if first else None
         try:
             await merge(conn, table, upsert=after > 0, search_table=search_table)
         finally:
@@ -264,7 +261,7 @@ async def _swap(conn: psycopg.AsyncConnection[Any], table: str) -> None:
     await conn.execute(sql.SQL("ALTER TABLE current_objects RENAME TO {}").format(sql.Identifier(retired)))
     await conn.execute(sql.SQL("ALTER TABLE {} RENAME TO current_objects").format(sql.Identifier(table)))
     await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(retired)))
-    await _mark(conn, PROJECTION, None)  # no longer scratch: the live projection
+    await comment_table(conn, PROJECTION, None)  # no longer scratch: the live projection
     await conn.execute(sql.SQL("ALTER TABLE current_objects RENAME CONSTRAINT {} TO current_objects_pkey").format(
         sql.Identifier(f"{table}_pkey")))
     for suffix, _ in indexes:

@@ -121,8 +121,17 @@ async def precompute_search(conn: psycopg.AsyncConnection[Any], table: str, scop
     async with conn.transaction():
         await conn.execute(sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT c.content_digest, " + SEARCH_EXPRESSION +
                                    " AS search FROM content_store c{}").format(sql.Identifier(table), scope))
-        await conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(sql.Identifier(table), sql.Literal(comment)))
+        await comment_table(conn, table, comment)
     await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+
+
+async def comment_table(conn: psycopg.AsyncConnection[Any], table: str, comment: str | None) -> None:
+    """Set (or, with None, clear) a table's comment: how replay marks who owns a scratch table."""
+    await conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(sql.Identifier(table), sql.Literal(comment)))
+
+
+async def drop_table(conn: psycopg.AsyncConnection[Any], table: str) -> None:
+    await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
 
 
 async def stage_and_merge(conn: psycopg.AsyncConnection[Any], rows: list[Row], table: str, upsert: bool,

@@ -200,6 +200,15 @@ def result_bytes(head: ObjectHead, ledger_sequence: int, event_id: str, content:
     }})
 
 
+def entry_result_bytes(ledger_sequence: int, event_id: str, replayed: bool = False) -> bytes:
+    """The success reply of an event-only entry (no object, no version); `replayed` marks an idempotent
+    replay of it."""
+    result: dict[str, Any] = {"ledger_sequence": ledger_sequence, "event_id": event_id}
+    if replayed:
+        result["idempotency_result"] = "replayed_original_result"
+    return canonical_bytes({"result": result})
+
+
 def envelope_bytes(meta: dict[str, Any], content: bytes | None) -> bytes:
     """A version's canonical envelope: its metadata plus content (tombstone marker, or null once erased)."""
     if meta.get("availability_state") == "deleted":

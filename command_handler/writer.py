@@ -19,7 +19,7 @@ import structlog
 from nats.aio.msg import Msg
 
 from command_handler.intake import Parsed, error_reply, parse
-from command_handler.planner import Plan, PlanInputs, plan_batch, result_bytes
+from command_handler.planner import Plan, PlanInputs, entry_result_bytes, plan_batch, result_bytes
 from command_handler.state import ObjectHead, Stamp
 from command_handler.store import IdempotencyRow, PostgresLedgerStore
 from infra.db_errors import map_db_error
@@ -187,8 +187,7 @@ class Writer:
             if outcome.accepted is not None:
                 a = outcome.accepted
                 if a.decision.head is None:
-                    body = canonical_bytes({"result": {"ledger_sequence": a.ledger_sequence,
-                                                       "event_id": a.decision.event.event_id}})
+                    body = entry_result_bytes(a.ledger_sequence, a.decision.event.event_id)
                 else:
                     body = result_bytes(a.decision.head, a.ledger_sequence, a.decision.event.event_id, a.content)
             elif outcome.error is not None:

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import psycopg
 
-from command_handler.planner import envelope_bytes
+from command_handler.planner import entry_result_bytes, envelope_bytes
 from command_handler.store import IdempotencyRow
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.errors import ObjectDeleted, ObjectNotFound, ObjectRedacted, ScopeNotFound
@@ -78,12 +78,11 @@ async def fetch_replay(conn: psycopg.AsyncConnection[Any], record: IdempotencyRo
     """The original result of an idempotent command, rebuilt from the version it committed (or, for an
     event-only entry, from its ledger row)."""
     if record.version_id is None:
-        cur = await conn.execute("SELECT event_id FROM ledger WHERE partition = 0 AND ledger_sequence = %s",
-                                 (record.ledger_sequence,))
+        cur = await conn.execute("SELECT event_id FROM ledger WHERE partition = 0 AND ledger_sequence = %s"
+                                 " AND scope_id = %s", (record.ledger_sequence, record.scope_id))
         entry = await cur.fetchone()
         assert entry is not None, "idempotency record without its ledger entry"
-        return canonical_bytes({"result": {"ledger_sequence": record.ledger_sequence, "event_id": entry[0],
-                                           "idempotency_result": "replayed_original_result"}})
+        return entry_result_bytes(record.ledger_sequence, entry[0], replayed=True)
     cur = await conn.execute(
         "SELECT v.sequence, v.meta, c.content, l.event_id FROM memory_versions v"
         " LEFT JOIN content_store c ON c.content_digest = v.content_digest"

@@ -72,7 +72,7 @@ class Projector:
         self._arrived = asyncio.Event()
         self._apply_started = 0.0
         self._unacked: Msg | None = None  # the last message of what was applied but not yet acknowledged
-        self._unacked_count = 0
+        self._acked_through = 0  # the stream sequence the last acknowledgement covered
         self._acked_at = 0.0
 
     async def run(self) -> None:
@@ -100,7 +100,7 @@ class Projector:
         self.applied = await checkpoint(self.conn)
         self._buffer = []
         self._arrived.clear()
-        self._unacked, self._unacked_count = None, 0
+        self._unacked, self._acked_through = None, self.applied
         await js.stream_info(self.stream)  # raises NotFoundError until the relay created it
         try:
             await js.delete_consumer(self.stream, self.durable)
@@ -157,15 +157,15 @@ class Projector:
         if gap is not None:  # what was contiguous is applied; the consumer is re-created after it
             raise StreamGap(f"expected stream sequence {self.applied + 1}, got {gap}")
         self._unacked = msgs[-1]
-        self._unacked_count += len(msgs)
-        if self._unacked_count >= ACK_EVERY_EVENTS or time.monotonic() - self._acked_at >= ACK_EVERY_SECONDS:
+        due = time.monotonic() - self._acked_at >= ACK_EVERY_SECONDS
+        if due or self.applied - self._acked_through >= ACK_EVERY_EVENTS:
             await self._ack()
 
     async def _ack(self) -> None:
         """Acknowledge everything applied so far (AckPolicy.ALL: the last message covers the rest)."""
         if self._unacked is not None:
             await self._unacked.ack()
-        self._unacked, self._unacked_count, self._acked_at = None, 0, time.monotonic()
+        self._unacked, self._acked_through, self._acked_at = None, self.applied, time.monotonic()
 
 
 def contiguous(sequences: list[int], applied: int) -> tuple[list[tuple[int, int]], int | None]:

@@ -76,8 +76,10 @@ async def _advance_checkpoint(conn: psycopg.AsyncConnection[Any], through: int) 
 
 
 def _rows_json(rows: list[Row]) -> str:
-    """Rows as ONE JSON parameter (meta as hex): psycopg dumps one string far faster than 21 arrays."""
-    return _json.encode([{**dict(zip(COLUMNS[:-1], row[:-1])), "meta": row[-1].hex()} for row in rows]).decode()
+    """Rows as ONE JSON parameter: psycopg dumps one string far faster than 21 arrays. `meta` (canonical
+    JSON, so valid UTF-8) travels as a JSON string and is stored as its UTF-8 bytes, exactly the
+    event's: half the size of hex, and cheaper for Postgres to read than a nested JSON value."""
+    return _json.encode([{**dict(zip(COLUMNS[:-1], row[:-1])), "meta": row[-1].decode()} for row in rows]).decode()
 
 
 @functools.lru_cache(maxsize=8)
@@ -89,7 +91,7 @@ def _json_insert(table: str) -> bytes:
         for c, kind in zip(COLUMNS, COLUMN_TYPES))
     source = sql.SQL("json_to_recordset(%s::json) AS s({record})").format(record=record)
     return _insert(table, source, sql.SQL(SEARCH_EXPRESSION), sql.Identifier("content_store"), upsert=True,
-                   meta=sql.SQL("decode(s.meta, 'hex')")).as_bytes(None)
+                   meta=sql.SQL("convert_to(s.meta, 'UTF8')")).as_bytes(None)
 
 
 def _insert(table: str, source: sql.Composable, search: sql.Composable, content: sql.Composable,

@@ -237,3 +237,22 @@ async def test_small_json_batches_and_large_staged_batches_project_the_same_rows
         cur = await conn.execute("SELECT count(*), count(search) FROM proj_one_batch")
         count, searchable = await cur.fetchone()  # type: ignore[misc]
         assert count == len(latest) and 0 < searchable < count  # deleted objects have no vector
+
+
+async def test_the_json_path_stores_meta_byte_for_byte(history: dict[str, Any], service: Env) -> None:
+    """Live batches carry `meta` as a JSON string: non-ASCII text, quotes, backslashes and escapes inside the
+    canonical bytes must come back unchanged (a replay would otherwise differ from the live table)."""
+    from projector.rows import current_row
+    from projector.store import apply_rows
+
+    async with await psycopg.AsyncConnection.connect(service.database_url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT ledger_sequence, event FROM ledger WHERE object_id IS NOT NULL"
+                                 " ORDER BY ledger_sequence LIMIT 1")
+        seq, event = await cur.fetchone()  # type: ignore[misc]
+        row = current_row(bytes(event), seq)
+        assert row is not None
+        odd = row[-1][:-1] + ',"zz":"caf\u00e9 \u65e5\u672c \\"q\\" \\\\ \\u0000 \\n"}'.encode()
+        await conn.execute("CREATE TEMP TABLE proj_meta_bytes (LIKE current_objects INCLUDING ALL)")
+        await apply_rows(conn, [(*row[:-1], odd)], 0, "proj_meta_bytes")
+        stored = await (await conn.execute("SELECT meta FROM proj_meta_bytes")).fetchone()
+        assert stored is not None and bytes(stored[0]) == odd

@@ -15,7 +15,6 @@ import os
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 import psycopg
@@ -24,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from command_handler.store import PostgresLedgerStore, writer_lock_key
 from command_handler.writer import Writer
+from infra.nats_raw import RawClient, connect_raw
 from infra.settings import Settings
 from infra.subjects import status_subject
 from infra.supervisor import ROLES
@@ -39,10 +39,11 @@ from subscriptions.relay import Relay
 log = structlog.get_logger(__name__)
 
 
-async def connect_nats(url: str, name: str) -> NATS:
-    """A NATS connection that reconnects forever (the service outlives NATS restarts)."""
-    return await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
-                              connect_timeout=5, pending_size=64 * 1024 * 1024)
+async def connect_nats(url: str, name: str) -> RawClient:
+    """A NATS connection that reconnects forever (the service outlives NATS restarts). A RawClient, so a
+    role may take a subscription's deliveries as raw bytes (the projector does); others use it as nats-py."""
+    return await connect_raw(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
+                             connect_timeout=5, pending_size=64 * 1024 * 1024)
 
 
 async def run_service(settings: Settings, nats_url: str, database_url: str, stop: asyncio.Event,
@@ -55,7 +56,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
     query: QueryService | None = None
     pool: AsyncConnectionPool[Any] | None = None
 
-    async def connection(role: str) -> NATS:
+    async def connection(role: str) -> RawClient:
         nc = await connect_nats(nats_url, f"pamledger-{role}")
         connections.append(nc)
         return nc
@@ -122,7 +123,7 @@ async def _lead_once(settings: Settings, nc: NATS, database_url: str) -> None:
             await stop_task(relay_task)
 
 
-async def project_forever(settings: Settings, nc: NATS, database_url: str) -> None:
+async def project_forever(settings: Settings, nc: RawClient, database_url: str) -> None:
     """Lead the partition's projector (its own advisory lock), reconnecting when the database goes away."""
     while True:
         try:

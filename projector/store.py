@@ -14,6 +14,7 @@ import msgspec
 import psycopg
 from psycopg import sql
 
+from infra.pg_pipeline import pipelined_transaction
 from projector.rows import COLUMNS, Row
 
 PROJECTION = "current_objects"
@@ -47,10 +48,11 @@ async def apply_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], throug
     The checkpoint row is locked first, so a concurrent swap by `replay --swap` and this projector never
     interleave. A row never replaces a newer one, so a redelivered event changes nothing. Small batches
     (live traffic) go as one statement over a JSON parameter, with BEGIN, the checkpoint, the NOTIFY and
-    COMMIT in one pipeline (one round trip); large ones through a COPY stage, which cannot be pipelined.
+    COMMIT in one pipeline (one round trip; the connection must be in autocommit mode); large ones through
+    a COPY stage, which cannot be pipelined.
     """
     if len(rows) <= SMALL_BATCH:
-        async with conn.pipeline(), conn.transaction():
+        async with pipelined_transaction(conn):
             await _advance_checkpoint(conn, through)
             if rows:
                 await conn.execute(_json_insert(table), (_rows_json(rows),))

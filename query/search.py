@@ -15,6 +15,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from command_handler.planner import envelope_bytes
+from infra.pg_pipeline import pipelined_transaction
 from projector.store import NOTIFY_CHANNEL
 from query.cursor import decode_cursor, encode_cursor
 from query.plan import build
@@ -24,6 +25,7 @@ from schemas.errors import InvalidRequest, ScopeNotFound
 
 
 
+_BEGIN_SNAPSHOT = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 _STATE = (
     "SELECT EXISTS (SELECT 1 FROM scopes WHERE scope_id = %s),"
     " coalesce((SELECT ledger_sequence FROM projection_checkpoints WHERE projection = 'current_objects'), 0),"
@@ -74,13 +76,12 @@ async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, 
     statement, params = build(request, after, as_of)
     async with pool.connection() as conn:
         # One snapshot for the scope check, the checkpoint and the rows; pipelined, so the whole
-        # transaction costs about one round trip. Rows of an unknown scope are empty and never returned.
-        async with conn.pipeline(), conn.transaction():
-            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        # transaction costs one round trip. Rows of an unknown scope are empty and never returned.
+        async with pipelined_transaction(conn, _BEGIN_SNAPSHOT):
             state = await conn.execute(_STATE, (request.scope_id,))
             found = await conn.execute(statement, params)
-            known, checkpoint, head = await state.fetchone() or (False, 0, 0)
-            rows = await found.fetchall()
+        known, checkpoint, head = await state.fetchone() or (False, 0, 0)
+        rows = await found.fetchall()
     if not known:
         raise ScopeNotFound("scope not found", details={"scope_id": request.scope_id})
     if as_of is not None and as_of > head:

@@ -152,6 +152,9 @@ async def test_query_keeps_answering_while_the_projection_is_swapped(history: di
     stop.set()
     await asker
     assert answered > 0
+    async with await psycopg.AsyncConnection.connect(service.database_url) as conn:
+        cur = await conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'current_objects_search_idx'")
+        assert await cur.fetchone() == (["gin_pending_list_limit=256"],)  # a swapped-in rebuild keeps it
     created = await client.create(SCOPES[0], "claim", {"statement": "after swaps"}, ACTOR, PROVENANCE)
     found = await client.query(SCOPES[0], validation_states=["unverified"], text="swaps")
     assert [i["envelope"]["object_id"] for i in found["items"]] == [created["object_id"]]

@@ -49,8 +49,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="catch-up ledger events for --m3 (default 200000; 20000 with --quick)")
     parser.add_argument("--m3-subscriptions", type=int, default=None,
                         help="fan-out subscriptions for --m3, 10 per scope (default 1000; 200 with --quick)")
-    parser.add_argument("--m2-steps", default="ledger,lag",
-                        help="M2 parts: ledger (loader, replay, query) and/or lag (default both)")
+    parser.add_argument("--m2-steps", default="ledger,lag,projector",
+                        help="M2 parts: ledger (loader, replay, query), lag (the service), projector (the projector"
+                             " alone at 5,000/s); default all three")
     parser.add_argument("--m3-steps", default="catchup,live,light,fanout",
                         help="comma-separated subset of the M3 steps (default all four)")
     args = parser.parse_args(argv)

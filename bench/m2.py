@@ -26,6 +26,7 @@ import psycopg
 from bench.ledger_loader import LoadSpec, load_ledger, scope_ids
 from bench.load import Result
 from bench.m2_lag import lag_benchmark
+from bench.m2_projector import projector_lag
 from bench.m2_query import as_result, explain_variants, fulltext_maker, run_kind, sql_only, structured_maker
 from bench.m2_replay import build_projection, replay_benchmark
 from bench.m2_service import service_on, writer_probe
@@ -43,10 +44,12 @@ class M2Config:
     query_warmup: float
     lag: Config
     verify: bool
-    steps: tuple[str, ...] = ("ledger", "lag")
+    steps: tuple[str, ...] = ("ledger", "lag", "projector")
 
 
-STEPS = ("ledger", "lag")  # ledger: loader, replay, query (they share the loaded ledger); lag: projector lag
+# ledger: loader, replay, query (they share the loaded ledger); lag: the service's commit -> queryable lag;
+# projector: the same lag at 5,000/s with the writer's work done beforehand (bench.m2_projector)
+STEPS = ("ledger", "lag", "projector")
 
 
 def m2_config(quick: bool, events: int | None, steps: tuple[str, ...] = STEPS) -> M2Config:
@@ -76,6 +79,8 @@ def run_suite(servers: Servers, cfg: M2Config) -> dict[str, Any]:
     if "lag" in cfg.steps:
         log("lag: fresh service ...")
         out["lag"] = asyncio.run(lag_benchmark(servers, cfg.lag, log))
+    if "projector" in cfg.steps:
+        out["projector"] = asyncio.run(projector_lag(servers, cfg.lag, log))
     return out
 
 

@@ -63,6 +63,13 @@ def verdicts(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             f">= {lag['target_rate']:,}/s", bool(lag["sustained_target"]))
         add("lag: create send -> reply p50 / p99 ms (same run)",
             f"{_fmt(_ms(chosen['create'], 0.5))} / {_fmt(_ms(chosen['create'], 0.99))}")
+    if "projector" in res:
+        for p in res["projector"]["attempts"]:
+            add(f"projector alone: commit -> queryable p50 / p99 ms at {p['rate']:,.0f}/s",
+                f"{_fmt(_ms(p['lag'], 0.5))} / {_fmt(_ms(p['lag'], 0.99))}", f"p99 <= {LAG_P99_MS:g}",
+                bool(p["sustained"]) and _ms(p["lag"], 0.99) <= LAG_P99_MS)
+        add("projector alone: events/s applied (first attempt)", f"{res['projector']['attempts'][0]['drain_events_per_second']:,}",
+            f">= {res['projector']['target_rate']:,}/s", res["projector"]["attempts"][0]["sustained"])
     return rows
 
 
@@ -78,7 +85,24 @@ def _details(res: dict[str, Any]) -> list[str]:
     out = _ledger_details(res) if "load" in res else []
     if "lag" in res:
         out += ["", *_lag_details(res)]
+    if "projector" in res:
+        out.append("")
+        for attempt in res["projector"]["attempts"]:
+            out += _projector_details(attempt)
     return out
+
+
+def _projector_details(p: dict[str, Any]) -> list[str]:
+    """The projector-alone step (bench.m2_projector)."""
+    parts = "; ".join(f"{p[k].name} p50/p99 {_fmt(_ms(p[k], 0.5))}/{_fmt(_ms(p[k], 0.99))} ms"
+                      for k in ("relay", "projector"))
+    return [f"projector alone: {p['events']:,} creates committed in bulk ({p['load']['seconds']} s), then the relay"
+            f" paced at {p['rate']:,.0f}/s: sustained={p['sustained']} {p['stopped']} max pacer delay"
+            f" {p['max_pacer_delay_ms']} ms; projection caught up {p['caught_up_after_last_commit_ms']} ms after the"
+            f" last commit (reached={p['caught_up']}), applied {p['drain_events_per_second']:,} events/s; n={p['lag'].ok}",
+            f"    split: {parts}",
+            f"    projector commits: {p['commits']}",
+            f"    CPU per event (us): {p['cpu_us_per_event']}"]
 
 
 def _ledger_details(res: dict[str, Any]) -> list[str]:

@@ -60,15 +60,15 @@ async def serial_echo(servers: Servers, label: str, payload: bytes, seconds: flo
 @contextlib.asynccontextmanager
 async def service_process(servers: Servers, database_url: str, label: str, extra_env: dict[str, str] | None = None,
                           prepare: Prepare | None = None, answering: tuple[str, ...] = ("writer", "query", "projector", "gateway"),
-                          timeout: float = 120.0) -> AsyncIterator[tuple[NATS, str, str, Child]]:
+                          timeout: float = 120.0, roles: str = "all") -> AsyncIterator[tuple[NATS, str, str, Child]]:
     """(nc, prefix, stream, child) for the service on `database_url`. `prepare(nc, prefix, stream)` runs
-    before the process starts; `answering` names the status subjects to wait for."""
+    before the process starts; `answering` names the status subjects to wait for; `roles` is `run --roles`."""
     prefix, stream = service_names(label)
     child = python_child(f"pamledger-{label}", "memory_client", {
         "PAMLEDGER_NATS_URL": servers.nats_url, "PAMLEDGER_DATABASE_URL": database_url,
         "PAMLEDGER_SUBJECT_PREFIX": prefix, "PAMLEDGER_STREAM_NAME": stream, "PAMLEDGER_LOG_FORMAT": "json",
         **(extra_env or {}),
-    }, servers.work_dir, "run")
+    }, servers.work_dir, "run", *(("--roles", roles) if roles != "all" else ()))
     nc = await connect(servers.nats_url)
     try:
         if prepare is not None:

@@ -71,6 +71,10 @@ class Relay:
         """Catch up from the ledger, then follow what the writer submits."""
         await self._resync()
         self.caught_up.set()
+        await self.follow()
+
+    async def follow(self) -> None:
+        """Publish what is submitted, in runs; any gap or failure resyncs from the ledger. Never returns."""
         while True:
             rows = await self.queue.get()
             while not self.queue.empty():
@@ -96,7 +100,7 @@ class Relay:
                 self.published = await ensure_stream(self.js, self.stream_name, self.prefix)
                 async with await psycopg.AsyncConnection.connect(self.database_url) as conn:
                     while True:
-                        rows = await self._read(conn, self.published)
+                        rows = await self.read_ledger(conn, self.published)
                         if not rows:
                             break
                         await self._publish(rows)
@@ -107,7 +111,8 @@ class Relay:
                 log.warning("relay.resync_failed", error=type(exc).__name__)
                 await asyncio.sleep(0.5)
 
-    async def _read(self, conn: psycopg.AsyncConnection[Any], after: int) -> list[LedgerRow]:
+    async def read_ledger(self, conn: psycopg.AsyncConnection[Any], after: int) -> list[LedgerRow]:
+        """Up to CATCH_UP_CHUNK ledger rows of the partition after `after`, in order."""
         cur = await conn.execute(
             f"SELECT {_LEDGER_COLUMNS} FROM ledger WHERE partition = %s AND ledger_sequence > %s"
             " ORDER BY ledger_sequence LIMIT %s",

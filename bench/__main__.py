@@ -177,8 +177,9 @@ def _run_m2(args: argparse.Namespace) -> int:
         results = m2.run_suite(servers, cfg)
     load = results.get("load")
     ledger = (f"{load['events']:,} ledger events ({load['objects']:,} objects, {load['scopes']} scopes)" if load
-              else "lag only")
-    header = (f"pamledger bench --m2{' --quick' if args.quick else ''}: {ledger}; {os.cpu_count()} cores; {source};"
+              else "no ledger step")
+    header = (f"pamledger bench --m2{' --quick' if args.quick else ''}: steps {','.join(cfg.steps)}; {ledger};"
+              f" {os.cpu_count()} cores; {source};"
               f" {time.perf_counter() - began:.0f} s wall; 1-min load average {load_before:.1f} at start,"
               f" {os.getloadavg()[0]:.1f} at end")
     print(m2_report.render(results, header))

@@ -1,10 +1,11 @@
-"""Why the projector lags: the plan of its merge statement, captured from the real code path.
+"""Why the projector lags: the plan of its live batch statement, captured from the real code path.
 
-`projector.store.stage_and_merge` runs inside a transaction that is rolled back, on a connection with
-`auto_explain` loaded and `client_min_messages = log`, so the plans of the statements it issues come
-back as notices (no copy of the projector's SQL lives here). The rows are the projection rows of the
-last ledger events, as the live projector would fold them; the same rows under new object ids are then
-merged for real (inserts with all index maintenance) and rolled back, to time the live projector's case.
+`projector.store.upsert_rows` (the statement `apply_rows` sends for every live batch) runs inside a
+transaction that is rolled back, on a connection with `auto_explain` loaded and `client_min_messages =
+log`, so its plan comes back as a notice (no copy of the projector's SQL lives here). The rows are the
+projection rows of the last ledger events, as the live projector would fold them; the same rows under new
+object ids are then upserted for real (inserts with all index maintenance) and rolled back, to time the
+live projector's case.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from typing import Any
 import psycopg
 
 from projector.rows import Row, current_row, fold
-from projector.store import stage_and_merge
+from projector.store import upsert_rows
 
 
 
-async def explain_projector_merge(database_url: str, events: int = 1000) -> dict[str, Any]:
+async def explain_projector_batch(database_url: str, events: int = 500) -> dict[str, Any]:
     """EXPLAIN ANALYZE (via auto_explain) of one projector batch of `events` events; nothing is changed."""
     notices: list[str] = []
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
@@ -39,7 +40,7 @@ async def explain_projector_merge(database_url: str, events: int = 1000) -> dict
         try:
             async with conn.transaction():
                 await conn.execute("SET LOCAL client_min_messages = log")
-                await stage_and_merge(conn, list(rows.values()), "current_objects", upsert=True)
+                await upsert_rows(conn, list(rows.values()))
                 raise psycopg.Rollback()
         finally:
             seconds = time.perf_counter() - t0
@@ -47,12 +48,12 @@ async def explain_projector_merge(database_url: str, events: int = 1000) -> dict
         await conn.execute("SET auto_explain.log_min_duration = -1")  # no instrumentation for the timing
         t1 = time.perf_counter()
         async with conn.transaction():
-            await stage_and_merge(conn, fresh, "current_objects", upsert=True)
+            await upsert_rows(conn, fresh)
             inserted = time.perf_counter() - t1
             raise psycopg.Rollback()
     plan = next((n for n in notices if "Insert on current_objects" in n), "")
     lines = [line for line in plan.splitlines() if line.strip()]
-    return {"rows": len(rows), "content_store_rows": int(count), "merge_seconds": round(seconds, 3),
+    return {"rows": len(rows), "content_store_rows": int(count), "batch_seconds": round(seconds, 3),
             "insert_seconds": round(inserted, 3),
             "seq_scan_content_store": "Seq Scan on content_store" in plan, "plan": lines}
 

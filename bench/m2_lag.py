@@ -23,7 +23,7 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from bench.load import Result, check_result, create_requests, created_sequence, drive
-from bench.m2_explain import commit_stats, explain_projector_merge
+from bench.m2_explain import commit_stats, explain_projector_batch
 from bench.procs import python_child
 from bench.scenarios import Config, pamledger_service, writer_status
 from bench.servers import Servers
@@ -176,8 +176,8 @@ async def lag_benchmark(servers: Servers, cfg: Config, log: Any) -> dict[str, An
                     rate = max(100.0, 0.8 * capacity // 50 * 50)
                 else:
                     rate = max(100.0, 0.7 * rate // 50 * 50)
-            log("lag: EXPLAIN of one projector merge (auto_explain, rolled back)")
-            merge = await explain_projector_merge(database_url)
+            log("lag: EXPLAIN of one live projector batch (auto_explain, rolled back)")
+            merge = await explain_projector_batch(database_url)
         finally:
             listener.stop()
     times, points = read_checkpoints(out_path)
@@ -199,6 +199,6 @@ async def lag_benchmark(servers: Servers, cfg: Config, log: Any) -> dict[str, An
         attempt.update(queryable_before_reply=early, never_queryable=missing)
     good = [a for a in attempts if a["sustained"]]
     chosen = max(good, key=lambda a: a["rate"]) if good else attempts[-1]
-    return {"attempts": attempts, "chosen": chosen, "target_rate": TARGET_RATE, "projector_merge": merge,
+    return {"attempts": attempts, "chosen": chosen, "target_rate": TARGET_RATE, "projector_batch": merge,
             "closed_loop_capacity": round(capacity, 1) if capacity else None,
             "notifications": len(times), "sustained_target": chosen["sustained"] and chosen["rate"] >= TARGET_RATE}

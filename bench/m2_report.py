@@ -161,9 +161,9 @@ def _lag_details(res: dict[str, Any]) -> list[str]:
     if res["lag"].get("closed_loop_capacity"):
         out.append(f"lag: service closed-loop capacity (64 in flight, same service) {res['lag']['closed_loop_capacity']:,}"
                    " creates/s")
-    m = res["lag"]["projector_merge"]
-    out += ["", f"projector merge of {m['rows']} rows (stage_and_merge, auto_explain, rolled back) with"
-                f" {m['content_store_rows']:,} content_store rows: {m['merge_seconds'] * 1e3:.0f} ms;"
+    m = res["lag"]["projector_batch"]
+    out += ["", f"projector live batch of {m['rows']} rows (upsert_rows, auto_explain, rolled back) with"
+                f" {m['content_store_rows']:,} content_store rows: {m['batch_seconds'] * 1e3:.0f} ms;"
                 f" seq scan of content_store: {m['seq_scan_content_store']}; the same {m['rows']} rows as new objects"
                 f" (inserts, index maintenance included, rolled back): {m['insert_seconds'] * 1e3:.0f} ms",
             *[f"  {line[:150]}" for line in m["plan"][:18]]]

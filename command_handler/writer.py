@@ -13,7 +13,8 @@ import os
 from datetime import datetime, timezone
 from typing import Any
 
-from nats.aio.client import Client as NATS
+from typing import NamedTuple
+
 import psycopg
 import structlog
 from nats.aio.msg import Msg
@@ -24,6 +25,7 @@ from command_handler.state import ObjectHead, Stamp
 from command_handler.store import IdempotencyRow, PostgresLedgerStore
 from infra.db_errors import map_db_error
 from infra.lru import LRU
+from infra.nats_raw import RawClient, parse_headers
 from infra.settings import Settings
 from infra.subjects import command_subject, status_subject
 from query.reads import fetch_replay
@@ -38,12 +40,12 @@ log = structlog.get_logger(__name__)
 class Writer:
     """Serves the command subjects while it holds the partition lock."""
 
-    def __init__(self, settings: Settings, nc: NATS, store: PostgresLedgerStore, relay: Relay):
+    def __init__(self, settings: Settings, nc: RawClient, store: PostgresLedgerStore, relay: Relay):
         self.settings = settings
         self.nc = nc
         self.store = store
         self.relay = relay
-        self.inbox: asyncio.Queue[Msg] = asyncio.Queue()
+        self.inbox: asyncio.Queue[Command] = asyncio.Queue()
         cache = settings.writer.head_cache_size
         self.heads: LRU[tuple[str, str], ObjectHead] = LRU(cache)
         self.idempotency: LRU[tuple[str, str], IdempotencyRow] = LRU(cache)
@@ -55,11 +57,10 @@ class Writer:
         """Subscribe and run group commits until cancelled."""
         self.tail = await self.store.tail()
         prefix = self.settings.subject_prefix
-        # One wildcard subscription: unknown command names get an invalid_request, not silence.
-        self._subs.append(await self.nc.subscribe(
-            command_subject(prefix, "*"), queue="pamledger-writer", cb=self.inbox.put,
-            pending_msgs_limit=1_000_000, pending_bytes_limit=1 << 30,
-        ))
+        # One wildcard subscription: unknown command names get an invalid_request, not silence. Raw
+        # deliveries go straight into the inbox from the client's read loop (no Msg, no task hop).
+        self._subs.append(await self.nc.subscribe_raw(command_subject(prefix, "*"), self._on_command,
+                                                      queue="pamledger-writer"))
         self._subs.append(await self.nc.subscribe(status_subject(prefix, "writer"), cb=self._status))
         await self.nc.flush()
         log.info("writer.serving", ledger_sequence=self.tail[0], partition=self.store.partition)
@@ -72,7 +73,10 @@ class Writer:
                 await self._commit_batch(batch)
         finally:
             for sub in self._subs:
-                await sub.unsubscribe()
+                await self.nc.unsubscribe_raw(sub)
+
+    def _on_command(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        self.inbox.put_nowait(Command(subject.decode(), reply.decode(), data, parse_headers(headers)))
 
     async def _status(self, msg: Msg) -> None:
         await msg.respond(canonical_bytes({"result": {
@@ -80,7 +84,7 @@ class Writer:
             "relayed_sequence": self.relay.published, "pid": os.getpid(),
         }}))
 
-    async def _commit_batch(self, msgs: list[Msg]) -> None:
+    async def _commit_batch(self, msgs: list[Command]) -> None:
         items = [self._parse(m) for m in msgs]
         parsed = [i for i in items if isinstance(i, Parsed)]
         try:
@@ -127,7 +131,7 @@ class Writer:
             await self.store.append(plan.batch)
         return plan
 
-    def _parse(self, msg: Msg) -> Parsed | PamledgerError:
+    def _parse(self, msg: Command) -> Parsed | PamledgerError:
         name = msg.subject.rsplit(".", 1)[-1]
         try:
             return parse(name, msg.data, msg.headers, self.settings.writer.max_payload_bytes)
@@ -181,7 +185,7 @@ class Writer:
         for scope_id in plan.new_scopes:
             self.scopes.put(scope_id, True)
 
-    async def _reply(self, msgs: list[Msg], items: list[Parsed | PamledgerError], plan: Plan) -> None:
+    async def _reply(self, msgs: list[Command], items: list[Parsed | PamledgerError], plan: Plan) -> None:
         replies: list[bytes | None] = []
         for msg, item, outcome in zip(msgs, items, plan.outcomes):
             if outcome.accepted is not None:
@@ -203,14 +207,23 @@ class Writer:
             if msg.reply:
                 await self.nc.publish(msg.reply, body)
 
-    async def _fail_all(self, msgs: list[Msg], items: list[Any], error: PamledgerError) -> None:
+    async def _fail_all(self, msgs: list[Command], items: list[Any], error: PamledgerError) -> None:
         for msg, item in zip(msgs, items):
             err = item if isinstance(item, PamledgerError) else error
             if msg.reply:
                 await self.nc.publish(msg.reply, error_reply(err, _op_id(msg, item)))
 
 
-def _op_id(msg: Msg, item: Parsed | PamledgerError) -> str | None:
+class Command(NamedTuple):
+    """One command as delivered: its subject names the command, `reply` is where its answer goes."""
+
+    subject: str
+    reply: str
+    data: bytes
+    headers: dict[str, str] | None
+
+
+def _op_id(msg: Command, item: Parsed | PamledgerError) -> str | None:
     if isinstance(item, Parsed) and item.operation_id:
         return item.operation_id
     return (msg.headers or {}).get("Pam-Operation-Id")

@@ -1,10 +1,12 @@
 """A nats-py client that can hand a subscription's deliveries to a plain function, as bytes.
 
-For every delivery nats-py parses the header block into a dict and builds a `Msg`; a JetStream consumer
-then parses the reply subject again for the stream sequence (`msg.metadata`). The projector reads every
-ledger event and needs none of that: a py-spy profile at 5,000 events/s put 40% of its CPU there (header
-parsing alone 25%). `RawClient.subscribe_raw` registers a synchronous `handler(reply, data, headers)`
-that the client's read loop calls directly with the raw bytes: no header parsing, no `Msg`, no task hop.
+For every delivery nats-py parses the header block into a dict, builds a `Msg` and queues it for the
+subscription's own task, which then calls the callback; a JetStream consumer parses the reply subject
+again for the stream sequence (`msg.metadata`). The projector reads every ledger event and needs none of
+that: a py-spy profile at 5,000 events/s put 40% of its CPU there (header parsing alone 25%). The writer
+takes every command. `RawClient.subscribe_raw` registers a synchronous `handler(subject, reply, data,
+headers)` that the client's read loop calls directly with the raw bytes: no `Msg`, no task hop, and the
+header block parsed only if the handler asks (`parse_headers`).
 
 It hooks nats-py's internal `Client._process_msg(sid, subject, reply, data, headers)`, which its protocol
 parser awaits for every MSG/HMSG (nats-py 2.x); `tests/unit/test_nats_raw.py` fails if that hook moves.
@@ -18,7 +20,7 @@ from collections.abc import Callable
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
-RawHandler = Callable[[bytes, bytes, bytes | None], None]  # (reply subject, payload, header block or None)
+RawHandler = Callable[[bytes, bytes, bytes, bytes | None], None]  # (subject, reply, payload, header block)
 
 
 class RawClient(Client):
@@ -26,10 +28,11 @@ class RawClient(Client):
         super().__init__()
         self._raw_handlers: dict[int, RawHandler] = {}
 
-    async def subscribe_raw(self, subject: str, handler: RawHandler) -> Subscription:
-        """Subscribe `subject` with `handler` called in the read loop for each delivery (it must not block).
-        Nothing is queued on the client, so there is no pending limit: the handler keeps what it needs."""
-        sub = await self.subscribe(subject)
+    async def subscribe_raw(self, subject: str, handler: RawHandler, queue: str = "") -> Subscription:
+        """Subscribe `subject` (in queue group `queue`, if given) with `handler` called in the read loop for
+        each delivery; it must not block. Nothing is queued on the client, so there is no pending limit:
+        the handler keeps what it needs."""
+        sub = await self.subscribe(subject, queue=queue)
         self._raw_handlers[sub._id] = handler
         return sub
 
@@ -45,7 +48,7 @@ class RawClient(Client):
             return
         self.stats["in_msgs"] += 1
         self.stats["in_bytes"] += len(data)
-        handler(reply, data, headers)
+        handler(subject, reply, data, headers)
 
 
 async def connect_raw(url: str, **options: object) -> RawClient:
@@ -53,6 +56,15 @@ async def connect_raw(url: str, **options: object) -> RawClient:
     nc = RawClient()
     await nc.connect(url, **options)  # type: ignore[arg-type]
     return nc
+
+
+def parse_headers(block: bytes | None) -> dict[str, str] | None:
+    """A delivery's header block as the dict nats-py would give (`msg.headers`), its status line aside:
+    None when there is none. Uses nats-py's own line parser."""
+    if not block:
+        return None
+    _version, _, lines = block.partition(b"\r\n")
+    return Client._parse_header_lines(lines) or None
 
 
 def stream_sequence(reply: bytes) -> int:

@@ -99,7 +99,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
         log.info("service.stopped", roles=list(roles))
 
 
-async def lead_forever(settings: Settings, nc: NATS, database_url: str) -> None:
+async def lead_forever(settings: Settings, nc: RawClient, database_url: str) -> None:
     """Wait for the writer lock, serve as writer, and go back to waiting if the database session dies."""
     while True:
         try:
@@ -111,7 +111,7 @@ async def lead_forever(settings: Settings, nc: NATS, database_url: str) -> None:
         await asyncio.sleep(settings.writer.lock_poll_seconds)
 
 
-async def _lead_once(settings: Settings, nc: NATS, database_url: str) -> None:
+async def _lead_once(settings: Settings, nc: RawClient, database_url: str) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         store = PostgresLedgerStore(conn, settings.partition)
         await _wait_for_lock(conn, writer_lock_key(settings.partition), settings, "writer")

@@ -118,7 +118,7 @@ class Projector:
         log.info("projector.following", from_sequence=self.applied + 1, stream=self.stream)
         return sub
 
-    def _on_delivery(self, reply: bytes, data: bytes, headers: bytes | None) -> None:
+    def _on_delivery(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         if not data and headers and headers.startswith(b"NATS/1.0 "):
             return  # a status message (we asked for neither heartbeats nor flow control)
         self._buffer.append((reply, data))

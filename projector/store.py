@@ -55,7 +55,7 @@ async def apply_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], throug
         async with pipelined_transaction(conn):
             await _advance_checkpoint(conn, through)
             if rows:
-                await conn.execute(_json_insert(table), (_rows_json(rows),))
+                await upsert_rows(conn, rows, table)
             await conn.execute(_NOTIFY, (NOTIFY_CHANNEL, str(through)))  # sent at COMMIT
         return
     async with conn.transaction():
@@ -66,6 +66,11 @@ async def apply_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], throug
 
 
 _NOTIFY = b"SELECT pg_notify(%s, %s)"
+
+
+async def upsert_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], table: str = PROJECTION) -> None:
+    """The live batch's one statement: rows as a JSON parameter, search vectors from the content store."""
+    await conn.execute(_json_insert(table), (_rows_json(rows),))
 
 
 async def _advance_checkpoint(conn: psycopg.AsyncConnection[Any], through: int) -> None:

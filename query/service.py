@@ -1,11 +1,17 @@
-"""The read side as a NATS service in a queue group: Read, Inspect History and Query."""
+"""The read side as a NATS service in a queue group: Read, Inspect History and Query.
+
+Each request is answered in its own task, so a query that waits for the projection (`min_sequence`, up to
+`wait_ms`) or a slow full-text query never holds up the others; the connection pool bounds how many reach
+Postgres at once. Past MAX_IN_FLIGHT requests in one process, new ones are refused at once with
+`service_unavailable` (retryable) rather than queued without bound.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 import msgspec
-from nats.aio.client import Client as NATS
 import psycopg
 import structlog
 from nats.aio.msg import Msg
@@ -13,16 +19,19 @@ from psycopg_pool import AsyncConnectionPool
 
 from command_handler.intake import error_reply
 from infra.db_errors import map_db_error
+from infra.nats_raw import RawClient, parse_headers
 from infra.subjects import QUERIES, query_subject, status_subject
 from query.reads import history, read_envelope
 from query.request import decode_query
 from query.search import CheckpointWatcher, run_query
 from schemas.canonical import canonical_bytes
 from schemas.common import Id
-from schemas.errors import InvalidRequest, PamledgerError
+from schemas.errors import InvalidRequest, PamledgerError, ServiceUnavailable
 
 log = structlog.get_logger(__name__)
 MAX_QUERY_BYTES = 65_536
+MAX_IN_FLIGHT = 256  # requests being answered at once by one process
+STOP_GRACE_SECONDS = 2.0  # at stop, how long requests in flight may finish before they are cancelled
 
 
 class ReadRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -45,41 +54,58 @@ _history_decoder = msgspec.json.Decoder(HistoryRequest)
 class QueryService:
     """Answers read/history/query requests from any number of instances (queue group `pamledger-query`)."""
 
-    def __init__(self, nc: NATS, pool: AsyncConnectionPool[Any], prefix: str, watcher: CheckpointWatcher):
+    def __init__(self, nc: RawClient, pool: AsyncConnectionPool[Any], prefix: str, watcher: CheckpointWatcher):
         self.nc = nc
         self.pool = pool
         self.prefix = prefix
         self.watcher = watcher
         self._subs: list[Any] = []
+        self._in_flight: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         for name in QUERIES:
-            self._subs.append(await self.nc.subscribe(
-                query_subject(self.prefix, name), queue="pamledger-query", cb=self._handle))
+            self._subs.append(await self.nc.subscribe_raw(
+                query_subject(self.prefix, name), self._on_request, queue="pamledger-query"))
         self._subs.append(await self.nc.subscribe(
             status_subject(self.prefix, "query"), queue="pamledger-query", cb=self._status))
         await self.nc.flush()
         log.info("query.serving")
 
     async def stop(self) -> None:
+        """Take no more requests; let those in flight finish (briefly), then cancel the rest."""
         for sub in self._subs:
-            await sub.unsubscribe()
+            await self.nc.unsubscribe_raw(sub)
+        if self._in_flight:
+            _, late = await asyncio.wait(set(self._in_flight), timeout=STOP_GRACE_SECONDS)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
 
     async def _status(self, msg: Msg) -> None:
         await msg.respond(canonical_bytes({"result": {"role": "query", "ok": True}}))
 
-    async def _handle(self, msg: Msg) -> None:
-        name = msg.subject.rsplit(".", 1)[-1]
-        operation_id = (msg.headers or {}).get("Pam-Operation-Id")
+    def _on_request(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        task = asyncio.create_task(self._handle(subject.decode(), reply.decode(), data, headers))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    async def _handle(self, subject: str, reply: str, data: bytes, headers: bytes | None) -> None:
+        name = subject.rsplit(".", 1)[-1]
         try:
-            body = await self._answer(name, msg.data)
+            if len(self._in_flight) > MAX_IN_FLIGHT:
+                raise ServiceUnavailable("too many requests in flight; retry", details={"limit": MAX_IN_FLIGHT})
+            body = await self._answer(name, data)
         except PamledgerError as exc:
-            body = error_reply(exc, operation_id)
+            body = error_reply(exc, _operation_id(headers))
         except psycopg.Error as exc:
             log.error("query.failed", error=type(exc).__name__, query=name)
-            body = error_reply(map_db_error(exc), operation_id)
-        if msg.reply:
-            await msg.respond(body)
+            body = error_reply(map_db_error(exc), _operation_id(headers))
+        except Exception:  # noqa: BLE001 - a bug answers internal_error; it never goes unanswered
+            log.exception("query.crashed", query=name)
+            body = error_reply(PamledgerError("the query failed"), _operation_id(headers))
+        if reply:
+            await self.nc.publish(reply, body)
 
     async def _answer(self, name: str, data: bytes) -> bytes:
         if len(data) > MAX_QUERY_BYTES:
@@ -99,3 +125,7 @@ class QueryService:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidRequest(f"malformed {name} request: {exc}", details={"reason": str(exc)}) from None
         raise InvalidRequest(f"unknown query {name!r}")
+
+
+def _operation_id(headers: bytes | None) -> str | None:
+    return (parse_headers(headers) or {}).get("Pam-Operation-Id")

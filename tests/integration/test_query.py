@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgspec
 import pytest
 
+from infra.subjects import query_subject
 from memory_client.client import MemoryClient, PamspecError
-from tests.conftest import ACTOR, PROVENANCE, Env
+from tests.conftest import ACTOR, PROVENANCE, Env, wait_for
 
 SCOPE = "workspace:query"
 OTHER = "workspace:query-other"
@@ -111,6 +113,40 @@ async def test_the_same_query_over_the_same_state_is_byte_identical(client: Memo
     body = msgspec.json.encode({"scope_id": SCOPE, "text": "cats", "order": "score"})
     replies = [(await client.nc.request(subject, body, timeout=10)).data for _ in range(3)]
     assert replies[0] == replies[1] == replies[2]
+
+
+async def test_a_query_waiting_for_the_projection_holds_up_no_other(client: MemoryClient,
+                                                                     data: dict[str, Any]) -> None:
+    """Requests are answered concurrently: while one waits (up to wait_ms) for a sequence the projection has
+    not reached, others are answered."""
+    waiting = asyncio.create_task(client.query(SCOPE, min_sequence=10**9, wait_ms=5000))
+    try:
+        for _ in range(3):
+            assert ids(await client.query(SCOPE))
+            read = await client.read(SCOPE, data["cats"]["object_id"])
+            assert read["object_id"] == data["cats"]["object_id"]
+            assert not waiting.done()  # still waiting: the answers above did not queue behind it
+    finally:
+        result = await waiting
+    assert result["min_sequence_reached"] is False
+
+
+async def test_past_the_in_flight_limit_a_request_is_refused_as_retryable(client: MemoryClient, data: dict[str, Any],
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import query.service
+
+    monkeypatch.setattr(query.service, "MAX_IN_FLIGHT", 1)
+    subject = query_subject(client.prefix, "query")
+    waiting = asyncio.create_task(client.query(SCOPE, min_sequence=10**9, wait_ms=3000))
+    try:
+        async def refused() -> bool:
+            reply = await client.nc.request(subject, msgspec.json.encode({"scope_id": SCOPE}), timeout=10)
+            error = msgspec.json.decode(reply.data).get("error")
+            return error is not None and error["code"] == "service_unavailable" and error["retryable"] is True
+
+        await wait_for(refused, timeout=10)  # once the waiting query is in flight
+    finally:
+        await waiting
 
 
 async def test_min_sequence_beyond_the_head_answers_with_its_freshness(client: MemoryClient,

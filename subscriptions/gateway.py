@@ -76,8 +76,12 @@ class Gateway:
                 self._start(self._session(subscription_id, request, position))
             self._closing.update(await self._closing_rows())
             for name in _DECODERS:
+                # nats-py calls a subscription's callback for one message at a time: a poll waiting up to
+                # wait_ms would hold up every other subscription's poll, so each poll gets its own task
+                # (polls of one subscription still take turns: Session.poll_lock).
+                handle = self._handle_in_task if name == "poll" else self._handle
                 self._subs.append(await self.nc.subscribe(f"{self.prefix}.sub.{name}",
-                                                          queue="pamledger-subscriptions", cb=self._handle))
+                                                          queue="pamledger-subscriptions", cb=handle))
             # Last: `status.gateway` answering means requests are served.
             self._subs.append(await self.nc.subscribe(status_subject(self.prefix, "gateway"), cb=self._leader_status))
             await self.nc.flush()
@@ -107,6 +111,11 @@ class Gateway:
             "feed_sequence": self.feed.position, "feed_following": self.feed.following.is_set()}}))
 
     # -- requests -------------------------------------------------------------------------------
+
+    async def _handle_in_task(self, msg: Msg) -> None:
+        task = asyncio.create_task(self._handle(msg))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _handle(self, msg: Msg) -> None:
         name = msg.subject.rsplit(".", 1)[-1]
@@ -203,6 +212,10 @@ class Gateway:
         if session.request.delivery.mode != "poll":
             raise InvalidRequest("this subscription pushes; poll needs delivery.mode 'poll'",
                                  details={"subscription_id": session.id})
+        async with session.poll_lock:
+            return await self._poll_locked(session, request)
+
+    async def _poll_locked(self, session: Session, request: PollRequest) -> dict[str, Any]:
         deadline = asyncio.get_running_loop().time() + request.wait_ms / 1000
         events: list[Any] = []
         while len(events) < request.max_events and not session.closing:

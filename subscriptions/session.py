@@ -92,6 +92,7 @@ class Session:
         self.closing: str | None = None
         self.pump_task: asyncio.Task[None] | None = None
         self.wake = asyncio.Event()
+        self.poll_lock = asyncio.Lock()  # polls of one subscription take turns (each runs in its own task)
         self.generation = 0  # bumped by every reposition; pushed messages carry it so stale ones are ignored
         self.buffer_epoch = 0  # bumped whenever the live buffer is dropped (overflow or reposition)
         self.stored_position = -1  # what Postgres holds; the gateway flushes when client_acked moves past it

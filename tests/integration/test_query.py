@@ -119,8 +119,10 @@ async def test_a_query_waiting_for_the_projection_holds_up_no_other(client: Memo
                                                                      data: dict[str, Any]) -> None:
     """Requests are answered concurrently: while one waits (up to wait_ms) for a sequence the projection has
     not reached, others are answered."""
+    sent = client.nc.stats["out_msgs"]
     waiting = asyncio.create_task(client.query(SCOPE, min_sequence=10**9, wait_ms=5000))
     try:
+        await wait_for(lambda: client.nc.stats["out_msgs"] > sent)  # the waiting query goes out first
         for _ in range(3):
             assert ids(await client.query(SCOPE))
             read = await client.read(SCOPE, data["cats"]["object_id"])

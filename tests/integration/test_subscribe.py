@@ -89,6 +89,25 @@ async def test_poll_returns_batches_and_acknowledges_them(client: MemoryClient) 
     assert empty["events"] == []
 
 
+async def test_a_poll_waiting_for_events_holds_up_no_other_subscription(client: MemoryClient) -> None:
+    """Each poll is answered in its own task: an idle subscription's long poll does not delay another's."""
+    made = await make(client, 2)
+    poll_mode = {"scope_id": SCOPE, "actor": ACTOR, "filter": {"event_classes": ["object_created"]},
+                 "delivery": {"mode": "poll"}}
+    idle = await client.subscription_request("open", poll_mode)  # from the tail: nothing to return
+    busy = await client.subscription_request("open", {**poll_mode, "after_sequence": made[0]["ledger_sequence"] - 1})
+    sent = client.nc.stats["out_msgs"]
+    waiting = asyncio.create_task(client.subscription_request(
+        "poll", {"subscription_id": idle["subscription_id"], "wait_ms": 3000}))
+    try:
+        await wait_for(lambda: client.nc.stats["out_msgs"] > sent)  # the waiting poll goes out first
+        got = await client.subscription_request("poll", {"subscription_id": busy["subscription_id"], "max_events": 2})
+        assert [e["event"]["object_id"] for e in got["events"]] == [m["object_id"] for m in made]
+        assert not waiting.done()  # answered while the other poll still waits
+    finally:
+        assert (await waiting)["events"] == []
+
+
 async def test_close_ends_delivery_and_is_in_the_ledger(client: MemoryClient, service: Env) -> None:
     sub = await client.subscribe(SCOPE, ACTOR)
     closed = await sub.close()

@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from datetime import datetime, timezone
-from typing import Any
-
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import psycopg
 import structlog

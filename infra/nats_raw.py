@@ -9,7 +9,8 @@ headers)` that the client's read loop calls directly with the raw bytes: no `Msg
 header block parsed only if the handler asks (`parse_headers`).
 
 It hooks nats-py's internal `Client._process_msg(sid, subject, reply, data, headers)`, which its protocol
-parser awaits for every MSG/HMSG (nats-py 2.x); `tests/unit/test_nats_raw.py` fails if that hook moves.
+parser awaits for every MSG/HMSG (nats-py 2.x); `tests/integration/test_nats_raw.py` fails if that hook
+moves.
 Every other subscription on the connection is untouched.
 """
 
@@ -24,6 +25,8 @@ RawHandler = Callable[[bytes, bytes, bytes, bytes | None], None]  # (subject, re
 
 
 class RawClient(Client):
+    """nats-py's Client plus `subscribe_raw`; every other call behaves as nats-py's."""
+
     def __init__(self) -> None:
         super().__init__()
         self._raw_handlers: dict[int, RawHandler] = {}

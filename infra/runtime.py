@@ -41,7 +41,7 @@ log = structlog.get_logger(__name__)
 
 async def connect_nats(url: str, name: str) -> RawClient:
     """A NATS connection that reconnects forever (the service outlives NATS restarts). A RawClient, so a
-    role may take a subscription's deliveries as raw bytes (the projector does); others use it as nats-py."""
+    role may take a subscription's deliveries as raw bytes (writer, projector and query do)."""
     return await connect_raw(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
                              connect_timeout=5, pending_size=64 * 1024 * 1024)
 

@@ -3,16 +3,17 @@
 One projector per partition leads (Postgres advisory lock); others wait. On start it reads its
 checkpoint from Postgres and (re)creates its durable consumer to start right after it, so the consumer's
 position can never run ahead of what was committed. The server pushes events to a private inbox; a
-callback (on the raw bytes: `infra.nats_raw`) only buffers them, and the apply loop takes what is buffered (up to `batch`) as one batch: rows
-and checkpoint commit in one transaction. Acknowledgements are cumulative (AckPolicy.ALL) and sent in
-bulk (ACK_EVERY_EVENTS / ACK_EVERY_SECONDS, and when idle).
+callback (on the raw bytes: `infra.nats_raw`) only buffers them, and the apply loop takes what is
+buffered (up to `batch`) as one batch: rows and checkpoint commit in one transaction. Acknowledgements
+are cumulative (AckPolicy.ALL) and sent in bulk (ACK_EVERY_EVENTS / ACK_EVERY_SECONDS, and when idle).
 
 Why push, not pull: nats-py's `fetch` costs about 5x more client CPU per message than a subscription
 callback (it awaits each message with its own timeout), and under load that CPU was most of the lag.
 The deliveries skip nats-py's header parsing and `Msg` objects (`infra.nats_raw.RawClient`), another 40%
 of the projector's CPU at 5,000 events/s. `max_ack_pending` bounds how far the server runs ahead of the
-acknowledged batches; nothing is queued on the client beyond the buffer, and a gap in stream sequences (a message lost on the client) is never skipped:
-the projector applies what is contiguous and re-subscribes from its checkpoint.
+acknowledged batches; nothing is queued on the client beyond the buffer, and a gap in stream sequences
+(a message lost on the client) is never skipped: the projector applies what is contiguous and
+re-subscribes from its checkpoint.
 """
 
 from __future__ import annotations

@@ -23,10 +23,6 @@ SINGLE_STATEMENT_ROWS = 128
 _batch_json = msgspec.json.Encoder()
 # The ledger head through the (partition, ledger_sequence) key: one index probe, whatever the ledger size.
 HEAD_SQL = "SELECT coalesce(max(ledger_sequence), 0) FROM ledger WHERE partition = 0"
-ERASE_STATEMENT = (
-    "DELETE FROM content_store c USING unnest(%(e_scope)s::text[], %(e_object)s::text[]) AS k(s, o)"
-    " WHERE c.scope_id = k.s AND c.object_id = k.o"
-)
 # The single-statement append: one data-modifying CTE per kind of row the batch holds, each fed by ONE
 # JSON parameter (an array of rows; bytea values base64, as msgspec writes bytes). psycopg dumps one string
 # in microseconds, where forty array parameters cost it a quarter of a millisecond per batch; one parameter
@@ -223,15 +219,14 @@ class PostgresLedgerStore:
         erased = set(batch.erase)
         content = [c for c in batch.content if (c.scope_id, c.object_id) not in erased]
         if len(batch.ledger) <= SINGLE_STATEMENT_ROWS:
-            statement, params = self._parameters(batch, content)
-            if params:
-                await self.conn.execute(statement, params)
+            await self._append_parts(batch, content, tuple(_APPEND_PARTS))
             return
         async with self.conn.transaction():
             await self._append_with_copy(batch, content)
 
-    def _parameters(self, batch: Batch, content: list[ContentRow]) -> tuple[bytes, dict[str, Any]]:
-        """append_statement for the kinds of rows the batch holds, and its parameters (one JSON array each)."""
+    async def _append_parts(self, batch: Batch, content: list[ContentRow], parts: tuple[str, ...]) -> None:
+        """The rows of these kinds (keys of _APPEND_PARTS) in one append_statement, each kind one JSON
+        array parameter; kinds the batch has no rows of are left out (nothing at all: no statement)."""
         rows: dict[str, list[Any]] = {
             "scopes": [{"scope_id": s[0], "scope_kind": s[1], "parent_scope_id": s[2], "policy": s[3]}
                        for s in batch.scopes],
@@ -239,19 +234,17 @@ class PostgresLedgerStore:
             "idempotency": batch.idempotency,
             "erase": [{"scope_id": e[0], "object_id": e[1]} for e in batch.erase],
         }
-        params: dict[str, Any] = {part: _batch_json.encode(r).decode() for part, r in rows.items() if r}
+        params: dict[str, Any] = {part: _batch_json.encode(rows[part]).decode() for part in parts if rows[part]}
+        if not params:
+            return
         if "ledger" in params:
             params["partition"] = self.partition
-        return append_statement(tuple(part for part in _APPEND_PARTS if part in params)), params
+        await self.conn.execute(append_statement(tuple(part for part in _APPEND_PARTS if part in params)), params)
 
     async def _append_with_copy(self, batch: Batch, content: list[ContentRow]) -> None:
+        """COPY per table; scopes and erasure (few rows, conflict handling, a join) by the statement's parts."""
         cur = self.conn.cursor()
-        if batch.scopes:
-            await cur.executemany(
-                "INSERT INTO scopes (scope_id, scope_kind, parent_scope_id, policy) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT (scope_id) DO NOTHING",
-                batch.scopes,
-            )
+        await self._append_parts(batch, content, ("scopes",))
         await self._copy(cur, "ledger (partition, ledger_sequence, event_id, operation_id, scope_id, object_id,"
                           " version_id, event_type, recorded_at, event, prev_hash, row_hash)",
                           [(self.partition, r.ledger_sequence, r.event_id, r.operation_id, r.scope_id,
@@ -267,9 +260,7 @@ class PostgresLedgerStore:
                           " version_id, ledger_sequence)",
                           [(i.scope_id, i.idempotency_key, i.request_digest, i.object_id, i.version_id,
                             i.ledger_sequence) for i in batch.idempotency])
-        if batch.erase:
-            await cur.execute(ERASE_STATEMENT, {"e_scope": [e[0] for e in batch.erase],
-                                                "e_object": [e[1] for e in batch.erase]})
+        await self._append_parts(batch, content, ("erase",))
 
     @staticmethod
     async def _copy(cur: psycopg.AsyncCursor[Any], target: str, rows: list[tuple[Any, ...]]) -> None:

@@ -17,7 +17,7 @@ import psycopg
 import structlog
 from nats.aio.msg import Msg
 
-from command_handler.intake import Parsed, error_reply, parse
+from command_handler.intake import OPERATION_HEADER, Parsed, error_reply, parse
 from command_handler.planner import Plan, PlanInputs, entry_result_bytes, plan_batch, result_bytes
 from command_handler.state import ObjectHead, Stamp
 from command_handler.store import IdempotencyRow, PostgresLedgerStore
@@ -224,7 +224,7 @@ class Command(NamedTuple):
 def _op_id(msg: Command, item: Parsed | PamledgerError) -> str | None:
     if isinstance(item, Parsed) and item.operation_id:
         return item.operation_id
-    return (msg.headers or {}).get("Pam-Operation-Id")
+    return (msg.headers or {}).get(OPERATION_HEADER)
 
 
 def new_stamp(parsed: Parsed) -> Stamp:

@@ -16,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from command_handler.planner import envelope_bytes
 from infra.pg_pipeline import pipelined_transaction
-from projector.store import NOTIFY_CHANNEL
+from projector.store import NOTIFY_CHANNEL, checkpoint
 from query.cursor import decode_cursor, encode_cursor
 from query.plan import build
 from query.request import QueryRequest
@@ -45,7 +45,7 @@ class CheckpointWatcher:
             try:
                 async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    await self._set(await _checkpoint(conn))
+                    await self._set(await checkpoint(conn))
                     async for note in conn.notifies():
                         await self._set(int(note.payload))
             except psycopg.OperationalError:
@@ -80,13 +80,13 @@ async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, 
         async with pipelined_transaction(conn, _BEGIN_SNAPSHOT):
             state = await conn.execute(_STATE, (request.scope_id,))
             found = await conn.execute(statement, params)
-        known, checkpoint, head = await state.fetchone() or (False, 0, 0)
+        known, projected, head = await state.fetchone() or (False, 0, 0)
         rows = await found.fetchall()
     if not known:
         raise ScopeNotFound("scope not found", details={"scope_id": request.scope_id})
     if as_of is not None and as_of > head:
         raise InvalidRequest("as_of_sequence is beyond the ledger head", details={"as_of_sequence": as_of})
-    snapshot = as_of if as_of is not None else checkpoint
+    snapshot = as_of if as_of is not None else projected
     return _reply(request, rows, snapshot, as_of, reached)
 
 
@@ -109,11 +109,3 @@ def _reply(request: QueryRequest, rows: list[Any], snapshot: int, as_of: int | N
     if request.min_sequence is not None:
         result["min_sequence_reached"] = reached and snapshot >= request.min_sequence
     return canonical_bytes({"result": result})
-
-
-async def _checkpoint(conn: psycopg.AsyncConnection[Any]) -> int:
-    cur = await conn.execute("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = 'current_objects'")
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
-
-

@@ -17,7 +17,7 @@ import structlog
 from nats.aio.msg import Msg
 from psycopg_pool import AsyncConnectionPool
 
-from command_handler.intake import error_reply
+from command_handler.intake import OPERATION_HEADER, error_reply
 from infra.db_errors import map_db_error
 from infra.nats_raw import RawClient, parse_headers
 from infra.subjects import QUERIES, query_subject, status_subject
@@ -128,4 +128,4 @@ class QueryService:
 
 
 def _operation_id(headers: bytes | None) -> str | None:
-    return (parse_headers(headers) or {}).get("Pam-Operation-Id")
+    return (parse_headers(headers) or {}).get(OPERATION_HEADER)

@@ -100,15 +100,20 @@ def read_checkpoints(path: Path) -> tuple[list[float], list[int]]:
     return times, points
 
 
+def covered_at(times: list[float], points: list[int], sequence: int) -> float | None:
+    """When the first mark covering `sequence` came (`points` non-decreasing, `times` beside them), or None."""
+    k = bisect.bisect_left(points, sequence)
+    return times[k] if k < len(points) else None
+
+
 def lags(samples: list[tuple[float, float, int]], times: list[float], points: list[int]) -> tuple[list[float], int, int]:
     """Per sample: first checkpoint time covering its sequence minus its reply time; (lags, early, missing)."""
     out, early, missing = [], 0, 0
-    for _, replied, sequence in samples:
-        k = bisect.bisect_left(points, sequence)
-        if k == len(points):
+    for (_, replied, _), queryable in zip(samples, _queryable(samples, times, points)):
+        if queryable is None:
             missing += 1
             continue
-        lag = times[k] - replied
+        lag = queryable - replied
         early += lag <= 0
         out.append(max(0.0, lag))
     return out, early, missing
@@ -116,14 +121,10 @@ def lags(samples: list[tuple[float, float, int]], times: list[float], points: li
 
 def _queryable(samples: list[tuple[float, float, int]], times: list[float], points: list[int]) -> list[float | None]:
     """Per sample, when the first checkpoint covering its sequence arrived (None if never)."""
-    out: list[float | None] = []
-    for _, _, sequence in samples:
-        k = bisect.bisect_left(points, sequence)
-        out.append(times[k] if k < len(points) else None)
-    return out
+    return [covered_at(times, points, sequence) for _, _, sequence in samples]
 
 
-async def _wait_for(path: Path, predicate: Any, timeout: float) -> bool:
+async def wait_for_file(path: Path, predicate: Any, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists() and predicate(path):
@@ -149,7 +150,7 @@ async def lag_benchmark(servers: Servers, cfg: Config, log: Any) -> dict[str, An
         try:
             database_url = child.env["PAMLEDGER_DATABASE_URL"]
             listener.start()
-            if not await _wait_for(out_path, lambda p: "ready" in p.read_text(), 20):
+            if not await wait_for_file(out_path, lambda p: "ready" in p.read_text(), 20):
                 raise RuntimeError(f"checkpoint listener did not start:\n{listener.log_tail()}")
             rate: float = TARGET_RATE
             capacity: float | None = None
@@ -159,7 +160,7 @@ async def lag_benchmark(servers: Servers, cfg: Config, log: Any) -> dict[str, An
                 attempt = await open_loop(nc, prefix, rate, cfg.warmup, cfg.duration)
                 attempt["service_cpu_share"] = round((child.cpu_seconds() - cpu0) / (time.monotonic() - t0), 2)
                 last = max((s[2] for s in attempt["samples"]), default=0)
-                await _wait_for(out_path, lambda p: read_checkpoints(p)[1][-1:] >= [last], 60)
+                await wait_for_file(out_path, lambda p: read_checkpoints(p)[1][-1:] >= [last], 60)
                 await asyncio.sleep(0.3)
                 attempts.append(attempt)
                 log(f"lag: {attempt['achieved_replies_per_second']} replies/s, sustained={attempt['sustained']}"
@@ -172,7 +173,7 @@ async def lag_benchmark(servers: Servers, cfg: Config, log: Any) -> dict[str, An
                     capacity = probe.rate
                     log(f"lag: closed-loop capacity (64 in flight) {capacity:.0f} creates/s")
                     head = (await writer_status(nc, prefix))["ledger_sequence"]
-                    await _wait_for(out_path, lambda p: read_checkpoints(p)[1][-1:] >= [head], 60)
+                    await wait_for_file(out_path, lambda p: read_checkpoints(p)[1][-1:] >= [head], 60)
                     rate = max(100.0, 0.8 * capacity // 50 * 50)
                 else:
                     rate = max(100.0, 0.7 * rate // 50 * 50)

@@ -17,20 +17,18 @@ rate, not the service's: the same machine gives the projector both cores here.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import time
 from typing import Any
 
-import psutil  # type: ignore[import-untyped]
 import psycopg
 from nats.aio.client import Client as NATS
 
 from bench.ledger_loader import LoadSpec, load_ledger
 from bench.load import Result
 from bench.m2_explain import commit_stats
-from bench.m2_lag import TARGET_RATE, _wait_for, read_checkpoints
-from bench.procs import python_child, tree_cpu
-from bench.scenarios import Config
+from bench.m2_lag import TARGET_RATE, covered_at, read_checkpoints, wait_for_file
+from bench.procs import python_child
+from bench.scenarios import Config, other_cpu
 from bench.servers import Servers
 from bench.service import service_process
 from command_handler.store import LedgerRow
@@ -47,11 +45,13 @@ class TimedRelay(Relay):
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self.acked: list[tuple[int, float]] = []  # (last ledger_sequence of the run, time.monotonic())
+        self.acked_through: list[int] = []  # last ledger_sequence of each acknowledged run, in order
+        self.acked_at: list[float] = []  # when its acknowledgement arrived (time.monotonic())
 
     async def _publish(self, rows: list[LedgerRow]) -> None:
         await super()._publish(rows)
-        self.acked.append((rows[-1].ledger_sequence, time.monotonic()))
+        self.acked_through.append(rows[-1].ledger_sequence)
+        self.acked_at.append(time.monotonic())
 
 
 async def _all_rows(relay: Relay, database_url: str) -> list[LedgerRow]:
@@ -78,12 +78,6 @@ async def _pace(relay: Relay, rows: list[LedgerRow], rate: float) -> tuple[float
             i = due
         await asyncio.sleep(TICK)
     return t0, behind, "", i
-
-
-def _at(marks: list[tuple[int, float]], sequence: int) -> float | None:
-    """The time of the first mark whose sequence covers `sequence`."""
-    k = bisect.bisect_left(marks, (sequence, float("-inf")))
-    return marks[k][1] if k < len(marks) else None
 
 
 async def projector_lag(servers: Servers, cfg: Config, log: Any) -> dict[str, Any]:
@@ -116,13 +110,13 @@ async def _attempt(servers: Servers, cfg: Config, log: Any, rate: float) -> dict
             follow = asyncio.create_task(relay.follow())
             try:
                 listener.start()
-                if not await _wait_for(out_path, lambda p: "ready" in p.read_text(), 20):
+                if not await wait_for_file(out_path, lambda p: "ready" in p.read_text(), 20):
                     raise RuntimeError(f"checkpoint listener did not start:\n{listener.log_tail()}")
                 log(f"projector: relay paced at {rate:,.0f} events/s for {cfg.warmup:g}+{cfg.duration:g} s")
                 cpu0 = _cpu(servers, child)
                 t0, behind, stopped, submitted = await _pace(relay, rows, rate)
                 sent_end = time.monotonic()
-                reached = await _wait_for(out_path, lambda p: read_checkpoints(p)[1][-1:] >= [submitted], 120)
+                reached = await wait_for_file(out_path, lambda p: read_checkpoints(p)[1][-1:] >= [submitted], 120)
                 caught_up = time.monotonic() - sent_end
                 if follow.done():  # the relay stopped: say why rather than report a stalled projection
                     follow.result()
@@ -135,10 +129,10 @@ async def _attempt(servers: Servers, cfg: Config, log: Any, rate: float) -> dict
     times, points = read_checkpoints(out_path)
     window = (int(cfg.warmup * rate) + 1, submitted)
     lag, relay_part, projector_part = [], [], []
-    queryable_marks = list(zip(points, times))
     for sequence in range(window[0], window[1] + 1):
         committed = t0 + (sequence - 1) / rate
-        in_stream, queryable = _at(relay.acked, sequence), _at(queryable_marks, sequence)
+        in_stream = covered_at(relay.acked_at, relay.acked_through, sequence)
+        queryable = covered_at(times, points, sequence)
         if in_stream is None or queryable is None:
             continue
         lag.append(max(0.0, queryable - committed))
@@ -158,13 +152,11 @@ async def _attempt(servers: Servers, cfg: Config, log: Any, rate: float) -> dict
         "relay": Result("commit -> in stream (relay)", len(relay_part), cfg.duration, relay_part, 1),
         "projector": Result("in stream -> queryable (projector)", len(projector_part), cfg.duration, projector_part, 1),
         "commits": commit_stats(times, points, window[0], window[1]),
-        "cpu_us_per_event": {k: round((cpu1[k] - cpu0[k]) / len(rows) * 1e6) for k in cpu0},
+        "cpu_us_per_event": {k: round((cpu1[k] - cpu0[k]) / max(submitted, 1) * 1e6) for k in cpu0},
     }
 
 
 def _cpu(servers: Servers, child: Any) -> dict[str, float]:
-    """CPU seconds so far: the projector's processes, the servers, and this process (pacer + relay)."""
-    own = psutil.Process().cpu_times()
-    out = {"projector": child.cpu_seconds(), "bench (pacer + relay)": own.user + own.system}
-    out.update({name: sum(tree_cpu(pid).values()) for name, pid in servers.server_pids.items()})
-    return out
+    """CPU seconds so far: the projector's processes, the servers, and this process ("bench driver": the
+    pacer and the relay)."""
+    return {"projector": child.cpu_seconds(), **other_cpu(servers)}

@@ -70,9 +70,9 @@ async def scenario_a(servers: Servers, cfg: Config) -> dict[str, Result]:
     competes with it.
     """
     async with pamledger_service(servers, "a") as (nc, prefix, child):
-        cpu0, others0 = child.cpu_by_process(), _other_cpu(servers)
+        cpu0, others0 = child.cpu_by_process(), other_cpu(servers)
         fast = await _creates(nc, prefix, "(a) pamledger create", cfg.in_flight, cfg)
-        cpu1, others1 = child.cpu_by_process(), _other_cpu(servers)
+        cpu1, others1 = child.cpu_by_process(), other_cpu(servers)
         per_create = {k: round((v - cpu0.get(k, 0.0)) / fast.extra["sent"] * 1e6) for k, v in cpu1.items()}
         fast.extra["service_cpu_us_per_create"] = sum(per_create.values())
         fast.extra["service_cpu_us_per_create_by_process"] = per_create
@@ -83,7 +83,7 @@ async def scenario_a(servers: Servers, cfg: Config) -> dict[str, Result]:
     return {"a": fast, "a_serial": serial}
 
 
-def _other_cpu(servers: Servers) -> dict[str, float]:
+def other_cpu(servers: Servers) -> dict[str, float]:
     """CPU seconds so far of what (a) needs besides the service: the servers (when private) and this
     process, the load driver."""
     out = {name: sum(tree_cpu(pid).values()) for name, pid in servers.server_pids.items()}

@@ -1,7 +1,7 @@
 """`python -m bench --m2`: the M2 suite (projection and Query) on private servers, baselines in the same run.
 
 1. loader: a synthetic, hash-chained ledger COPYed into a fresh database (bench.ledger_loader); with
-   --quick the whole chain is checked with command_handler.verify.verify_ledger.
+   --quick the whole chain is checked with command_handler.verify.verify_tables.
 2. replay: projector.replay.replay vs. raw binary COPY + msgspec decode of the same ledger (bench.m2_replay).
 3. query: replay --swap builds current_objects, the real service answers structured and full-text
    queries through NATS; baselines NATS echo and SQL only; EXPLAIN of the slowest variants (bench.m2_query);
@@ -33,7 +33,7 @@ from bench.m2_service import service_on, writer_probe
 from bench.scenarios import Config
 from bench.servers import Servers
 from bench.service import serial_echo
-from command_handler.verify import verify_ledger
+from command_handler.verify import verify_tables
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def _checkpoint(servers: Servers) -> None:
 
 def _verify(url: str, head: int) -> dict[str, Any]:
     t0 = time.perf_counter()
-    report = verify_ledger(url)
+    report = verify_tables(url)  # the loaded ledger has no stream to anchor its head on
     report["seconds"] = round(time.perf_counter() - t0, 2)
     log(f"verify_ledger: {report}")
     if not report["ok"] or report["rows_checked"] != head:

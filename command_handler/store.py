@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import msgspec
 import psycopg
 
-from command_handler.chain import GENESIS_HASH
+from command_handler.chain import GENESIS_HASH, row_hash
 from command_handler.state import ObjectHead
 from schemas.canonical import decode_json
 
@@ -21,6 +21,7 @@ _WRITER_LOCK_BASE = 0x70616D00  # 'pam\0' + partition
 # measured here 1.6x at 32 rows, 1.4x at 64, 1.1x at 128; about even near 200, COPY ahead from 256.
 SINGLE_STATEMENT_ROWS = 128
 _batch_json = msgspec.json.Encoder()
+TAIL_CHECK_ROWS = 16  # the chain rows the writer checks before it appends (on start, and while broken)
 # The ledger head through the (partition, ledger_sequence) key: one index probe, whatever the ledger size.
 HEAD_SQL = "SELECT coalesce(max(ledger_sequence), 0) FROM ledger WHERE partition = 0"
 # The single-statement append: one data-modifying CTE per kind of row the batch holds, each fed by ONE
@@ -139,6 +140,19 @@ class LedgerStore(Protocol):
     async def append(self, batch: Batch) -> None: ...
 
 
+def tail_problem(rows: list[tuple[int, bytes, bytes, bytes]]) -> str | None:
+    """rows: (ledger_sequence, event, prev_hash, row_hash) of the chain's last rows, oldest first."""
+    for index, (seq, event, prev, stored) in enumerate(rows):
+        if index and seq != rows[index - 1][0] + 1:
+            return f"sequence gap before ledger row {seq}"
+        expected_prev = rows[index - 1][3] if index else GENESIS_HASH if seq == 1 else prev
+        if prev != expected_prev:
+            return f"ledger row {seq}: prev_hash does not match the previous row's hash"
+        if row_hash(prev, seq, event) != stored:
+            return f"ledger row {seq}: row_hash does not match the row's bytes"
+    return None
+
+
 def writer_lock_key(partition: int) -> int:
     return _WRITER_LOCK_BASE + partition
 
@@ -157,6 +171,15 @@ class PostgresLedgerStore:
         )
         row = await cur.fetchone()
         return (int(row[0]), bytes(row[1])) if row else (0, GENESIS_HASH)
+
+    async def broken_tail(self, rows: int = TAIL_CHECK_ROWS) -> str | None:
+        """Why the chain's last `rows` rows do not link and recompute (None: they do). The writer appends
+        to this tail, so it refuses to while it is broken rather than chain new rows onto a forgery."""
+        cur = await self.conn.execute(
+            "SELECT ledger_sequence, event, prev_hash, row_hash FROM ledger WHERE partition = %s"
+            " ORDER BY ledger_sequence DESC LIMIT %s", (self.partition, rows))
+        found = await cur.fetchall()
+        return tail_problem([(int(r[0]), bytes(r[1]), bytes(r[2]), bytes(r[3])) for r in reversed(found)])
 
     async def load_heads(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], ObjectHead]:
         if not keys:

@@ -1,38 +1,234 @@
-"""`pamledger verify`: recompute the ledger's hash chain and name the first broken row."""
+"""`pamledger verify`: check every stored column against the hash chain, and the head against the stream.
+
+Why: the chain alone covers each row's sequence and event bytes, so an edit of a column outside them
+(`ledger.scope_id`, a version's `meta`, stored content), or deleting the last rows, went unseen. Here each
+column is either hashed or compared with what the hash covers, in one streamed pass, and the head is
+anchored outside the table: the JetStream replica's last message must be this ledger's row at that sequence.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+import hashlib
+from collections.abc import Iterable, Iterator
+from datetime import datetime
 from typing import Any
 
+import msgspec
+import nats
 import psycopg
+from nats.js.errors import NotFoundError
 
 from command_handler.chain import GENESIS_HASH, row_hash
+from infra.ledger_identity import stream_ledger_id
+
+_decode = msgspec.json.Decoder()
+# One pass in ledger order: each row with the version it committed and, for the events that brought new
+# content (create, update), that content. Transitions share their predecessor's digest: its content is
+# checked once, with the event that wrote it.
+_ROWS_SQL = """
+SELECT l.ledger_sequence, l.event, l.prev_hash, l.row_hash, l.event_id, l.operation_id, l.scope_id,
+       l.object_id, l.version_id, l.event_type, l.recorded_at,
+       v.version_id, v.scope_id, v.object_id, v.sequence, v.ledger_sequence, v.meta, v.content_digest,
+       c.content_digest, c.scope_id, c.object_id, c.salt, c.content
+FROM ledger l
+LEFT JOIN memory_versions v ON v.version_id = l.version_id
+LEFT JOIN content_store c ON c.content_digest = v.content_digest
+     AND l.event_type IN ('object_created', 'object_updated')
+WHERE l.partition = %s ORDER BY l.ledger_sequence"""
+# Rows of the other tables that no ledger row accounts for (checked after the pass, which vouches for
+# every ledger column they are compared with). Each: (check, SQL returning (ledger_sequence, what)).
+_ORPHAN_CHECKS = (
+    ("memory_versions.ledger_row",
+     "SELECT v.ledger_sequence, v.version_id FROM memory_versions v WHERE NOT EXISTS (SELECT 1 FROM ledger l"
+     " WHERE l.partition = %(p)s AND l.ledger_sequence = v.ledger_sequence AND l.version_id = v.version_id)"
+     " ORDER BY v.ledger_sequence LIMIT 1"),
+    ("content_store.version",
+     "SELECT NULL::bigint, c.content_digest FROM content_store c WHERE NOT EXISTS (SELECT 1 FROM"
+     " memory_versions v WHERE v.content_digest = c.content_digest AND v.scope_id = c.scope_id"
+     " AND v.object_id = c.object_id) LIMIT 1"),
+    ("idempotency_records.ledger_row",
+     "SELECT r.ledger_sequence, r.idempotency_key FROM idempotency_records r LEFT JOIN ledger l"
+     " ON l.partition = %(p)s AND l.ledger_sequence = r.ledger_sequence"
+     " WHERE l.event_id IS NULL OR l.scope_id <> r.scope_id OR l.object_id IS DISTINCT FROM r.object_id"
+     " OR l.version_id IS DISTINCT FROM r.version_id ORDER BY r.ledger_sequence LIMIT 1"),
+)
+_LEDGER_COLUMNS = ("event_id", "operation_id", "scope_id", "object_id", "version_id", "event_type")
 
 
-def verify_rows(rows: Iterable[tuple[int, bytes, bytes, bytes]]) -> dict[str, Any]:
-    """rows: (ledger_sequence, event, prev_hash, row_hash) in ledger order. Pure, so tests can feed it."""
+class Bad(Exception):
+    """One failed check: the row's ledger sequence, the check's name (table.column) and why."""
+
+    def __init__(self, sequence: int | None, check: str, reason: str):
+        super().__init__(reason)
+        self.sequence, self.check, self.reason = sequence, check, reason
+
+
+def verify_rows(rows: Iterable[tuple[Any, ...]]) -> dict[str, Any]:
+    """rows: _ROWS_SQL's columns in ledger order (or just the first four: sequence, event, prev_hash,
+    row_hash, for the chain alone). Pure, so tests can feed it."""
     expected_prev, expected_seq, count = GENESIS_HASH, 1, 0
-    for seq, event, prev, stored in rows:
-        problem = None
-        if seq != expected_seq:
-            problem = f"sequence gap: expected {expected_seq}, found {seq}"
-        elif prev != expected_prev:
-            problem = "prev_hash does not match the previous row's hash"
-        elif row_hash(prev, seq, event) != stored:
-            problem = "row_hash does not match the row's bytes"
-        if problem:
-            return {"ok": False, "rows_checked": count, "first_bad_sequence": seq, "reason": problem}
-        expected_prev, expected_seq, count = stored, seq + 1, count + 1
+    try:
+        for row in rows:
+            seq, event, prev, stored = row[0], bytes(row[1]), bytes(row[2]), bytes(row[3])
+            check_chain(seq, event, prev, stored, expected_seq, expected_prev)
+            if len(row) > 4:
+                check_columns(seq, row)
+            expected_prev, expected_seq, count = stored, seq + 1, count + 1
+    except Bad as bad:
+        return failure(bad, count)
     return {"ok": True, "rows_checked": count, "head_sequence": expected_seq - 1, "head_hash": expected_prev.hex()}
 
 
-def verify_ledger(database_url: str, partition: int = 0) -> dict[str, Any]:
-    """Stream the ledger through a server-side cursor so memory stays flat on any size."""
-    with psycopg.connect(database_url) as conn, conn.cursor(name="pamledger_verify") as cur:
-        cur.itersize = 5000
-        cur.execute(
-            "SELECT ledger_sequence, event, prev_hash, row_hash FROM ledger WHERE partition = %s"
-            " ORDER BY ledger_sequence", (partition,),
-        )
-        return verify_rows((r[0], bytes(r[1]), bytes(r[2]), bytes(r[3])) for r in cur)
+def failure(bad: Bad, count: int) -> dict[str, Any]:
+    return {"ok": False, "rows_checked": count, "first_bad_sequence": bad.sequence, "check": bad.check,
+            "reason": bad.reason}
+
+
+def check_chain(seq: int, event: bytes, prev: bytes, stored: bytes, expected_seq: int, expected_prev: bytes) -> None:
+    if seq != expected_seq:
+        raise Bad(seq, "ledger.ledger_sequence", f"sequence gap: expected {expected_seq}, found {seq}")
+    if prev != expected_prev:
+        raise Bad(seq, "ledger.prev_hash", "prev_hash does not match the previous row's hash")
+    if row_hash(prev, seq, event) != stored:
+        raise Bad(seq, "ledger.row_hash", "row_hash does not match the row's bytes")
+
+
+def check_columns(seq: int, row: tuple[Any, ...]) -> None:
+    """The ledger row's own columns, its version and its new content, against the (hashed) event."""
+    try:
+        event = _decode.decode(bytes(row[1]))
+    except msgspec.DecodeError:
+        raise Bad(seq, "ledger.event", "the event bytes are not JSON") from None
+    for name, value in zip(_LEDGER_COLUMNS, row[4:10]):
+        if event.get(name) != value:
+            raise Bad(seq, f"ledger.{name}", f"ledger.{name} differs from the event's {name}")
+    if _timestamp(event.get("recorded_at")) != row[10]:
+        raise Bad(seq, "ledger.recorded_at", "ledger.recorded_at differs from the event's recorded_at")
+    if event.get("version_id") is not None:
+        check_version(seq, event, row[11:18])
+        if row[18] is not None:
+            check_content(seq, row[18:23], row[12], row[13])
+
+
+def check_version(seq: int, event: dict[str, Any], version: tuple[Any, ...]) -> None:
+    version_id, scope_id, object_id, sequence, ledger_sequence, meta, digest = version
+    if version_id is None:
+        raise Bad(seq, "memory_versions", "the version this event committed is missing")
+    payload = event.get("payload") or {}
+    expected = {"scope_id": event.get("scope_id"), "object_id": event.get("object_id"),
+                "sequence": event.get("sequence"), "ledger_sequence": seq,
+                "content_digest": payload.get("content_digest")}
+    found = {"scope_id": scope_id, "object_id": object_id, "sequence": sequence,
+             "ledger_sequence": ledger_sequence, "content_digest": digest}
+    for name, value in expected.items():
+        if found[name] != value:
+            raise Bad(seq, f"memory_versions.{name}", f"memory_versions.{name} differs from the event")
+    try:
+        stored_meta = _decode.decode(bytes(meta))
+    except msgspec.DecodeError:
+        stored_meta = None
+    if stored_meta != payload.get("envelope"):
+        raise Bad(seq, "memory_versions.meta", "memory_versions.meta differs from the event's envelope")
+
+
+def check_content(seq: int, content: tuple[Any, ...], scope_id: str, object_id: str) -> None:
+    digest, content_scope, content_object, salt, data = content
+    if (content_scope, content_object) != (scope_id, object_id):
+        raise Bad(seq, "content_store.object_id", "content_store row names another object")
+    if "sha256:" + hashlib.sha256(bytes(salt) + bytes(data)).hexdigest() != digest:
+        raise Bad(seq, "content_store.content", "content_store.content does not match its digest")
+
+
+def _timestamp(text: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def verify_tables(database_url: str, partition: int = 0) -> dict[str, Any]:
+    """The chain and every stored column, streamed through a server-side cursor (flat memory, one pass),
+    then the rows of other tables no ledger row accounts for."""
+    with psycopg.connect(database_url) as conn:
+        with conn.cursor(name="pamledger_verify") as cur:
+            cur.itersize = 2000
+            cur.execute(_ROWS_SQL, (partition,))
+            result = verify_rows(_rows(cur))
+        if not result["ok"]:
+            return result
+        for check, statement in _ORPHAN_CHECKS:
+            found = conn.execute(statement, {"p": partition}).fetchone()
+            if found is not None:
+                return failure(Bad(found[0], check, f"{check.split('.')[0]} row {found[1]!r} is not accounted"
+                                   " for by the ledger"), result["rows_checked"])
+        return result
+
+
+def _rows(cur: psycopg.Cursor[Any]) -> Iterator[tuple[Any, ...]]:
+    yield from cur
+
+
+async def verify_ledger(database_url: str, nats_url: str | None = None, stream: str | None = None,
+                        partition: int = 0) -> dict[str, Any]:
+    """Everything `verify_tables` checks, then the head against the JetStream replica. Without NATS the
+    head is not anchored (a truncated tail would go unseen), so the answer is not ok and says why."""
+    result = await asyncio.to_thread(verify_tables, database_url, partition)
+    if not result["ok"]:
+        return result
+    if not (nats_url and stream):
+        return {**result, "ok": False, "check": "stream.head",
+                "reason": "the head is not anchored: verify needs NATS and the stream to see a truncated tail"}
+    try:
+        anchor = await _stream_anchor(nats_url, stream)
+    except (OSError, nats.errors.Error, asyncio.TimeoutError) as exc:
+        return {**result, "ok": False, "check": "stream.head",
+                "reason": f"the head is not anchored: NATS did not answer ({type(exc).__name__})"}
+    return await asyncio.to_thread(check_anchor, database_url, partition, result, anchor)
+
+
+async def _stream_anchor(nats_url: str, stream: str) -> dict[str, Any]:
+    """The stream's last sequence, its ledger id and its last message (event id, bytes, row hash)."""
+    nc = await nats.connect(nats_url, connect_timeout=3, max_reconnect_attempts=0, allow_reconnect=False)
+    try:
+        js = nc.jetstream(timeout=5)
+        try:
+            info = await js.stream_info(stream)
+        except NotFoundError:
+            return {"last_sequence": None}
+        last = int(info.state.last_seq)
+        anchor: dict[str, Any] = {"last_sequence": last, "ledger_id": stream_ledger_id(info)}
+        if last:
+            msg = await js.get_msg(stream, last)
+            headers = msg.headers or {}
+            anchor.update(event_id=headers.get("Nats-Msg-Id"), event=msg.data or b"",
+                          row_hash=headers.get("Pam-Row-Hash"))
+        return anchor
+    finally:
+        await nc.close()
+
+
+def check_anchor(database_url: str, partition: int, result: dict[str, Any], anchor: dict[str, Any]) -> dict[str, Any]:
+    """Compare the verified head with the stream's last message (pure apart from two look-ups)."""
+    head = int(result["head_sequence"])
+    last = anchor["last_sequence"]
+
+    def bad(sequence: int | None, reason: str) -> dict[str, Any]:
+        return {**result, "ok": False, "first_bad_sequence": sequence, "check": "stream.head", "reason": reason}
+
+    if last is None:
+        return bad(None, "the head is not anchored: the stream is missing (`pamledger stream rebuild`)")
+    with psycopg.connect(database_url) as conn:
+        ident = conn.execute("SELECT ledger_id FROM ledger_identity WHERE partition = %s", (partition,)).fetchone()
+        row = conn.execute("SELECT event_id, event, row_hash FROM ledger WHERE partition = %s"
+                           " AND ledger_sequence = %s", (partition, last)).fetchone() if last else None
+    ledger_id = ident[0] if ident else None
+    if anchor["ledger_id"] not in (None, ledger_id):
+        return bad(None, f"the stream belongs to ledger {anchor['ledger_id']}, this is {ledger_id}")
+    if last > head:
+        return bad(head + 1, f"the stream holds {last} events, the ledger {head}: rows {head + 1}..{last}"
+                             " are missing from the ledger (tail truncated)")
+    if last and (row is None or row[0] != anchor["event_id"] or bytes(row[1]) != anchor["event"]
+                 or (anchor["row_hash"] is not None and bytes(row[2]).hex() != anchor["row_hash"])):
+        return bad(last, f"ledger row {last} differs from the stream's message at that sequence")
+    return {**result, "anchored_sequence": last, "stream_behind": head - last, "ledger_id": ledger_id}

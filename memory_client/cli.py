@@ -13,6 +13,7 @@ from infra.endpoints import NoServers, resolve
 from infra.logging import configure_logging
 from infra.settings import Settings
 from memory_client.cli_audit import add_audit_parsers, add_query_parser, cmd_audit, cmd_replay, query_filters
+from memory_client.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify
 from memory_client.cli_subscribe import add_subscribe_parser, cmd_subscribe
 from memory_client.client import MemoryClient, PamspecError
 
@@ -147,14 +148,6 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
     return out
 
 
-def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
-    from command_handler.verify import verify_ledger
-
-    result = verify_ledger(resolve(settings).database_url, settings.partition)
-    _print(result)
-    return 0 if result["ok"] else 2
-
-
 def cmd_client(settings: Settings, args: argparse.Namespace) -> int:
     """create / read / history / update / transition / delete / scope-create through the SDK."""
     try:
@@ -226,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--roles", default="all", help="comma-separated subset of writer,query,projector,gateway")
     serve = sub.add_parser("serve", help="serve some roles in this process on running servers (what run spawns)")
     serve.add_argument("--roles", default="all", help="comma-separated subset of writer,query,projector,gateway")
-    sub.add_parser("verify", help="recompute the ledger hash chain")
+    add_ledger_parsers(sub)
     sub.add_parser("conformance-adapter", help="PAMSPEC conformance harness protocol v1 on stdin/stdout")
     sc = sub.add_parser("scope-create", help="register a memory scope")
     sc.add_argument("scope_id")
@@ -265,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 HANDLERS = {
     "up": cmd_up, "down": cmd_down, "run": cmd_run, "serve": cmd_serve, "status": cmd_status, "verify": cmd_verify,
+    "stream": cmd_stream,
     "conformance-adapter": cmd_conformance, "replay": cmd_replay, "audit": cmd_audit,
     "subscribe": cmd_subscribe,
 }

@@ -24,6 +24,7 @@ import psycopg
 from psycopg import sql
 
 from command_handler.store import HEAD_SQL
+from infra.ledger_identity import ledger_identity
 from infra.tasks import stop_task
 from projector.rows import COLUMNS, newest_row
 from projector.store import PROJECTION, comment_table, drop_table, merge, precompute_search, staging
@@ -202,11 +203,15 @@ async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConne
                   options: ReplayOptions, head: int, progress: Progress | None) -> dict[str, Any]:
     """Under the checkpoint lock: catch up to the live checkpoint, compare, and swap if asked."""
     async with conn.transaction():
-        cur = await conn.execute("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s"
-                                 " FOR UPDATE", (PROJECTION,))
+        cur = await conn.execute("SELECT ledger_sequence, ledger_id FROM projection_checkpoints"
+                                 " WHERE projection = %s FOR UPDATE", (PROJECTION,))
         row = await cur.fetchone()
         live = int(row[0]) if row else 0
-        if live > head:
+        ledger_id = await ledger_identity(conn, 0)
+        # A checkpoint of another ledger, or ahead of this one, has nothing to catch up with: a swap replaces
+        # it by the rebuild's own (the live projector refuses to follow it until then).
+        foreign = row is not None and (row[1] not in (None, ledger_id) or live > await _ledger_head(conn))
+        if live > head and not foreign:
             await _rebuild(conn, reader, table, options.scope_id, head, live, progress)
         outcome: dict[str, Any] = {"live_checkpoint": live}
         if options.verify:
@@ -214,6 +219,11 @@ async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConne
         if options.swap:
             await _swap(conn, table)
             outcome["swapped"] = True
+            if foreign:
+                await conn.execute("UPDATE projection_checkpoints SET ledger_sequence = %s, ledger_id = %s"
+                                   " WHERE projection = %s", (head, ledger_id, PROJECTION))
+                outcome["checkpoint_reset"] = {"from": live, "from_ledger_id": row[1] if row else None,
+                                               "to": head, "ledger_id": ledger_id}
         return outcome
 
 

@@ -28,10 +28,11 @@ import structlog
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from infra.ledger_identity import projector_disagreement, wait_for_agreement
 from infra.nats_raw import RawClient, stream_sequence
 from infra.tasks import reraise_if_cancelled
 from projector.rows import Row, current_row, fold
-from projector.store import apply_rows, checkpoint
+from projector.store import PROJECTION, apply_rows, checkpoint
 
 log = structlog.get_logger(__name__)
 _PROJECTOR_LOCK_BASE = 0x70616D70_00  # 'pamp' + partition
@@ -67,6 +68,7 @@ class Projector:
         self.stream = stream
         self.subject = f"{prefix}.ledger.p{partition}.>"
         self.durable = f"pamledger-projector-p{partition}"
+        self.partition = partition
         self.batch = batch
         self.applied = 0
         self._buffer: list[tuple[bytes, bytes]] = []  # (reply subject, event) as delivered
@@ -98,6 +100,8 @@ class Projector:
 
     async def _subscribe(self) -> Any:
         js = self.nc.jetstream()
+        await wait_for_agreement("projector", lambda: projector_disagreement(
+            self.conn, js, self.stream, PROJECTION, self.partition))
         self.applied = await checkpoint(self.conn)
         self._buffer = []
         self._arrived.clear()

@@ -29,6 +29,7 @@ from nats.aio.msg import Msg
 from command_handler.intake import error_reply
 from command_handler.store import HEAD_SQL
 from infra.db_errors import map_db_error
+from infra.ledger_identity import gateway_disagreement, wait_for_agreement
 from infra.settings import Settings
 from infra.subjects import status_subject
 from infra.tasks import reraise_if_cancelled, stop_task
@@ -69,6 +70,8 @@ class Gateway:
 
     async def serve(self) -> None:
         """Follow the partition, take over every open subscription, then answer requests until cancelled."""
+        await wait_for_agreement("gateway", lambda: gateway_disagreement(
+            self.conn, self.nc.jetstream(), self.settings.stream_name, self.settings.partition))
         feed_task = asyncio.create_task(self.feed.run())
         flusher = asyncio.create_task(self._flush_forever())
         try:

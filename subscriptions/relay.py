@@ -19,6 +19,9 @@ from nats.js.api import StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from command_handler.store import LedgerRow
+from infra.ledger_identity import (
+    STREAM_KEY, Refusal, ledger_identity, stream_description, stream_disagreement, wait_for_agreement,
+)
 from infra.subjects import ledger_subject, ledger_wildcard
 from infra.tasks import reraise_if_cancelled
 
@@ -32,21 +35,24 @@ _LEDGER_COLUMNS = (
 )
 
 
-def ensure_stream_config(stream_name: str, prefix: str) -> StreamConfig:
+def ensure_stream_config(stream_name: str, prefix: str, ledger_id: str | None = None) -> StreamConfig:
+    """The stream's configuration; with `ledger_id`, its metadata and description name that ledger."""
     return StreamConfig(
         name=stream_name, subjects=[ledger_wildcard(prefix)], storage=StorageType.FILE,
         duplicate_window=120.0, allow_direct=True,
         max_consumers=MAX_CONSUMERS,  # explicit: nats-server 2.15 otherwise caps a stream at 1,000 consumers
+        metadata={STREAM_KEY: ledger_id} if ledger_id else None,
+        description=stream_description(ledger_id) if ledger_id else None,
     )
 
 
-async def ensure_stream(js: JetStreamContext, stream_name: str, prefix: str) -> int:
-    """Create the stream if it is missing; return its last sequence."""
+async def ensure_stream(js: JetStreamContext, stream_name: str, prefix: str, ledger_id: str | None = None) -> int:
+    """Create the stream (for ledger `ledger_id`) if it is missing; return its last sequence."""
     try:
         info = await js.stream_info(stream_name)
     except NotFoundError:
-        info = await js.add_stream(ensure_stream_config(stream_name, prefix))
-        log.info("stream.created", stream=stream_name)
+        info = await js.add_stream(ensure_stream_config(stream_name, prefix, ledger_id))
+        log.info("stream.created", stream=stream_name, ledger_id=ledger_id)
     return int(info.state.last_seq)
 
 
@@ -63,6 +69,7 @@ class Relay:
         self.published = 0
         self.queue: asyncio.Queue[list[LedgerRow]] = asyncio.Queue()
         self.caught_up = asyncio.Event()
+        self.refusal = Refusal()  # why the relay refuses the stream (another ledger's, or ahead), if it does
 
     def submit(self, rows: list[LedgerRow]) -> None:
         self.queue.put_nowait(rows)
@@ -72,6 +79,10 @@ class Relay:
         await self._resync()
         self.caught_up.set()
         await self.follow()
+
+    async def catch_up(self) -> None:
+        """Publish every ledger row the stream lacks, then return (what `pamledger stream rebuild` runs)."""
+        await self._resync()
 
     async def follow(self) -> None:
         """Publish what is submitted, in runs; any gap or failure resyncs from the ledger. Never returns."""
@@ -94,11 +105,15 @@ class Relay:
                 await self._resync()
 
     async def _resync(self) -> None:
-        """Publish every ledger row the stream lacks, reading them from Postgres."""
+        """Publish every ledger row the stream lacks, reading them from Postgres; first wait until the
+        stream is this ledger's and not ahead of it (`pamledger stream rebuild` makes it so)."""
         while True:
             try:
-                self.published = await ensure_stream(self.js, self.stream_name, self.prefix)
-                async with await psycopg.AsyncConnection.connect(self.database_url) as conn:
+                async with await psycopg.AsyncConnection.connect(self.database_url, autocommit=True) as conn:
+                    await wait_for_agreement("relay", lambda: stream_disagreement(
+                        conn, self.js, self.stream_name, self.partition), self.refusal)
+                    ledger_id = await ledger_identity(conn, self.partition)
+                    self.published = await ensure_stream(self.js, self.stream_name, self.prefix, ledger_id)
                     while True:
                         rows = await self.read_ledger(conn, self.published)
                         if not rows:
@@ -151,4 +166,5 @@ class Relay:
             "Nats-Expected-Last-Sequence": str(row.ledger_sequence - 1),
             "Pam-Ledger-Sequence": str(row.ledger_sequence),
             "Pam-Event-Type": row.event_type,
+            "Pam-Row-Hash": row.row_hash.hex(),  # anchors the ledger head outside Postgres (`verify`)
         }

@@ -130,7 +130,7 @@ async def assert_ledger_whole(env: Env, acked: dict[str, str]) -> None:
         recorded = dict(await cur.fetchall())
     missing = {k: v for k, v in acked.items() if recorded.get(k) != v}
     assert not missing, f"{len(missing)} acknowledged commands are not in the ledger"
-    assert verify_ledger(env.database_url)["ok"]
+    assert (await verify_ledger(env.database_url, env.nats_url, env.settings.stream_name))["ok"]
 
 
 async def test_sigkill_of_the_leader_loses_no_acknowledged_command(pair: list[ServiceProcess],

@@ -155,7 +155,7 @@ async def test_group_commit_keeps_the_ledger_gapless_and_verifiable(client: Memo
                                  " count(DISTINCT event_id) FROM ledger")
         count, low, high, distinct = await cur.fetchone()  # type: ignore[misc]
     assert (low, high, distinct) == (1, count, count)
-    assert verify_ledger(service.database_url)["ok"]
+    assert (await verify_ledger(service.database_url, service.nats_url, service.settings.stream_name))["ok"]
 
 
 async def test_the_stream_equals_the_ledger(client: MemoryClient, service: Env) -> None:
@@ -210,12 +210,13 @@ async def test_a_tampered_row_is_named_by_verify(servers: Any) -> None:
         for i in range(5):
             await client.create("workspace:t", "claim", {"n": i}, ACTOR, PROVENANCE)
         await client.close()
-    assert verify_ledger(env.database_url) == {**verify_ledger(env.database_url), "ok": True, "rows_checked": 5}
+    verified = await verify_ledger(env.database_url, env.nats_url, env.settings.stream_name)
+    assert verified == {**verified, "ok": True, "rows_checked": 5}
     async with await psycopg.AsyncConnection.connect(env.database_url, autocommit=True) as conn:
         await conn.execute("ALTER TABLE ledger DISABLE TRIGGER ledger_append_only")
         await conn.execute("UPDATE ledger SET event = convert_to(replace(convert_from(event, 'UTF8'),"
                            " 'claim', 'CLAIM'), 'UTF8') WHERE ledger_sequence = 3")
-    result = verify_ledger(env.database_url)
+    result = await verify_ledger(env.database_url, env.nats_url, env.settings.stream_name)
     assert not result["ok"] and result["first_bad_sequence"] == 3
 
 
@@ -248,4 +249,4 @@ async def test_a_command_postgres_refuses_fails_alone_and_its_batch_mates_commit
         assert sequences == list(range(1, 21)), "a refused command must not leave a gap"
         assert (await client.status("writer"))["ledger_sequence"] == 20
         await client.close()
-    assert verify_ledger(env.database_url)["ok"]
+    assert (await verify_ledger(env.database_url, env.nats_url, env.settings.stream_name))["ok"]

@@ -1,0 +1,228 @@
+"""The ledger's identity, and the checks that the stream, checkpoints and subscription positions are its own.
+
+Why: a database re-created (or restored from an older backup) beside a surviving JetStream stream and
+checkpoint once left the relay and the projector following a stream far ahead of the new ledger, so new
+writes never reached readers. Every role that follows the ledger checks, before it starts, that what it
+follows carries this ledger's id and is not ahead of the ledger head; while they disagree it waits (logging
+one line per change of reason) for the operator's explicit recovery command, then goes on by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import nats
+import psycopg
+import structlog
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from infra.tasks import reraise_if_cancelled
+
+log = structlog.get_logger(__name__)
+STREAM_KEY = "pamledger_ledger_id"  # the stream's metadata key that names its ledger
+REBUILD_STREAM = "pamledger stream rebuild"
+REBUILD_PROJECTION = "pamledger replay --swap"
+RETRY_SECONDS = 2.0
+
+
+class Disagreement(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a role refuses to follow: what disagrees with the ledger, both identities, and the way out."""
+
+    what: str  # "stream", "checkpoint" or "subscriptions"
+    problem: str
+    ledger_id: str
+    found_ledger_id: str | None
+    ledger_head: int
+    found_sequence: int
+    recovery: str
+
+    def message(self) -> str:
+        return (f"the {self.what} {self.problem}: ledger {self.ledger_id} (head {self.ledger_head}), "
+                f"{self.what} of ledger {self.found_ledger_id or 'unknown'} at {self.found_sequence};"
+                f" recover with `{self.recovery}`")
+
+
+async def ledger_identity(conn: psycopg.AsyncConnection[Any], partition: int) -> str:
+    """This ledger's id, made now if it has none yet (the first role to ask makes it; concurrent askers
+    agree, as the insert does nothing when another one won)."""
+    await conn.execute("INSERT INTO ledger_identity (partition, ledger_id) VALUES (%s, %s)"
+                       " ON CONFLICT (partition) DO NOTHING", (partition, f"ledger:{uuid.uuid4()}"))
+    row = await (await conn.execute("SELECT ledger_id FROM ledger_identity WHERE partition = %s",
+                                    (partition,))).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+async def ledger_head(conn: psycopg.AsyncConnection[Any], partition: int) -> int:
+    cur = await conn.execute("SELECT coalesce(max(ledger_sequence), 0) FROM ledger WHERE partition = %s",
+                             (partition,))
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def event_id_at(conn: psycopg.AsyncConnection[Any], partition: int, sequence: int) -> str | None:
+    cur = await conn.execute("SELECT event_id FROM ledger WHERE partition = %s AND ledger_sequence = %s",
+                             (partition, sequence))
+    row = await cur.fetchone()
+    return str(row[0]) if row else None
+
+
+def stream_ledger_id(info: Any) -> str | None:
+    """The ledger id a stream was made for (None: a stream made before identities existed)."""
+    metadata = info.config.metadata or {}
+    return metadata.get(STREAM_KEY)
+
+
+async def stream_disagreement(conn: psycopg.AsyncConnection[Any], js: JetStreamContext, stream: str,
+                              partition: int) -> Disagreement | None:
+    """None when the stream is missing (the relay makes it) or is this ledger's and not ahead of it. A
+    stream made before identities is adopted (stamped) when its last message is this ledger's event."""
+    ledger_id = await ledger_identity(conn, partition)
+    try:
+        info = await js.stream_info(stream)
+    except NotFoundError:
+        return None
+    head, last, found = await ledger_head(conn, partition), int(info.state.last_seq), stream_ledger_id(info)
+
+    def refuse(problem: str) -> Disagreement:
+        return Disagreement(what="stream", problem=problem, ledger_id=ledger_id, found_ledger_id=found,
+                            ledger_head=head, found_sequence=last, recovery=REBUILD_STREAM)
+
+    if found is not None and found != ledger_id:
+        return refuse("belongs to another ledger")
+    if last > head:
+        return refuse("is ahead of the ledger")
+    if found is None:
+        if last and await _last_event_id(js, stream, last) != await event_id_at(conn, partition, last):
+            return refuse("holds events that are not this ledger's")
+        await stamp_stream(js, info, ledger_id)
+    return None
+
+
+async def _last_event_id(js: JetStreamContext, stream: str, sequence: int) -> str | None:
+    try:
+        msg = await js.get_msg(stream, sequence)
+    except NotFoundError:
+        return None
+    return (msg.headers or {}).get("Nats-Msg-Id")
+
+
+async def stamp_stream(js: JetStreamContext, info: Any, ledger_id: str) -> None:
+    """Name the ledger in the stream's metadata and description."""
+    metadata = {**(info.config.metadata or {}), STREAM_KEY: ledger_id}
+    await js.update_stream(info.config.evolve(metadata=metadata, description=stream_description(ledger_id)))
+    log.info("stream.stamped", stream=info.config.name, ledger_id=ledger_id)
+
+
+def stream_description(ledger_id: str) -> str:
+    return f"pamledger replica of ledger {ledger_id}"
+
+
+async def checkpoint_disagreement(conn: psycopg.AsyncConnection[Any], projection: str,
+                                  partition: int) -> Disagreement | None:
+    """None when the projection's checkpoint is this ledger's and not ahead of it (a checkpoint made before
+    identities is stamped when it is not ahead)."""
+    ledger_id = await ledger_identity(conn, partition)
+    cur = await conn.execute("SELECT ledger_sequence, ledger_id FROM projection_checkpoints WHERE projection = %s",
+                             (projection,))
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    sequence, found = int(row[0]), row[1]
+    head = await ledger_head(conn, partition)
+    problem = ("belongs to another ledger" if found is not None and found != ledger_id
+               else "is ahead of the ledger" if sequence > head else None)
+    if problem:
+        return Disagreement(what="checkpoint", problem=problem, ledger_id=ledger_id, found_ledger_id=found,
+                            ledger_head=head, found_sequence=sequence, recovery=REBUILD_PROJECTION)
+    if found is None:
+        await conn.execute("UPDATE projection_checkpoints SET ledger_id = %s WHERE projection = %s",
+                           (ledger_id, projection))
+    return None
+
+
+_FOREIGN_SUBSCRIPTIONS = (
+    "SELECT subscription_id, coalesce(acked_sequence, start_sequence), ledger_id FROM subscriptions"
+    " WHERE status <> 'closed' AND (ledger_id <> %(id)s OR coalesce(acked_sequence, start_sequence) > %(head)s)"
+    " ORDER BY coalesce(acked_sequence, start_sequence) DESC")
+
+
+async def subscriptions_disagreement(conn: psycopg.AsyncConnection[Any], partition: int) -> Disagreement | None:
+    """None when every subscription not closed holds a position of this ledger, not ahead of its head."""
+    ledger_id = await ledger_identity(conn, partition)
+    head = await ledger_head(conn, partition)
+    await conn.execute("UPDATE subscriptions SET ledger_id = %s WHERE ledger_id IS NULL"
+                       " AND coalesce(acked_sequence, start_sequence) <= %s", (ledger_id, head))
+    rows = await (await conn.execute(_FOREIGN_SUBSCRIPTIONS, {"id": ledger_id, "head": head})).fetchall()
+    if not rows:
+        return None
+    found = rows[0][2]
+    return Disagreement(
+        what="subscriptions",
+        problem=f"positions of {len(rows)} open subscription(s) are not this ledger's (first: {rows[0][0]})",
+        ledger_id=ledger_id, found_ledger_id=found, ledger_head=head, found_sequence=int(rows[0][1]),
+        recovery=REBUILD_STREAM)
+
+
+async def close_foreign_subscriptions(conn: psycopg.AsyncConnection[Any], partition: int) -> list[str]:
+    """Close (reason `ledger_replaced`) every open subscription whose position is not this ledger's."""
+    ledger_id = await ledger_identity(conn, partition)
+    head = await ledger_head(conn, partition)
+    rows = await (await conn.execute(_FOREIGN_SUBSCRIPTIONS, {"id": ledger_id, "head": head})).fetchall()
+    ids = [str(r[0]) for r in rows]
+    if ids:
+        await conn.execute("UPDATE subscriptions SET status = 'closed', close_reason = 'ledger_replaced',"
+                           " closed_at = now() WHERE subscription_id = ANY(%s)", (ids,))
+    return ids
+
+
+async def projector_disagreement(conn: psycopg.AsyncConnection[Any], js: JetStreamContext, stream: str,
+                                 projection: str, partition: int) -> Disagreement | None:
+    """What a projector checks before it follows: the stream, then its checkpoint."""
+    return (await stream_disagreement(conn, js, stream, partition)
+            or await checkpoint_disagreement(conn, projection, partition))
+
+
+async def gateway_disagreement(conn: psycopg.AsyncConnection[Any], js: JetStreamContext, stream: str,
+                               partition: int) -> Disagreement | None:
+    """What the Subscribe gateway checks before it serves: the stream, then the subscriptions' positions."""
+    return (await stream_disagreement(conn, js, stream, partition)
+            or await subscriptions_disagreement(conn, partition))
+
+
+class Refusal:
+    """A role's current reason to refuse (None: it agrees), for its status reply."""
+
+    def __init__(self) -> None:
+        self.reason: Disagreement | None = None
+
+
+async def wait_for_agreement(role: str, check: Callable[[], Awaitable[Disagreement | None]],
+                             refusal: Refusal | None = None, retry_seconds: float = RETRY_SECONDS) -> None:
+    """Return once `check` finds nothing to disagree with; until then retry, logging one line each time
+    the reason changes (no traceback: it is the operator's move, not a bug)."""
+    refusal = refusal or Refusal()
+    while True:
+        try:
+            reason = await check()
+        except (nats.errors.Error, asyncio.TimeoutError) as exc:
+            reraise_if_cancelled()
+            log.warning(f"{role}.identity_check_failed", error=type(exc).__name__)
+            await asyncio.sleep(retry_seconds)
+            continue
+        if reason is None:
+            if refusal.reason is not None:
+                log.info(f"{role}.ledger_agreed")
+            refusal.reason = None
+            return
+        if reason != refusal.reason:
+            log.error(f"{role}.refused", reason=reason.message(), what=reason.what, ledger_id=reason.ledger_id,
+                      found_ledger_id=reason.found_ledger_id, ledger_head=reason.ledger_head,
+                      found_sequence=reason.found_sequence, recovery=reason.recovery)
+        refusal.reason = reason
+        await asyncio.sleep(retry_seconds)

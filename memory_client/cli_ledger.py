@@ -1,0 +1,74 @@
+"""`pamledger verify` and `pamledger stream rebuild`: the ledger's integrity and its replica's identity.
+
+Why here: both act on the servers directly (Postgres and JetStream), as operator commands, not through the
+service's subjects; they live apart from the SDK's client commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+from infra.endpoints import resolve
+from infra.settings import Settings
+
+
+def add_ledger_parsers(sub: Any) -> None:
+    sub.add_parser("verify", help="check the hash chain, every stored column and copy, and the head against"
+                                  " the JetStream stream (needs NATS); names the first bad row and check")
+    stream = sub.add_parser("stream", help="the JetStream replica of the ledger")
+    actions = stream.add_subparsers(dest="stream_action", required=True)
+    actions.add_parser("rebuild", help="delete the stream, re-create it for this ledger and republish every"
+                                       " ledger row; close subscriptions whose positions are another ledger's")
+
+
+def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
+    from command_handler.verify import verify_ledger
+
+    endpoints = resolve(settings)
+    result = asyncio.run(verify_ledger(endpoints.database_url, endpoints.nats_url, settings.stream_name,
+                                       settings.partition))
+    print(json.dumps(result, indent=2, sort_keys=True))
+    return 0 if result["ok"] else 2
+
+
+def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
+    endpoints = resolve(settings)
+    report = asyncio.run(rebuild_stream(settings, endpoints.nats_url, endpoints.database_url))
+    print(json.dumps(report, indent=2, sort_keys=True))
+    return 0
+
+
+async def rebuild_stream(settings: Settings, nats_url: str, database_url: str) -> dict[str, Any]:
+    """Replace the stream by one made from this ledger. A running relay, projector and gateway see their
+    stream go, re-check it and follow the new one (the projector from its checkpoint: after a checkpoint
+    of another ledger, `pamledger replay --swap` resets it)."""
+    import nats
+    import psycopg
+    from nats.js.errors import NotFoundError
+
+    from infra.ledger_identity import close_foreign_subscriptions, ledger_head, ledger_identity, stream_ledger_id
+    from subscriptions.relay import Relay
+
+    nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=3)
+    try:
+        js = nc.jetstream()
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            ledger_id = await ledger_identity(conn, settings.partition)
+            previous: dict[str, Any] | None = None
+            try:
+                info = await js.stream_info(settings.stream_name)
+                previous = {"ledger_id": stream_ledger_id(info), "last_sequence": info.state.last_seq}
+                await js.delete_stream(settings.stream_name)
+            except NotFoundError:
+                pass
+            relay = Relay(nc, database_url, settings.stream_name, settings.subject_prefix, settings.partition)
+            await asyncio.wait_for(relay.catch_up(), timeout=settings.request_timeout_seconds * 30)
+            closed = await close_foreign_subscriptions(conn, settings.partition)
+            head = await ledger_head(conn, settings.partition)
+    finally:
+        await nc.close()
+    return {"stream": settings.stream_name, "ledger_id": ledger_id, "previous": previous,
+            "republished_through": relay.published, "ledger_head": head, "closed_subscriptions": closed}

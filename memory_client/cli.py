@@ -13,7 +13,7 @@ from infra.endpoints import NoServers, resolve
 from infra.logging import configure_logging
 from infra.settings import Settings
 from memory_client.cli_audit import add_audit_parsers, add_query_parser, cmd_audit, cmd_replay, query_filters
-from memory_client.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify
+from memory_client.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report
 from memory_client.cli_subscribe import add_subscribe_parser, cmd_subscribe
 from memory_client.client import MemoryClient, PamspecError
 
@@ -135,6 +135,8 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
         out["nats"] = {"answers": False, "error": type(exc).__name__}
         return out
     out["nats"] = {"answers": True}
+    if out["postgres"]["answers"]:
+        out["ledger"] = await identity_report(settings, client.nc, database_url)
     client.retries = 0
     async def ask(component: str) -> dict[str, Any]:
         try:

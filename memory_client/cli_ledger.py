@@ -72,3 +72,27 @@ async def rebuild_stream(settings: Settings, nats_url: str, database_url: str) -
         await nc.close()
     return {"stream": settings.stream_name, "ledger_id": ledger_id, "previous": previous,
             "republished_through": relay.published, "ledger_head": head, "closed_subscriptions": closed}
+
+
+async def identity_report(settings: Settings, nc: Any, database_url: str) -> dict[str, Any]:
+    """For `pamledger status`: this ledger's id and what the relay, projector and gateway would refuse
+    (the same checks they run, so also why a role is waiting)."""
+    import nats
+    import psycopg
+
+    from infra.ledger_identity import (
+        checkpoint_disagreement, ledger_identity, stream_disagreement, subscriptions_disagreement,
+    )
+    from projector.store import PROJECTION
+
+    partition = settings.partition
+    try:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True, connect_timeout=3) as conn:
+            found = [await stream_disagreement(conn, nc.jetstream(timeout=3), settings.stream_name, partition),
+                     await checkpoint_disagreement(conn, PROJECTION, partition),
+                     await subscriptions_disagreement(conn, partition)]
+            ledger_id = await ledger_identity(conn, partition)
+    except (psycopg.Error, nats.errors.Error, asyncio.TimeoutError) as exc:
+        return {"error": type(exc).__name__}
+    problems = [d.message() for d in found if d is not None]
+    return {"ledger_id": ledger_id, "agrees": not problems, "problems": problems}

@@ -14,7 +14,7 @@ from infra.ledger_identity import (
     STREAM_KEY, checkpoint_disagreement, ledger_identity, subscriptions_disagreement,
 )
 from infra.runtime import run_service
-from memory_client.cli_ledger import rebuild_stream
+from memory_client.cli_ledger import identity_report, rebuild_stream
 from memory_client.client import MemoryClient, PamspecError
 from projector.replay import ReplayOptions, replay
 from projector.store import PROJECTION, checkpoint
@@ -75,6 +75,8 @@ async def test_a_stream_of_a_re_created_database_is_refused_until_rebuilt(server
         assert "another ledger" in reason and ledger_id in reason and "pamledger stream rebuild" in reason
         assert status["relayed_sequence"] == 0
         assert not await projected(client, created["object_id"])
+        shown = await identity_report(settings, client.nc, new.database_url)  # what `pamledger status` prints
+        assert not shown["agrees"] and "stream belongs to another ledger" in shown["problems"][0]
 
         report = await rebuild_stream(settings, new.nats_url, new.database_url)
         assert report["previous"]["last_sequence"] == 5 and report["previous"]["ledger_id"] != ledger_id
@@ -83,6 +85,7 @@ async def test_a_stream_of_a_re_created_database_is_refused_until_rebuilt(server
         later = (await write(client, 1))[0]
         await wait_for(lambda: projected(client, later["object_id"]), timeout=60, interval=0.2)
         assert (await client.status("writer"))["relay_refused"] is None
+        assert (await identity_report(settings, client.nc, new.database_url))["agrees"]
         info = await client.nc.jetstream().stream_info(settings.stream_name)
         assert (info.config.metadata or {})[STREAM_KEY] == ledger_id
         assert await wait_for(lambda: _answers(client, "gateway"), timeout=60)

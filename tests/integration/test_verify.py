@@ -6,6 +6,11 @@ append-only triggers the way a superuser can (session_replication_role = replica
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -125,7 +130,7 @@ async def test_the_writer_refuses_to_append_to_a_broken_tail_until_it_is_repaire
     await tamper(copy, "CREATE TABLE saved AS SELECT * FROM ledger WHERE ledger_sequence = 7",
                  "UPDATE ledger SET event = convert_to(replace(convert_from(event, 'UTF8'), 'claim', 'CLAIM'),"
                  " 'UTF8') WHERE ledger_sequence = 7")
-    env = Env(written.servers, copy, written.settings)
+    env = Env(written.servers, copy, fresh_settings("verify_tail"))  # its own stream: it appends
     async with running_service(env):
         client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
         client.retries = 0
@@ -139,3 +144,21 @@ async def test_the_writer_refuses_to_append_to_a_broken_tail_until_it_is_repaire
         assert created["ledger_sequence"] == 8
         assert (await client.status("writer"))["chain_broken"] is None
         await client.close()
+
+
+def run_cli(env: Env, database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "PAMLEDGER_NATS_URL": env.nats_url, "PAMLEDGER_DATABASE_URL": database_url,
+                   "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix,
+                   "PAMLEDGER_STREAM_NAME": env.settings.stream_name, "PAMLEDGER_LOG_FORMAT": "json"}
+    return subprocess.run([sys.executable, "-m", "memory_client", *args], env=environment, capture_output=True,
+                          text=True, timeout=120)
+
+
+async def test_the_cli_verify_exits_2_and_names_the_row_and_check(written: Env) -> None:
+    intact = await asyncio.to_thread(run_cli, written, written.database_url, "verify")
+    assert intact.returncode == 0 and json.loads(intact.stdout)["anchored_sequence"] == 7, intact.stderr
+    copy = copy_of(written)
+    await tamper(copy, "UPDATE ledger SET scope_id = 'workspace:elsewhere' WHERE ledger_sequence = 6")
+    tampered = await asyncio.to_thread(run_cli, written, copy, "verify")
+    report = json.loads(tampered.stdout)
+    assert tampered.returncode == 2 and (report["first_bad_sequence"], report["check"]) == (6, "ledger.scope_id")

@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from command_handler.store import PostgresLedgerStore, writer_lock_key
 from command_handler.writer import Writer
+from infra.nats_log import ConnectionLog
 from infra.nats_raw import RawClient, connect_raw
 from infra.settings import Settings
 from infra.subjects import status_subject
@@ -40,10 +41,14 @@ log = structlog.get_logger(__name__)
 
 
 async def connect_nats(url: str, name: str) -> RawClient:
-    """A NATS connection that reconnects forever (the service outlives NATS restarts). A RawClient, so a
-    role may take a subscription's deliveries as raw bytes (writer, projector and query do)."""
-    return await connect_raw(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
-                             connect_timeout=5, pending_size=64 * 1024 * 1024)
+    """A NATS connection that reconnects forever (the service outlives NATS restarts), logging one line
+    per state change (infra.nats_log). A RawClient, so a role may take a subscription's deliveries as raw
+    bytes (writer, projector and query do)."""
+    events = ConnectionLog(name)
+    nc = await connect_raw(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
+                           connect_timeout=5, pending_size=64 * 1024 * 1024, **events.callbacks())
+    events.client = nc
+    return nc
 
 
 async def run_service(settings: Settings, nats_url: str, database_url: str, stop: asyncio.Event,
@@ -115,7 +120,8 @@ async def _lead_once(settings: Settings, nc: RawClient, database_url: str) -> No
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         store = PostgresLedgerStore(conn, settings.partition)
         await _wait_for_lock(conn, writer_lock_key(settings.partition), settings, "writer")
-        relay = Relay(nc, database_url, settings.stream_name, settings.subject_prefix, settings.partition)
+        relay = Relay(nc, database_url, settings.stream_name, settings.subject_prefix, settings.partition,
+                      settings.writer.relay_publish_timeout_seconds)
         relay_task = asyncio.create_task(relay.run())
         try:
             await Writer(settings, nc, store, relay).serve()

@@ -36,6 +36,7 @@ from schemas.canonical import canonical_bytes
 from subscriptions.filters import AllowAll, Authorizer
 from subscriptions.gateway import Gateway
 from subscriptions.relay import Relay
+from subscriptions.store import LeadershipLost, SubscriptionStore
 
 log = structlog.get_logger(__name__)
 
@@ -68,8 +69,10 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
 
     try:
         if "query" in roles:
+            # check: a connection that died with its server (a Postgres restart) is found out and replaced
+            # when handed out, not used for one more failed request each.
             pool = AsyncConnectionPool(database_url, min_size=1, max_size=4, open=False,
-                                       kwargs={"autocommit": True})
+                                       kwargs={"autocommit": True}, check=AsyncConnectionPool.check_connection)
             await pool.open()
             watcher = CheckpointWatcher()
             query = QueryService(await connection("query"), pool, settings.subject_prefix, watcher)
@@ -168,10 +171,17 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-                await _wait_for_lock(conn, gateway_lock_key(settings.partition), settings, "gateway")
-                await Gateway(settings, nc, conn, authorizer).serve()  # answers status.gateway once serving
+                key = gateway_lock_key(settings.partition)
+                await _wait_for_lock(conn, key, settings, "gateway")
+                store = SubscriptionStore(conn, database_url, key, settings.writer.lock_poll_seconds)
+                try:
+                    await Gateway(settings, nc, store, authorizer).serve()  # answers status.gateway once serving
+                finally:
+                    await store.close()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             log.warning("gateway.lost_database", error=type(exc).__name__)
+        except LeadershipLost as exc:
+            log.warning("gateway.leadership_lost", reason=str(exc))
         except Exception:  # noqa: BLE001 - restart and take the subscriptions over again
             log.exception("gateway.crashed")
         await asyncio.sleep(settings.writer.lock_poll_seconds)

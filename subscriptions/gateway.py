@@ -27,7 +27,6 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from command_handler.intake import error_reply
-from command_handler.store import HEAD_SQL
 from infra.db_errors import map_db_error
 from infra.settings import Settings
 from infra.subjects import status_subject
@@ -41,6 +40,7 @@ from schemas.subscriptions import (
 from subscriptions.feed import PartitionFeed
 from subscriptions.filters import Authorizer
 from subscriptions.session import READ_BATCH, AccessRevoked, Session
+from subscriptions.store import LOST_CONNECTION, SubscriptionStore
 
 log = structlog.get_logger(__name__)
 _DECODERS: dict[str, Any] = {
@@ -53,10 +53,10 @@ CATCH_UP_WAIT_SECONDS = 0.1
 
 
 class Gateway:
-    def __init__(self, settings: Settings, nc: NATS, conn: psycopg.AsyncConnection[Any], authorizer: Authorizer):
+    def __init__(self, settings: Settings, nc: NATS, store: SubscriptionStore, authorizer: Authorizer):
         self.settings = settings
         self.nc = nc
-        self.conn = conn
+        self.store = store
         self.authorizer = authorizer
         self.prefix = settings.subject_prefix
         self.sessions: dict[str, Session] = {}
@@ -162,11 +162,8 @@ class Gateway:
             await self.writer.command("open_subscription", {
                 "scope_id": request.scope_id, "subscription_id": subscription_id,
                 "actor": msgspec.to_builtins(request.actor), "subscription": described})
-            await self.conn.execute(
-                "INSERT INTO subscriptions (subscription_id, scope_id, request, start_sequence, acked_sequence,"
-                " operation_id) VALUES (%s, %s, %s, %s, %s, %s)",
-                (subscription_id, request.scope_id, msgspec.json.encode(request), start, start,
-                 request.operation_id))
+            await self.store.insert(subscription_id, request.scope_id, msgspec.json.encode(request), start,
+                                    request.operation_id)
         except BaseException:
             self.sessions.pop(subscription_id, None)
             raise
@@ -182,19 +179,18 @@ class Gateway:
 
     async def _opened_by(self, request: SubscribeRequest) -> dict[str, Any] | None:
         """A retried open (same operation_id) gets the subscription its first attempt made."""
-        cur = await self.conn.execute("SELECT subscription_id, request, start_sequence FROM subscriptions"
-                                      " WHERE operation_id = %s", (request.operation_id,))
-        row = await cur.fetchone()
+        assert request.operation_id is not None
+        row = await self.store.opened_by(request.operation_id)
         if row is None:
             return None
-        if bytes(row[1]) != msgspec.json.encode(request):
+        if row[1] != msgspec.json.encode(request):
             raise DuplicateOperation("operation_id was already used to open a different subscription",
                                      details={"operation_id": request.operation_id, "subscription_id": row[0]})
         session = self.sessions.get(row[0])
         if session is None or session.closing:
             raise InvalidRequest("the subscription this operation opened is closed",
                                  details={"operation_id": request.operation_id, "subscription_id": row[0]})
-        return self._opened(session, int(row[2]))
+        return self._opened(session, row[2])
 
     async def _ack(self, request: AckRequest) -> dict[str, Any]:
         session = self._get(request.subscription_id)
@@ -208,6 +204,10 @@ class Gateway:
         return {"subscription_id": session.id, "acknowledged_sequence": session.client_acked}
 
     async def _poll(self, request: PollRequest) -> dict[str, Any]:
+        ended = await self._ended_at(request.subscription_id)
+        if ended is not None:  # a closed subscription delivers nothing more: an empty answer, not an error
+            return {"subscription_id": request.subscription_id, "events": [], "last_delivered_sequence": ended,
+                    "closed": True}
         session = self._get(request.subscription_id)
         if session.request.delivery.mode != "poll":
             raise InvalidRequest("this subscription pushes; poll needs delivery.mode 'poll'",
@@ -237,9 +237,14 @@ class Gateway:
 
     async def _resume(self, request: ResumeRequest) -> dict[str, Any]:
         session = self._get(request.subscription_id)
+        after = session.client_acked if request.after_sequence is None else request.after_sequence
+        head = await self._head_of(session.request.scope_id)
+        if after > head:  # nothing would ever be delivered before the ledger caught up with it
+            raise InvalidRequest("after_sequence is beyond the ledger head",
+                                 details={"after_sequence": after, "ledger_head": head})
         await self._stop_pump(session)
         await session.close_reader()
-        session.reposition(request.after_sequence)
+        session.reposition(after)
         self._start(session)
         return {"subscription_id": session.id, "delivery_subject": session.deliver_subject,
                 "resumed_after": session.client_acked, "generation": session.generation}
@@ -338,29 +343,38 @@ class Gateway:
             await stop_task(task)
 
     async def _flush_forever(self) -> None:
+        """Store positions and finish pending closes every FLUSH_SECONDS; check the database session when
+        nothing was written for `database_check_seconds`. A lost session is replaced in place (the lock
+        taken again): requests that need the database answer service_unavailable meanwhile, and polls and
+        pushes, which need only NATS, go on."""
+        checked = time.monotonic()
         while True:
             await asyncio.sleep(FLUSH_SECONDS)
             try:
-                await self._flush_positions()
-                await self._finish_pending_closes()
+                if await self._flush_positions() or self._closing:
+                    await self._finish_pending_closes()
+                    checked = time.monotonic()
+                elif time.monotonic() - checked >= self.settings.gateway.database_check_seconds:
+                    await self.store.check()
+                    checked = time.monotonic()
+            except LOST_CONNECTION as exc:
+                log.warning("gateway.database_lost", error=type(exc).__name__)
+                await self.store.reconnect({s.id: s.stored_position for s in self.sessions.values()
+                                            if s.stored_position >= 0 and not s.closing})
+                log.info("gateway.database_reconnected", open_subscriptions=len(self.sessions))
             except psycopg.Error as exc:
                 log.warning("subscription.flush_failed", error=type(exc).__name__)
-                if self.conn.broken or self.conn.closed:
-                    raise
 
-    async def _flush_positions(self) -> None:
-        """Store acknowledged positions that moved, in one statement."""
+    async def _flush_positions(self) -> bool:
+        """Store acknowledged positions that moved, in one statement (True: there were some)."""
         moved = [s for s in self.sessions.values() if s.client_acked != s.stored_position and not s.closing]
         if not moved:
-            return
+            return False
         positions = {s.id: (s.client_acked, s.last_delivered) for s in moved}
-        await self.conn.execute(
-            "UPDATE subscriptions AS s SET acked_sequence = v.acked, last_delivered_sequence = v.delivered"
-            " FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS v(id, acked, delivered)"
-            " WHERE s.subscription_id = v.id AND s.status = 'open'",
-            (list(positions), [p[0] for p in positions.values()], [p[1] for p in positions.values()]))
+        await self.store.store_positions(positions)
         for session in moved:
             session.stored_position = positions[session.id][0]
+        return True
 
     async def close(self, session: Session, reason: str) -> None:
         """Terminal close: no more delivery, a close notice to the subscriber, then subscription_closed in
@@ -371,10 +385,7 @@ class Gateway:
         session.closing = reason
         self.feed.remove(session)
         await self._stop_pump(session)
-        await self.conn.execute(
-            "UPDATE subscriptions SET status = 'closing', close_reason = %s, last_delivered_sequence = %s,"
-            " acked_sequence = %s, closed_at = now() WHERE subscription_id = %s",
-            (reason, session.last_delivered, session.client_acked, session.id))
+        await self.store.mark_closing(session.id, reason, session.last_delivered, session.client_acked)
         await session.close_reader()
         with contextlib.suppress(nats.errors.Error):
             await session.notify("closed", reason=reason)
@@ -405,8 +416,7 @@ class Gateway:
             # The writer refused the entry (a bug, not an outage): retrying cannot help; say so loudly.
             log.error("subscription.close_entry_refused", subscription_id=subscription_id, code=exc.code,
                       error=exc.message)
-        await self.conn.execute("UPDATE subscriptions SET status = 'closed' WHERE subscription_id = %s"
-                                " AND status = 'closing'", (subscription_id,))
+        await self.store.mark_closed(subscription_id)
         self._closing.pop(subscription_id, None)
         return True
 
@@ -429,6 +439,15 @@ class Gateway:
             self.feed.add(session)
             session.pump_task = asyncio.create_task(self._pump(session))
 
+    async def _ended_at(self, subscription_id: str) -> int | None:
+        """The last delivered sequence of a subscription that was closed, None for any other id."""
+        session = self.sessions.get(subscription_id)
+        if session is not None:
+            return session.last_delivered if session.closing else None
+        if subscription_id in self._closing:
+            return self._closing[subscription_id][2]
+        return await self.store.ended_at(subscription_id)
+
     def _get(self, subscription_id: str) -> Session:
         session = self.sessions.get(subscription_id)
         if session is None or session.closing:
@@ -437,23 +456,17 @@ class Gateway:
 
     async def _head_of(self, scope_id: str) -> int:
         """The ledger head, in the same round trip as the check that the scope exists."""
-        cur = await self.conn.execute(
-            f"SELECT EXISTS (SELECT 1 FROM scopes WHERE scope_id = %s), ({HEAD_SQL})", (scope_id,))
-        known, head = await cur.fetchone() or (False, 0)
+        known, head = await self.store.head_of(scope_id)
         if not known:
             raise ScopeNotFound("scope not found", details={"scope_id": scope_id})
-        return int(head)
+        return head
 
     async def _open_rows(self) -> list[tuple[str, SubscribeRequest, int]]:
         """Open subscriptions and the position each resumes from (acknowledged, else where it started)."""
-        cur = await self.conn.execute(
-            "SELECT subscription_id, request, coalesce(acked_sequence, start_sequence) FROM subscriptions"
-            " WHERE status = 'open'")
-        return [(r[0], _DECODERS["open"].decode(bytes(r[1])), int(r[2])) for r in await cur.fetchall()]
+        return [(s, _DECODERS["open"].decode(request), position)
+                for s, request, position in await self.store.open_rows()]
 
     async def _closing_rows(self) -> dict[str, tuple[SubscribeRequest, str, int]]:
         """Closes an earlier leader decided but could not write to the ledger."""
-        cur = await self.conn.execute(
-            "SELECT subscription_id, request, close_reason, last_delivered_sequence FROM subscriptions"
-            " WHERE status = 'closing'")
-        return {r[0]: (_DECODERS["open"].decode(bytes(r[1])), str(r[2]), int(r[3])) for r in await cur.fetchall()}
+        return {s: (_DECODERS["open"].decode(request), reason, last)
+                for s, request, reason, last in await self.store.closing_rows()}

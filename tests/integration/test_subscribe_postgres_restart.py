@@ -134,6 +134,9 @@ async def test_open_poll_and_delivery_resume_after_a_postgres_restart(client: Me
         for _ in range(4):
             read_back = await client.read(SCOPE, later["object_id"])
             assert read_back["canonical_content"] == {"label": "later"}
+        # ... and queries see the projection move again (its checkpoint watcher reconnected too).
+        assert (await client.query(SCOPE, min_sequence=later["ledger_sequence"]))["as_of_sequence"] >= \
+            later["ledger_sequence"]
     finally:
         reader.cancel()
         client.retries = 5

@@ -4,7 +4,8 @@ It leads per partition (advisory lock, like the writer and projector); a standby
 subscription from the `subscriptions` table, each from its stored position, when the leader dies.
 Live delivery fans out in process: one partition feed (subscriptions.feed) reads each new event once
 and offers it to the subscriptions of its scope; a subscription that is behind reads its own catch-up
-consumer until it can join (subscriptions.session). Subjects (queue group `pamledger-subscriptions`):
+consumer until it can join (subscriptions.session); each push subscription has a pump
+(subscriptions.pump). Postgres is behind subscriptions.store. Subjects (queue group `pamledger-subscriptions`):
 {prefix}.sub.open | ack | poll | resume | close | status; pushed events go to
 {prefix}.sub.deliver.<token>.
 """
@@ -39,7 +40,8 @@ from schemas.subscriptions import (
 )
 from subscriptions.feed import PartitionFeed
 from subscriptions.filters import Authorizer
-from subscriptions.session import READ_BATCH, AccessRevoked, Session
+from subscriptions.pump import pump
+from subscriptions.session import AccessRevoked, Session
 from subscriptions.store import LOST_CONNECTION, SubscriptionStore
 
 log = structlog.get_logger(__name__)
@@ -49,7 +51,6 @@ _DECODERS: dict[str, Any] = {
     "close": msgspec.json.Decoder(CloseRequest), "status": msgspec.json.Decoder(SubscriptionRef),
 }
 FLUSH_SECONDS = 0.5  # how often acknowledged positions go to Postgres (a crash re-delivers at most this)
-CATCH_UP_WAIT_SECONDS = 0.1
 
 
 class Gateway:
@@ -263,70 +264,6 @@ class Gateway:
 
     # -- delivery -------------------------------------------------------------------------------
 
-    async def _pump(self, session: Session) -> None:
-        """Push loop of one subscription: read until caught up, then drain what the feed buffers; wait for
-        acks at max_unacked (per backpressure policy); keepalives when idle."""
-        keepalive = (session.request.delivery.keepalive_interval_ms or 0) / 1000
-        while not session.closing:
-            try:
-                if session.room() <= 0:
-                    await self._backpressure(session, keepalive)
-                elif not session.live:
-                    await self._catch_up(session)
-                    await self._keepalive_if_idle(session, keepalive)
-                elif session.buffer:
-                    await session.drain_buffer()
-                else:
-                    await self._wait(session, keepalive or 30.0)
-                    await self._keepalive_if_idle(session, keepalive)
-            except AccessRevoked as revoked:
-                await self._close_revoked(session, revoked.sequence)
-                return
-            except (nats.errors.Error, asyncio.TimeoutError) as exc:
-                reraise_if_cancelled()
-                log.warning("subscription.pump_retrying", subscription_id=session.id, error=type(exc).__name__)
-                await session.close_reader()  # reopened from `scanned + 1`
-                await asyncio.sleep(0.5)
-
-    async def _catch_up(self, session: Session) -> None:
-        epoch, feed_epoch = session.buffer_epoch, self.feed.covering()
-        # Never fetch more than there is room for: what the reader hands over is not handed over again.
-        events, caught_up = await session.read(min(session.room(), READ_BATCH), CATCH_UP_WAIT_SECONDS)
-        for sequence, event, raw in events:
-            await session.deliver(sequence, event, raw)
-        if (caught_up and epoch == session.buffer_epoch and feed_epoch is not None
-                and feed_epoch == self.feed.covering() and not session.closing):
-            # Everything up to this fetch came from the reader; everything after is in the buffer (the
-            # feed followed the stream throughout, and the buffer was not dropped).
-            await session.close_reader()
-            session.live = True
-            await session.drain_buffer()
-
-    async def _backpressure(self, session: Session, keepalive: float) -> None:
-        delivery = session.request.delivery
-        policy = delivery.backpressure_policy or "close_on_lag"
-        if policy == "drop_oldest":
-            session.drop_oldest()
-        elif policy == "close_on_lag" and session.oldest_unacked_age() * 1000 > delivery.max_lag_ms:
-            await self.close(session, "backpressure")
-        else:
-            await self._wait(session, 0.25)
-            await self._keepalive_if_idle(session, keepalive)
-
-    @staticmethod
-    async def _wait(session: Session, seconds: float) -> None:
-        session.wake.clear()
-        # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that lands as the event
-        # is set, and a pump that survives its cancel leaves `resume` waiting for it forever.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await session.wake.wait()
-
-    @staticmethod
-    async def _keepalive_if_idle(session: Session, keepalive: float) -> None:
-        if keepalive and not session.closing and time.monotonic() - session.last_sent_at >= keepalive:
-            await session.notify("keepalive")
-
     def _revoked(self, session: Session, sequence: int) -> None:
         """The feed found the actor may no longer read `sequence`: close the subscription there."""
         task = asyncio.create_task(self._close_revoked(session, sequence))
@@ -437,7 +374,7 @@ class Gateway:
         """Push subscriptions join the feed (buffering from now on) and get a pump; poll ones read on poll."""
         if session.push_mode:
             self.feed.add(session)
-            session.pump_task = asyncio.create_task(self._pump(session))
+            session.pump_task = asyncio.create_task(pump(session, self.feed, self.close, self._close_revoked))
 
     async def _ended_at(self, subscription_id: str) -> int | None:
         """The last delivered sequence of a subscription that was closed, None for any other id."""

@@ -67,6 +67,7 @@ class Gateway:
         self._background: set[asyncio.Task[Any]] = set()
         # Closes decided but not yet in the ledger: subscription_id -> (request, reason, last delivered).
         self._closing: dict[str, tuple[SubscribeRequest, str, int]] = {}
+        self._unmarked: dict[str, int] = {}  # closes the table does not know yet (database away): acked
 
     async def serve(self) -> None:
         """Follow the partition, take over every open subscription, then answer requests until cancelled."""
@@ -316,19 +317,24 @@ class Gateway:
     async def close(self, session: Session, reason: str) -> None:
         """Terminal close: no more delivery, a close notice to the subscriber, then subscription_closed in
         the ledger. The table says 'closing' first, so a close whose ledger entry could not be written yet
-        (writer down, gateway crash) is finished later, also by the next leader, and never resumes."""
+        (writer down, gateway crash) is finished later, also by the next leader, and never resumes. With
+        the database away the close still stands (and answers): the flusher marks it after reconnecting."""
         if session.closing:
             return
         session.closing = reason
         self.feed.remove(session)
         await self._stop_pump(session)
-        await self.store.mark_closing(session.id, reason, session.last_delivered, session.client_acked)
+        try:
+            await self.store.mark_closing(session.id, reason, session.last_delivered, session.client_acked)
+        except LOST_CONNECTION:  # the close stands; its row is marked once the database is back
+            self._unmarked[session.id] = session.client_acked
         await session.close_reader()
         with contextlib.suppress(nats.errors.Error):
             await session.notify("closed", reason=reason)
         self.sessions.pop(session.id, None)
         self._closing[session.id] = (session.request, reason, session.last_delivered)
-        await self._finish_close(session.id)
+        with contextlib.suppress(*LOST_CONNECTION):  # finished by the flusher after a reconnect
+            await self._finish_close(session.id)
         log.info("subscription.closed", subscription_id=session.id, reason=reason,
                  last_delivered_sequence=session.last_delivered)
 
@@ -341,6 +347,9 @@ class Gateway:
         if entry is None:
             return True
         request, reason, last = entry
+        if subscription_id in self._unmarked:
+            await self.store.mark_closing(subscription_id, reason, last, self._unmarked[subscription_id])
+            del self._unmarked[subscription_id]
         try:
             await self.writer.command("close_subscription", {
                 "scope_id": request.scope_id, "subscription_id": subscription_id,

@@ -10,8 +10,10 @@ hand out a dead connection either.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,22 +40,52 @@ class PrivatePostgres:
         self.server = start_postgres(data_dir)
 
     def kill(self) -> None:
-        """SIGKILL the postmaster (its backends notice and exit on their own)."""
-        os.kill(self.server.pid, signal.SIGKILL)
+        """SIGKILL the postmaster and every process it started (backends included), and wait until they
+        are gone: the whole cluster dies at once, as in a machine's OOM kill."""
+        pids = [self.server.pid, *children(self.server.pid)]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while any(Path(f"/proc/{pid}").exists() and not _zombie(pid) for pid in pids):
+            assert time.monotonic() < deadline, "the killed cluster's processes did not exit"
+            time.sleep(0.05)
 
     def restart(self) -> None:
         """Start it again on the same port and data; retries while the killed one's backends still exit."""
         from infra.local_servers import start_postgres
 
-        for attempt in range(30):
+        # Until the killed postmaster is reaped (this machine's init reaps orphans late) its zombie's pid
+        # still looks alive in postmaster.pid, and Postgres refuses to start: try again until it is gone.
+        deadline = time.monotonic() + 60
+        while True:
             try:
                 self.server = start_postgres(self.data_dir, port=self.server.port)
                 return
-            except Exception:  # noqa: BLE001 - the old cluster's shared memory may still be held
-                if attempt == 29:
+            except RuntimeError:
+                if time.monotonic() > deadline:
                     raise
-                import time
-                time.sleep(1)
+                time.sleep(0.2)
+
+
+def children(parent: int) -> list[int]:
+    """Pids whose parent is `parent` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +106,14 @@ def env(servers: Servers, postgres: PrivatePostgres) -> Env:
     return Env(private, private.database_url(name), fresh_settings("pgrestart"))
 
 
+@pytest.fixture(scope="module", autouse=True)
+async def scope(client: MemoryClient) -> None:
+    await client.create_scope(SCOPE)
+
+
 async def make(client: MemoryClient, label: str) -> dict[str, Any]:
     return await client.create(SCOPE, "claim", {"label": label}, ACTOR, PROVENANCE,
-                               idempotency_key=f"pgr:{label}")
+                               idempotency_key=f"pgr:{label}")  # a retried write is the same write
 
 
 async def answers(call: Any) -> Any:
@@ -89,7 +126,6 @@ async def answers(call: Any) -> Any:
 
 async def test_open_poll_and_delivery_resume_after_a_postgres_restart(client: MemoryClient,
                                                                       postgres: PrivatePostgres) -> None:
-    await client.create_scope(SCOPE)
     before = await make(client, "before")
     start = before["ledger_sequence"] - 1
     pushed = await client.subscribe(SCOPE, ACTOR, after_sequence=start, filter={"event_classes": ["object_created"]})
@@ -141,3 +177,30 @@ async def test_open_poll_and_delivery_resume_after_a_postgres_restart(client: Me
         reader.cancel()
         client.retries = 5
         await pushed.close()
+
+
+async def test_a_close_while_postgres_is_down_stands_and_is_recorded_once_it_is_back(
+        client: MemoryClient, postgres: PrivatePostgres, env: Env) -> None:
+    head = (await make(client, "before close"))["ledger_sequence"]
+    subscription_id = (await client.subscription_request("open", {
+        "scope_id": SCOPE, "actor": ACTOR, "after_sequence": head, "delivery": {"mode": "poll"}}))["subscription_id"]
+    postgres.kill()
+    try:
+        closed = await client.subscription_request("close", {"subscription_id": subscription_id})
+        assert closed["subscription_id"] == subscription_id
+        polled = await client.subscription_request("poll", {"subscription_id": subscription_id, "wait_ms": 100})
+        assert polled["events"] == [] and polled["closed"] is True
+    finally:
+        await asyncio.to_thread(postgres.restart)
+
+    async def recorded() -> bool:
+        async with await psycopg.AsyncConnection.connect(env.database_url) as conn:
+            cur = await conn.execute("SELECT status FROM subscriptions WHERE subscription_id = %s",
+                                     (subscription_id,))
+            status = await cur.fetchone()
+            cur = await conn.execute("SELECT count(*) FROM ledger WHERE event_type = 'subscription_closed'"
+                                     " AND convert_from(event, 'UTF8') LIKE %s", (f"%{subscription_id}%",))
+            entries = await cur.fetchone()
+        return status == ("closed",) and entries == (1,)
+
+    await wait_for(recorded, timeout=RECOVERY_SECONDS, interval=0.2)

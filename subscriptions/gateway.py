@@ -5,9 +5,9 @@ subscription from the `subscriptions` table, each from its stored position, when
 Live delivery fans out in process: one partition feed (subscriptions.feed) reads each new event once
 and offers it to the subscriptions of its scope; a subscription that is behind reads its own catch-up
 consumer until it can join (subscriptions.session); each push subscription has a pump
-(subscriptions.pump). Postgres is behind subscriptions.store. Subjects (queue group `pamledger-subscriptions`):
-{prefix}.sub.open | ack | poll | resume | close | status; pushed events go to
-{prefix}.sub.deliver.<token>.
+(subscriptions.pump). The subscriptions table and the leader's session: subscriptions.store.
+Subjects (queue group `pamledger-subscriptions`): {prefix}.sub.open | ack | poll | resume | close |
+status; pushed events go to {prefix}.sub.deliver.<token>.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class Gateway:
 
     async def _open(self, request: SubscribeRequest) -> dict[str, Any]:
         if request.operation_id is not None:
-            earlier = await self._opened_by(request)
+            earlier = await self._opened_by(request, request.operation_id)
             if earlier is not None:
                 return earlier
         head = await self._head_of(request.scope_id)
@@ -179,10 +179,9 @@ class Gateway:
         return {**descriptor(session.id, request, start, session.deliver_subject), "mode": request.delivery.mode,
                 "delivery_subject": session.deliver_subject, "generation": session.generation}
 
-    async def _opened_by(self, request: SubscribeRequest) -> dict[str, Any] | None:
+    async def _opened_by(self, request: SubscribeRequest, operation_id: str) -> dict[str, Any] | None:
         """A retried open (same operation_id) gets the subscription its first attempt made."""
-        assert request.operation_id is not None
-        row = await self.store.opened_by(request.operation_id)
+        row = await self.store.opened_by(operation_id)
         if row is None:
             return None
         if row[1] != msgspec.json.encode(request):
@@ -289,11 +288,12 @@ class Gateway:
         while True:
             await asyncio.sleep(FLUSH_SECONDS)
             try:
-                if await self._flush_positions() or self._closing:
+                flushed = await self._flush_positions()
+                if self._closing:
                     await self._finish_pending_closes()
-                    checked = time.monotonic()
-                elif time.monotonic() - checked >= self.settings.gateway.database_check_seconds:
-                    await self.store.check()
+                if flushed or time.monotonic() - checked >= self.settings.gateway.database_check_seconds:
+                    if not flushed:
+                        await self.store.check()
                     checked = time.monotonic()
             except LOST_CONNECTION as exc:
                 log.warning("gateway.database_lost", error=type(exc).__name__)

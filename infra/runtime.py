@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from command_handler.store import PostgresLedgerStore, writer_lock_key
 from command_handler.writer import Writer
+from infra.nats_log import ConnectionLog
 from infra.nats_raw import RawClient, connect_raw
 from infra.settings import Settings
 from infra.subjects import status_subject
@@ -35,15 +36,20 @@ from schemas.canonical import canonical_bytes
 from subscriptions.filters import AllowAll, Authorizer
 from subscriptions.gateway import Gateway
 from subscriptions.relay import Relay
+from subscriptions.store import LeadershipLost, SubscriptionStore
 
 log = structlog.get_logger(__name__)
 
 
 async def connect_nats(url: str, name: str) -> RawClient:
-    """A NATS connection that reconnects forever (the service outlives NATS restarts). A RawClient, so a
-    role may take a subscription's deliveries as raw bytes (writer, projector and query do)."""
-    return await connect_raw(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
-                             connect_timeout=5, pending_size=64 * 1024 * 1024)
+    """A NATS connection that reconnects forever (the service outlives NATS restarts), logging one line
+    per state change (infra.nats_log). A RawClient, so a role may take a subscription's deliveries as raw
+    bytes (writer, projector and query do)."""
+    events = ConnectionLog(name)
+    nc = await connect_raw(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
+                           connect_timeout=5, pending_size=64 * 1024 * 1024, **events.callbacks())
+    events.client = nc
+    return nc
 
 
 async def run_service(settings: Settings, nats_url: str, database_url: str, stop: asyncio.Event,
@@ -63,8 +69,10 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
 
     try:
         if "query" in roles:
+            # check: a connection that died with its server (a Postgres restart) is found out and replaced
+            # when handed out, not used for one more failed request each.
             pool = AsyncConnectionPool(database_url, min_size=1, max_size=4, open=False,
-                                       kwargs={"autocommit": True})
+                                       kwargs={"autocommit": True}, check=AsyncConnectionPool.check_connection)
             await pool.open()
             watcher = CheckpointWatcher()
             query = QueryService(await connection("query"), pool, settings.subject_prefix, watcher)
@@ -115,7 +123,8 @@ async def _lead_once(settings: Settings, nc: RawClient, database_url: str) -> No
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         store = PostgresLedgerStore(conn, settings.partition)
         await _wait_for_lock(conn, writer_lock_key(settings.partition), settings, "writer")
-        relay = Relay(nc, database_url, settings.stream_name, settings.subject_prefix, settings.partition)
+        relay = Relay(nc, database_url, settings.stream_name, settings.subject_prefix, settings.partition,
+                      settings.writer.relay_publish_timeout_seconds)
         relay_task = asyncio.create_task(relay.run())
         try:
             await Writer(settings, nc, store, relay).serve()
@@ -162,10 +171,17 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-                await _wait_for_lock(conn, gateway_lock_key(settings.partition), settings, "gateway")
-                await Gateway(settings, nc, conn, authorizer).serve()  # answers status.gateway once serving
+                key = gateway_lock_key(settings.partition)
+                await _wait_for_lock(conn, key, settings, "gateway")
+                store = SubscriptionStore(conn, database_url, key, settings.writer.lock_poll_seconds)
+                try:
+                    await Gateway(settings, nc, store, authorizer).serve()  # answers status.gateway once serving
+                finally:
+                    await store.close()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             log.warning("gateway.lost_database", error=type(exc).__name__)
+        except LeadershipLost as exc:
+            log.warning("gateway.leadership_lost", reason=str(exc))
         except Exception:  # noqa: BLE001 - restart and take the subscriptions over again
             log.exception("gateway.crashed")
         await asyncio.sleep(settings.writer.lock_poll_seconds)

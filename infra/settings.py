@@ -16,6 +16,14 @@ class WriterSettings(BaseModel):
     head_cache_size: int = Field(default=100_000, ge=1)
     max_payload_bytes: int = Field(default=524_288, ge=1024)
     lock_poll_seconds: float = Field(default=0.5, gt=0)
+    # The relay's wait for JetStream to acknowledge a run; past it (or on a reconnect) it resyncs.
+    relay_publish_timeout_seconds: float = Field(default=5.0, gt=0)
+
+
+class GatewaySettings(BaseModel):
+    """The Subscribe gateway: how soon it notices that its database session is gone."""
+
+    database_check_seconds: float = Field(default=1.0, gt=0)
 
 
 class Settings(BaseSettings):
@@ -34,3 +42,4 @@ class Settings(BaseSettings):
     request_timeout_seconds: float = 10.0
     processes: Literal["split", "single"] = "split"
     writer: WriterSettings = WriterSettings()
+    gateway: GatewaySettings = GatewaySettings()

@@ -167,7 +167,10 @@ class ConformanceAdapter:
             polled = await client.subscription_request("poll", {
                 "subscription_id": arguments["subscription_id"], "max_events": arguments.get("max_events") or 100,
                 "wait_ms": 500})
-            return {"events": [item["event"] for item in polled["events"]]}
+            # Each event carries its ledger_sequence, as the reference implementation's do: a harness
+            # client resumes from it.
+            return {"events": [{**item["event"], "ledger_sequence": item["ledger_sequence"]}
+                               for item in polled["events"]]}
         await client.subscription_request("close", {"subscription_id": arguments["subscription_id"],
                                                     "reason": arguments.get("reason") or "unsubscribed"})
         return {}

@@ -11,7 +11,7 @@ rest in their buffers.
 With no push subscription for PAUSE_AFTER_SECONDS the feed deletes its consumer and reads nothing (an idle
 gateway costs nothing per event). The next subscription wakes it at the stream's tail as a new `epoch`;
 a subscription may switch to live only on a catch-up fetch issued while the current epoch was following
-(Gateway._catch_up), so the pause never opens a gap.
+(subscriptions.pump), so the pause never opens a gap.
 """
 
 from __future__ import annotations

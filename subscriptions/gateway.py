@@ -4,9 +4,10 @@ It leads per partition (advisory lock, like the writer and projector); a standby
 subscription from the `subscriptions` table, each from its stored position, when the leader dies.
 Live delivery fans out in process: one partition feed (subscriptions.feed) reads each new event once
 and offers it to the subscriptions of its scope; a subscription that is behind reads its own catch-up
-consumer until it can join (subscriptions.session). Subjects (queue group `pamledger-subscriptions`):
-{prefix}.sub.open | ack | poll | resume | close | status; pushed events go to
-{prefix}.sub.deliver.<token>.
+consumer until it can join (subscriptions.session); each push subscription has a pump
+(subscriptions.pump). The subscriptions table and the leader's session: subscriptions.store.
+Subjects (queue group `pamledger-subscriptions`): {prefix}.sub.open | ack | poll | resume | close |
+status; pushed events go to {prefix}.sub.deliver.<token>.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from command_handler.intake import error_reply
-from command_handler.store import HEAD_SQL
 from infra.db_errors import map_db_error
 from infra.ledger_identity import gateway_disagreement, wait_for_agreement
 from infra.settings import Settings
@@ -41,7 +41,9 @@ from schemas.subscriptions import (
 )
 from subscriptions.feed import PartitionFeed
 from subscriptions.filters import Authorizer
-from subscriptions.session import READ_BATCH, AccessRevoked, Session
+from subscriptions.pump import pump
+from subscriptions.session import AccessRevoked, Session
+from subscriptions.store import LOST_CONNECTION, SubscriptionStore
 
 log = structlog.get_logger(__name__)
 _DECODERS: dict[str, Any] = {
@@ -50,14 +52,13 @@ _DECODERS: dict[str, Any] = {
     "close": msgspec.json.Decoder(CloseRequest), "status": msgspec.json.Decoder(SubscriptionRef),
 }
 FLUSH_SECONDS = 0.5  # how often acknowledged positions go to Postgres (a crash re-delivers at most this)
-CATCH_UP_WAIT_SECONDS = 0.1
 
 
 class Gateway:
-    def __init__(self, settings: Settings, nc: NATS, conn: psycopg.AsyncConnection[Any], authorizer: Authorizer):
+    def __init__(self, settings: Settings, nc: NATS, store: SubscriptionStore, authorizer: Authorizer):
         self.settings = settings
         self.nc = nc
-        self.conn = conn
+        self.store = store
         self.authorizer = authorizer
         self.prefix = settings.subject_prefix
         self.sessions: dict[str, Session] = {}
@@ -67,6 +68,7 @@ class Gateway:
         self._background: set[asyncio.Task[Any]] = set()
         # Closes decided but not yet in the ledger: subscription_id -> (request, reason, last delivered).
         self._closing: dict[str, tuple[SubscribeRequest, str, int]] = {}
+        self._unmarked: dict[str, int] = {}  # closes the table does not know yet (database away): acked
 
     async def serve(self) -> None:
         """Follow the partition, take over every open subscription, then answer requests until cancelled."""
@@ -150,7 +152,7 @@ class Gateway:
 
     async def _open(self, request: SubscribeRequest) -> dict[str, Any]:
         if request.operation_id is not None:
-            earlier = await self._opened_by(request)
+            earlier = await self._opened_by(request, request.operation_id)
             if earlier is not None:
                 return earlier
         head = await self._head_of(request.scope_id)
@@ -165,11 +167,8 @@ class Gateway:
             await self.writer.command("open_subscription", {
                 "scope_id": request.scope_id, "subscription_id": subscription_id,
                 "actor": msgspec.to_builtins(request.actor), "subscription": described})
-            await self.conn.execute(
-                "INSERT INTO subscriptions (subscription_id, scope_id, request, start_sequence, acked_sequence,"
-                " operation_id) VALUES (%s, %s, %s, %s, %s, %s)",
-                (subscription_id, request.scope_id, msgspec.json.encode(request), start, start,
-                 request.operation_id))
+            await self.store.insert(subscription_id, request.scope_id, msgspec.json.encode(request), start,
+                                    request.operation_id)
         except BaseException:
             self.sessions.pop(subscription_id, None)
             raise
@@ -183,21 +182,19 @@ class Gateway:
         return {**descriptor(session.id, request, start, session.deliver_subject), "mode": request.delivery.mode,
                 "delivery_subject": session.deliver_subject, "generation": session.generation}
 
-    async def _opened_by(self, request: SubscribeRequest) -> dict[str, Any] | None:
+    async def _opened_by(self, request: SubscribeRequest, operation_id: str) -> dict[str, Any] | None:
         """A retried open (same operation_id) gets the subscription its first attempt made."""
-        cur = await self.conn.execute("SELECT subscription_id, request, start_sequence FROM subscriptions"
-                                      " WHERE operation_id = %s", (request.operation_id,))
-        row = await cur.fetchone()
+        row = await self.store.opened_by(operation_id)
         if row is None:
             return None
-        if bytes(row[1]) != msgspec.json.encode(request):
+        if row[1] != msgspec.json.encode(request):
             raise DuplicateOperation("operation_id was already used to open a different subscription",
                                      details={"operation_id": request.operation_id, "subscription_id": row[0]})
         session = self.sessions.get(row[0])
         if session is None or session.closing:
             raise InvalidRequest("the subscription this operation opened is closed",
                                  details={"operation_id": request.operation_id, "subscription_id": row[0]})
-        return self._opened(session, int(row[2]))
+        return self._opened(session, row[2])
 
     async def _ack(self, request: AckRequest) -> dict[str, Any]:
         session = self._get(request.subscription_id)
@@ -211,6 +208,10 @@ class Gateway:
         return {"subscription_id": session.id, "acknowledged_sequence": session.client_acked}
 
     async def _poll(self, request: PollRequest) -> dict[str, Any]:
+        ended = await self._ended_at(request.subscription_id)
+        if ended is not None:  # a closed subscription delivers nothing more: an empty answer, not an error
+            return {"subscription_id": request.subscription_id, "events": [], "last_delivered_sequence": ended,
+                    "closed": True}
         session = self._get(request.subscription_id)
         if session.request.delivery.mode != "poll":
             raise InvalidRequest("this subscription pushes; poll needs delivery.mode 'poll'",
@@ -240,9 +241,14 @@ class Gateway:
 
     async def _resume(self, request: ResumeRequest) -> dict[str, Any]:
         session = self._get(request.subscription_id)
+        after = session.client_acked if request.after_sequence is None else request.after_sequence
+        head = await self._head_of(session.request.scope_id)
+        if after > head:  # nothing would ever be delivered before the ledger caught up with it
+            raise InvalidRequest("after_sequence is beyond the ledger head",
+                                 details={"after_sequence": after, "ledger_head": head})
         await self._stop_pump(session)
         await session.close_reader()
-        session.reposition(request.after_sequence)
+        session.reposition(after)
         self._start(session)
         return {"subscription_id": session.id, "delivery_subject": session.deliver_subject,
                 "resumed_after": session.client_acked, "generation": session.generation}
@@ -261,70 +267,6 @@ class Gateway:
 
     # -- delivery -------------------------------------------------------------------------------
 
-    async def _pump(self, session: Session) -> None:
-        """Push loop of one subscription: read until caught up, then drain what the feed buffers; wait for
-        acks at max_unacked (per backpressure policy); keepalives when idle."""
-        keepalive = (session.request.delivery.keepalive_interval_ms or 0) / 1000
-        while not session.closing:
-            try:
-                if session.room() <= 0:
-                    await self._backpressure(session, keepalive)
-                elif not session.live:
-                    await self._catch_up(session)
-                    await self._keepalive_if_idle(session, keepalive)
-                elif session.buffer:
-                    await session.drain_buffer()
-                else:
-                    await self._wait(session, keepalive or 30.0)
-                    await self._keepalive_if_idle(session, keepalive)
-            except AccessRevoked as revoked:
-                await self._close_revoked(session, revoked.sequence)
-                return
-            except (nats.errors.Error, asyncio.TimeoutError) as exc:
-                reraise_if_cancelled()
-                log.warning("subscription.pump_retrying", subscription_id=session.id, error=type(exc).__name__)
-                await session.close_reader()  # reopened from `scanned + 1`
-                await asyncio.sleep(0.5)
-
-    async def _catch_up(self, session: Session) -> None:
-        epoch, feed_epoch = session.buffer_epoch, self.feed.covering()
-        # Never fetch more than there is room for: what the reader hands over is not handed over again.
-        events, caught_up = await session.read(min(session.room(), READ_BATCH), CATCH_UP_WAIT_SECONDS)
-        for sequence, event, raw in events:
-            await session.deliver(sequence, event, raw)
-        if (caught_up and epoch == session.buffer_epoch and feed_epoch is not None
-                and feed_epoch == self.feed.covering() and not session.closing):
-            # Everything up to this fetch came from the reader; everything after is in the buffer (the
-            # feed followed the stream throughout, and the buffer was not dropped).
-            await session.close_reader()
-            session.live = True
-            await session.drain_buffer()
-
-    async def _backpressure(self, session: Session, keepalive: float) -> None:
-        delivery = session.request.delivery
-        policy = delivery.backpressure_policy or "close_on_lag"
-        if policy == "drop_oldest":
-            session.drop_oldest()
-        elif policy == "close_on_lag" and session.oldest_unacked_age() * 1000 > delivery.max_lag_ms:
-            await self.close(session, "backpressure")
-        else:
-            await self._wait(session, 0.25)
-            await self._keepalive_if_idle(session, keepalive)
-
-    @staticmethod
-    async def _wait(session: Session, seconds: float) -> None:
-        session.wake.clear()
-        # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that lands as the event
-        # is set, and a pump that survives its cancel leaves `resume` waiting for it forever.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await session.wake.wait()
-
-    @staticmethod
-    async def _keepalive_if_idle(session: Session, keepalive: float) -> None:
-        if keepalive and not session.closing and time.monotonic() - session.last_sent_at >= keepalive:
-            await session.notify("keepalive")
-
     def _revoked(self, session: Session, sequence: int) -> None:
         """The feed found the actor may no longer read `sequence`: close the subscription there."""
         task = asyncio.create_task(self._close_revoked(session, sequence))
@@ -341,49 +283,61 @@ class Gateway:
             await stop_task(task)
 
     async def _flush_forever(self) -> None:
+        """Store positions and finish pending closes every FLUSH_SECONDS; check the database session when
+        nothing was written for `database_check_seconds`. A lost session is replaced in place (the lock
+        taken again): requests that need the database answer service_unavailable meanwhile, and polls and
+        pushes, which need only NATS, go on."""
+        checked = time.monotonic()
         while True:
             await asyncio.sleep(FLUSH_SECONDS)
             try:
-                await self._flush_positions()
-                await self._finish_pending_closes()
+                flushed = await self._flush_positions()
+                if self._closing:
+                    await self._finish_pending_closes()
+                if flushed or time.monotonic() - checked >= self.settings.gateway.database_check_seconds:
+                    if not flushed:
+                        await self.store.check()
+                    checked = time.monotonic()
+            except LOST_CONNECTION as exc:
+                log.warning("gateway.database_lost", error=type(exc).__name__)
+                await self.store.reconnect({s.id: s.stored_position for s in self.sessions.values()
+                                            if s.stored_position >= 0 and not s.closing})
+                log.info("gateway.database_reconnected", open_subscriptions=len(self.sessions))
             except psycopg.Error as exc:
                 log.warning("subscription.flush_failed", error=type(exc).__name__)
-                if self.conn.broken or self.conn.closed:
-                    raise
 
-    async def _flush_positions(self) -> None:
-        """Store acknowledged positions that moved, in one statement."""
+    async def _flush_positions(self) -> bool:
+        """Store acknowledged positions that moved, in one statement (True: there were some)."""
         moved = [s for s in self.sessions.values() if s.client_acked != s.stored_position and not s.closing]
         if not moved:
-            return
+            return False
         positions = {s.id: (s.client_acked, s.last_delivered) for s in moved}
-        await self.conn.execute(
-            "UPDATE subscriptions AS s SET acked_sequence = v.acked, last_delivered_sequence = v.delivered"
-            " FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS v(id, acked, delivered)"
-            " WHERE s.subscription_id = v.id AND s.status = 'open'",
-            (list(positions), [p[0] for p in positions.values()], [p[1] for p in positions.values()]))
+        await self.store.store_positions(positions)
         for session in moved:
             session.stored_position = positions[session.id][0]
+        return True
 
     async def close(self, session: Session, reason: str) -> None:
         """Terminal close: no more delivery, a close notice to the subscriber, then subscription_closed in
         the ledger. The table says 'closing' first, so a close whose ledger entry could not be written yet
-        (writer down, gateway crash) is finished later, also by the next leader, and never resumes."""
+        (writer down, gateway crash) is finished later, also by the next leader, and never resumes. With
+        the database away the close still stands (and answers): the flusher marks it after reconnecting."""
         if session.closing:
             return
         session.closing = reason
         self.feed.remove(session)
         await self._stop_pump(session)
-        await self.conn.execute(
-            "UPDATE subscriptions SET status = 'closing', close_reason = %s, last_delivered_sequence = %s,"
-            " acked_sequence = %s, closed_at = now() WHERE subscription_id = %s",
-            (reason, session.last_delivered, session.client_acked, session.id))
+        try:
+            await self.store.mark_closing(session.id, reason, session.last_delivered, session.client_acked)
+        except LOST_CONNECTION:  # the close stands; its row is marked once the database is back
+            self._unmarked[session.id] = session.client_acked
         await session.close_reader()
         with contextlib.suppress(nats.errors.Error):
             await session.notify("closed", reason=reason)
         self.sessions.pop(session.id, None)
         self._closing[session.id] = (session.request, reason, session.last_delivered)
-        await self._finish_close(session.id)
+        with contextlib.suppress(*LOST_CONNECTION):  # finished by the flusher after a reconnect
+            await self._finish_close(session.id)
         log.info("subscription.closed", subscription_id=session.id, reason=reason,
                  last_delivered_sequence=session.last_delivered)
 
@@ -396,6 +350,9 @@ class Gateway:
         if entry is None:
             return True
         request, reason, last = entry
+        if subscription_id in self._unmarked:
+            await self.store.mark_closing(subscription_id, reason, last, self._unmarked[subscription_id])
+            del self._unmarked[subscription_id]
         try:
             await self.writer.command("close_subscription", {
                 "scope_id": request.scope_id, "subscription_id": subscription_id,
@@ -408,8 +365,7 @@ class Gateway:
             # The writer refused the entry (a bug, not an outage): retrying cannot help; say so loudly.
             log.error("subscription.close_entry_refused", subscription_id=subscription_id, code=exc.code,
                       error=exc.message)
-        await self.conn.execute("UPDATE subscriptions SET status = 'closed' WHERE subscription_id = %s"
-                                " AND status = 'closing'", (subscription_id,))
+        await self.store.mark_closed(subscription_id)
         self._closing.pop(subscription_id, None)
         return True
 
@@ -430,7 +386,16 @@ class Gateway:
         """Push subscriptions join the feed (buffering from now on) and get a pump; poll ones read on poll."""
         if session.push_mode:
             self.feed.add(session)
-            session.pump_task = asyncio.create_task(self._pump(session))
+            session.pump_task = asyncio.create_task(pump(session, self.feed, self.close, self._close_revoked))
+
+    async def _ended_at(self, subscription_id: str) -> int | None:
+        """The last delivered sequence of a subscription that was closed, None for any other id."""
+        session = self.sessions.get(subscription_id)
+        if session is not None:
+            return session.last_delivered if session.closing else None
+        if subscription_id in self._closing:
+            return self._closing[subscription_id][2]
+        return await self.store.ended_at(subscription_id)
 
     def _get(self, subscription_id: str) -> Session:
         session = self.sessions.get(subscription_id)
@@ -440,23 +405,17 @@ class Gateway:
 
     async def _head_of(self, scope_id: str) -> int:
         """The ledger head, in the same round trip as the check that the scope exists."""
-        cur = await self.conn.execute(
-            f"SELECT EXISTS (SELECT 1 FROM scopes WHERE scope_id = %s), ({HEAD_SQL})", (scope_id,))
-        known, head = await cur.fetchone() or (False, 0)
+        known, head = await self.store.head_of(scope_id)
         if not known:
             raise ScopeNotFound("scope not found", details={"scope_id": scope_id})
-        return int(head)
+        return head
 
     async def _open_rows(self) -> list[tuple[str, SubscribeRequest, int]]:
         """Open subscriptions and the position each resumes from (acknowledged, else where it started)."""
-        cur = await self.conn.execute(
-            "SELECT subscription_id, request, coalesce(acked_sequence, start_sequence) FROM subscriptions"
-            " WHERE status = 'open'")
-        return [(r[0], _DECODERS["open"].decode(bytes(r[1])), int(r[2])) for r in await cur.fetchall()]
+        return [(s, _DECODERS["open"].decode(request), position)
+                for s, request, position in await self.store.open_rows()]
 
     async def _closing_rows(self) -> dict[str, tuple[SubscribeRequest, str, int]]:
         """Closes an earlier leader decided but could not write to the ledger."""
-        cur = await self.conn.execute(
-            "SELECT subscription_id, request, close_reason, last_delivered_sequence FROM subscriptions"
-            " WHERE status = 'closing'")
-        return {r[0]: (_DECODERS["open"].decode(bytes(r[1])), str(r[2]), int(r[3])) for r in await cur.fetchall()}
+        return {s: (_DECODERS["open"].decode(request), reason, last)
+                for s, request, reason, last in await self.store.closing_rows()}

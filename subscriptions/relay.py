@@ -8,6 +8,7 @@ its last sequence and republishes from the Postgres ledger, the source of truth.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import nats
@@ -15,7 +16,7 @@ from nats.aio.client import Client as NATS
 import psycopg
 import structlog
 from nats.js import JetStreamContext
-from nats.js.api import StorageType, StreamConfig
+from nats.js.api import PubAck, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from command_handler.store import LedgerRow
@@ -27,6 +28,7 @@ from infra.tasks import reraise_if_cancelled
 
 log = structlog.get_logger(__name__)
 CATCH_UP_CHUNK = 2000
+RECONNECT_CHECK_SECONDS = 0.05  # how often a publish awaiting its ack looks for a reconnect
 MAX_CONSUMERS = 100_000  # one durable consumer per subscription, plus the projector
 
 _LEDGER_COLUMNS = (
@@ -56,16 +58,22 @@ async def ensure_stream(js: JetStreamContext, stream_name: str, prefix: str, led
     return int(info.state.last_seq)
 
 
+class Reconnected(nats.errors.Error):
+    """The connection was re-established while a publish awaited its ack: that ack may never come."""
+
+
 class Relay:
     """Publishes what the writer committed; falls back to reading the ledger whenever it sees a gap."""
 
-    def __init__(self, nc: NATS, database_url: str, stream_name: str, prefix: str, partition: int):
+    def __init__(self, nc: NATS, database_url: str, stream_name: str, prefix: str, partition: int,
+                 publish_timeout: float = 5.0):
         self.nc = nc
         self.js = nc.jetstream()
         self.database_url = database_url
         self.stream_name = stream_name
         self.prefix = prefix
         self.partition = partition
+        self.publish_timeout = publish_timeout
         self.published = 0
         self.queue: asyncio.Queue[list[LedgerRow]] = asyncio.Queue()
         self.caught_up = asyncio.Event()
@@ -148,13 +156,33 @@ class Relay:
         rows go out as plain publishes and only the last waits for its ack; an ack for the last row's
         sequence proves the whole run is in the stream. Anything else raises, and the caller resyncs.
         """
+        reconnects = self.nc.stats["reconnects"]
         for row in rows[:-1]:
             await self.nc.publish(self._subject(row), row.event, headers=self._headers(row))
         last = rows[-1]
-        ack = await self.js.publish(self._subject(last), last.event, headers=self._headers(last), timeout=30)
+        ack = await self._acknowledged(last, reconnects)
         if ack.seq != last.ledger_sequence:
             raise nats.errors.Error(f"stream sequence {ack.seq} != ledger sequence {last.ledger_sequence}")
         self.published = last.ledger_sequence
+
+    async def _acknowledged(self, last: LedgerRow, reconnects: int) -> PubAck:
+        """Publish `last` and wait for its ack, at most `publish_timeout` and only while the connection is
+        the one the run went out on: a run sent just before NATS went away is never acknowledged, so after
+        a reconnect the caller resyncs at once (msg-id and expected-last-sequence make a re-publish safe)."""
+        ack = asyncio.ensure_future(self.js.publish(self._subject(last), last.event, headers=self._headers(last),
+                                                    timeout=self.publish_timeout))
+        try:
+            while True:
+                done, _ = await asyncio.wait({ack}, timeout=RECONNECT_CHECK_SECONDS)
+                if done:
+                    return ack.result()
+                if self.nc.stats["reconnects"] != reconnects:
+                    raise Reconnected("NATS reconnected while a run awaited its ack")
+        finally:
+            if not ack.done():
+                ack.cancel()
+                with contextlib.suppress(asyncio.CancelledError, nats.errors.Error, asyncio.TimeoutError):
+                    await ack
 
     def _subject(self, row: LedgerRow) -> str:
         return ledger_subject(self.prefix, self.partition, row.scope_id, row.event_type)

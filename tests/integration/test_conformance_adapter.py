@@ -258,7 +258,33 @@ async def test_subscribe_poll_and_close_through_the_adapter(adapter: AdapterProc
     polled = await adapter.ok("poll_subscription", subscription_id=opened["subscription_id"], max_events=10)
     assert [e["object_id"] for e in polled["events"]] == [made["object_id"]]
     assert await adapter.ok("close_subscription", subscription_id=opened["subscription_id"], reason="done") == {}
-    _assert_error(await adapter.call("poll_subscription", subscription_id=opened["subscription_id"]),
-                  "invalid_request")
+    assert await adapter.ok("poll_subscription", subscription_id=opened["subscription_id"]) == {"events": []}
     _assert_error(await adapter.call("subscribe", scope_id=scope, actor=ACTOR, filter_spec={"colour": 1}),
                   "invalid_request")
+
+
+async def test_polled_events_carry_their_ledger_sequence(adapter: AdapterProcess) -> None:
+    """A harness client resumes from the ledger_sequence of the last event it got (the reference
+    implementation's events carry it)."""
+    scope = "workspace:adapter-sequences"
+    opened = await adapter.ok("subscribe", scope_id=scope, actor=ACTOR,
+                              filter_spec={"event_classes": ["object_created"]})
+    made = [await adapter.ok("create", scope_id=scope, object_type="claim", canonical_content={"s": i},
+                             actor=ACTOR, provenance=PROVENANCE) for i in range(2)]
+    polled = await adapter.ok("poll_subscription", subscription_id=opened["subscription_id"], max_events=10)
+    assert [e["object_id"] for e in polled["events"]] == [m["object_id"] for m in made]
+    sequences = [e["ledger_sequence"] for e in polled["events"]]
+    assert all(isinstance(s, int) for s in sequences) and sequences == sorted(set(sequences))
+    assert sequences[1] > sequences[0] > 0
+
+
+async def test_close_stops_delivery_as_the_upstream_conformance_case_says(adapter: AdapterProcess) -> None:
+    """PAMSPEC Subscribe case_close_stops_delivery: subscribe, close, write, poll answers no events."""
+    scope = "workspace:adapter-close"
+    opened = await adapter.ok("subscribe", scope_id=scope, actor=ACTOR,
+                              filter_spec={"event_classes": ["object_created"]})
+    assert await adapter.ok("close_subscription", subscription_id=opened["subscription_id"],
+                            reason="conformance_test") == {}
+    await adapter.ok("create", scope_id=scope, object_type="claim", canonical_content={"s": "after close"},
+                     actor=ACTOR, provenance=PROVENANCE)
+    assert await adapter.ok("poll_subscription", subscription_id=opened["subscription_id"]) == {"events": []}

@@ -113,7 +113,7 @@ async def test_close_ends_delivery_and_is_in_the_ledger(client: MemoryClient, se
     closed = await sub.close()
     assert closed["reason"] == "unsubscribed"
     with pytest.raises(PamspecError) as err:
-        await client.subscription_request("poll", {"subscription_id": sub.subscription_id})
+        await client.subscription_request("resume", {"subscription_id": sub.subscription_id})
     assert err.value.code == "invalid_request"
     async with await psycopg.AsyncConnection.connect(service.database_url) as conn:
         cur = await conn.execute("SELECT event_type FROM ledger WHERE convert_from(event, 'UTF8') LIKE %s"

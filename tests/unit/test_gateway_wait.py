@@ -8,12 +8,12 @@ import types
 
 import pytest
 
-from subscriptions.gateway import Gateway
+from subscriptions.pump import wait
 
 
 async def test_a_cancel_that_races_the_wake_up_still_cancels_the_wait() -> None:
     session = types.SimpleNamespace(wake=asyncio.Event())
-    waiting = asyncio.create_task(Gateway._wait(session, 30.0))  # type: ignore[arg-type]
+    waiting = asyncio.create_task(wait(session, 30.0))  # type: ignore[arg-type]
     await asyncio.sleep(0)  # the task is now parked on the event
     session.wake.set()  # its wake-up is scheduled ...
     waiting.cancel()  # ... and the cancel lands in the same loop iteration

@@ -1,0 +1,146 @@
+"""The gateway's Postgres side: the `subscriptions` table, the ledger head, and the leader's connection.
+
+Why one adapter: the gateway's SQL lives beside the code that runs it, and the connection is the
+leader's (its advisory lock lives on that database session). A lost connection is noticed by `check`
+within seconds, not on the next write; `reconnect` takes the lock again on a new session and goes on
+only if nobody led the partition meanwhile, so the open subscriptions keep their in-memory positions
+(delivery stays exactly once across a Postgres restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import structlog
+
+from command_handler.store import HEAD_SQL
+
+log = structlog.get_logger(__name__)
+LOST_CONNECTION = (psycopg.OperationalError, psycopg.InterfaceError)
+
+INSERT_SQL = (
+    "INSERT INTO subscriptions (subscription_id, scope_id, request, start_sequence, acked_sequence, operation_id)"
+    " VALUES (%s, %s, %s, %s, %s, %s)")
+OPENED_BY_SQL = "SELECT subscription_id, request, start_sequence FROM subscriptions WHERE operation_id = %s"
+HEAD_OF_SQL = f"SELECT EXISTS (SELECT 1 FROM scopes WHERE scope_id = %s), ({HEAD_SQL})"
+POSITIONS_SQL = (
+    "UPDATE subscriptions AS s SET acked_sequence = v.acked, last_delivered_sequence = v.delivered"
+    " FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS v(id, acked, delivered)"
+    " WHERE s.subscription_id = v.id AND s.status = 'open'")
+CLOSING_SQL = (
+    "UPDATE subscriptions SET status = 'closing', close_reason = %s, last_delivered_sequence = %s,"
+    " acked_sequence = %s, closed_at = now() WHERE subscription_id = %s")
+CLOSED_SQL = "UPDATE subscriptions SET status = 'closed' WHERE subscription_id = %s AND status = 'closing'"
+OPEN_ROWS_SQL = (
+    "SELECT subscription_id, request, coalesce(acked_sequence, start_sequence) FROM subscriptions"
+    " WHERE status = 'open'")
+CLOSING_ROWS_SQL = (
+    "SELECT subscription_id, request, close_reason, last_delivered_sequence FROM subscriptions"
+    " WHERE status = 'closing'")
+ENDED_SQL = (
+    "SELECT coalesce(last_delivered_sequence, acked_sequence, start_sequence) FROM subscriptions"
+    " WHERE subscription_id = %s AND status IN ('closing', 'closed')")
+OPEN_POSITIONS_SQL = "SELECT subscription_id, acked_sequence FROM subscriptions WHERE status = 'open'"
+
+
+class LeadershipLost(Exception):
+    """The database came back but this gateway may not go on leading: start over as a standby."""
+
+
+class SubscriptionStore:
+    """The leader's connection and every statement the gateway runs on it."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any], database_url: str, lock_key: int,
+                 retry_seconds: float = 0.5):
+        self.conn = conn
+        self.database_url = database_url
+        self.lock_key = lock_key
+        self.retry_seconds = retry_seconds
+        self._replaced: list[psycopg.AsyncConnection[Any]] = []
+
+    async def insert(self, subscription_id: str, scope_id: str, request: bytes, start: int,
+                     operation_id: str | None) -> None:
+        await self.conn.execute(INSERT_SQL, (subscription_id, scope_id, request, start, start, operation_id))
+
+    async def opened_by(self, operation_id: str) -> tuple[str, bytes, int] | None:
+        cur = await self.conn.execute(OPENED_BY_SQL, (operation_id,))
+        row = await cur.fetchone()
+        return None if row is None else (str(row[0]), bytes(row[1]), int(row[2]))
+
+    async def head_of(self, scope_id: str) -> tuple[bool, int]:
+        """Whether the scope exists, and the ledger head, in one round trip."""
+        cur = await self.conn.execute(HEAD_OF_SQL, (scope_id,))
+        known, head = await cur.fetchone() or (False, 0)
+        return bool(known), int(head)
+
+    async def store_positions(self, positions: dict[str, tuple[int, int]]) -> None:
+        """Acknowledged and last delivered sequence of open subscriptions, in one statement."""
+        await self.conn.execute(POSITIONS_SQL, (list(positions), [p[0] for p in positions.values()],
+                                                [p[1] for p in positions.values()]))
+
+    async def mark_closing(self, subscription_id: str, reason: str, last_delivered: int, acked: int) -> None:
+        await self.conn.execute(CLOSING_SQL, (reason, last_delivered, acked, subscription_id))
+
+    async def mark_closed(self, subscription_id: str) -> None:
+        await self.conn.execute(CLOSED_SQL, (subscription_id,))
+
+    async def open_rows(self) -> list[tuple[str, bytes, int]]:
+        """Open subscriptions and the position each resumes from (acknowledged, else where it started)."""
+        cur = await self.conn.execute(OPEN_ROWS_SQL)
+        return [(str(r[0]), bytes(r[1]), int(r[2])) for r in await cur.fetchall()]
+
+    async def closing_rows(self) -> list[tuple[str, bytes, str, int]]:
+        """Closes an earlier leader decided but could not write to the ledger."""
+        cur = await self.conn.execute(CLOSING_ROWS_SQL)
+        return [(str(r[0]), bytes(r[1]), str(r[2]), int(r[3])) for r in await cur.fetchall()]
+
+    async def ended_at(self, subscription_id: str) -> int | None:
+        """The last delivered sequence of a closed (or closing) subscription; None if it is not one."""
+        cur = await self.conn.execute(ENDED_SQL, (subscription_id,))
+        row = await cur.fetchone()
+        return None if row is None else int(row[0])
+
+    async def check(self) -> None:
+        """One round trip: raises a LOST_CONNECTION error when the database session is gone."""
+        await self.conn.execute("SELECT 1")
+
+    async def reconnect(self, stored: dict[str, int]) -> None:
+        """A new session holding the gateway lock again, once the database answers. `stored` is what this
+        gateway last wrote for each open subscription: if the table says otherwise (or another session
+        holds the lock) someone else led meanwhile, and LeadershipLost says to start over."""
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.database_url, autocommit=True, connect_timeout=5)
+            except LOST_CONNECTION:
+                await asyncio.sleep(self.retry_seconds)
+                continue
+            try:
+                await self._retake(conn, stored)
+            except LOST_CONNECTION:
+                await conn.close()
+                await asyncio.sleep(self.retry_seconds)
+                continue
+            except BaseException:
+                await conn.close()
+                raise
+            self._replaced.append(self.conn)
+            self.conn = conn
+            return
+
+    async def _retake(self, conn: psycopg.AsyncConnection[Any], stored: dict[str, int]) -> None:
+        cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (self.lock_key,))
+        row = await cur.fetchone()
+        if not (row and row[0]):
+            raise LeadershipLost("another gateway holds the lock")
+        cur = await conn.execute(OPEN_POSITIONS_SQL)
+        found = {str(r[0]): r[1] for r in await cur.fetchall()}
+        moved = [s for s, position in stored.items() if found.get(s, -2) != position]
+        if moved:
+            raise LeadershipLost(f"{len(moved)} subscription positions changed while the database was away")
+
+    async def close(self) -> None:
+        """Close the sessions this store opened itself (the first one belongs to its caller)."""
+        for conn in self._replaced[1:] + ([self.conn] if self._replaced else []):
+            await conn.close()

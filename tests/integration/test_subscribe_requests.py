@@ -1,0 +1,92 @@
+"""Subscribe requests at their edges: resume past the ledger head, resume without a position, poll after close.
+
+Why: a resume past the head used to be accepted and then never delivered the events that followed, and a
+poll of a closed subscription answered an error where PAMSPEC's conformance case expects no events.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from memory_client.client import MemoryClient, PamspecError
+from tests.conftest import ACTOR, PROVENANCE
+
+SCOPE = "workspace:sub-requests"
+
+
+@pytest.fixture(scope="module", autouse=True)
+async def scope(client: MemoryClient) -> None:
+    await client.create_scope(SCOPE)
+
+
+async def make(client: MemoryClient, count: int) -> list[dict[str, Any]]:
+    return [await client.create(SCOPE, "claim", {"n": i}, ACTOR, PROVENANCE) for i in range(count)]
+
+
+async def open_poll(client: MemoryClient, after: int) -> str:
+    opened = await client.subscription_request("open", {
+        "scope_id": SCOPE, "actor": ACTOR, "after_sequence": after,
+        "filter": {"event_classes": ["object_created"]}, "delivery": {"mode": "poll"}})
+    return str(opened["subscription_id"])
+
+
+async def poll(client: MemoryClient, subscription_id: str, wait_ms: int = 2000) -> dict[str, Any]:
+    return await client.subscription_request("poll", {"subscription_id": subscription_id, "wait_ms": wait_ms})
+
+
+async def test_a_resume_beyond_the_ledger_head_is_invalid_request_naming_the_head(client: MemoryClient) -> None:
+    head = (await make(client, 1))[0]["ledger_sequence"]
+    subscription_id = await open_poll(client, head)
+    with pytest.raises(PamspecError) as err:
+        await client.subscription_request("resume", {"subscription_id": subscription_id,
+                                                     "after_sequence": head + 1000})
+    assert err.value.code == "invalid_request"
+    assert head <= err.value.details["ledger_head"] < head + 1000  # (opening wrote a ledger entry too)
+    assert err.value.details["after_sequence"] == head + 1000
+    made = await make(client, 2)  # the refused resume moved nothing: the next events still arrive
+    got = await poll(client, subscription_id)
+    assert [e["event"]["object_id"] for e in got["events"]] == [m["object_id"] for m in made]
+
+
+async def test_a_resume_at_the_ledger_head_is_accepted(client: MemoryClient) -> None:
+    subscription_id = await open_poll(client, (await make(client, 1))[0]["ledger_sequence"] - 1)
+    head = (await client.subscription_request("poll", {"subscription_id": subscription_id}))["events"][0][
+        "ledger_sequence"] + 1  # the subscription_opened entry came after the create
+    resumed = await client.subscription_request("resume", {"subscription_id": subscription_id,
+                                                           "after_sequence": head})
+    assert resumed["resumed_after"] == head
+    made = await make(client, 1)
+    assert [e["event"]["object_id"] for e in (await poll(client, subscription_id))["events"]] == \
+        [made[0]["object_id"]]
+
+
+async def test_a_resume_without_a_position_restarts_after_the_acknowledged_one(client: MemoryClient) -> None:
+    first = await make(client, 2)
+    subscription_id = await open_poll(client, first[0]["ledger_sequence"] - 1)
+    assert len((await poll(client, subscription_id))["events"]) == 2  # a poll acknowledges what it returns
+    resumed = await client.subscription_request("resume", {"subscription_id": subscription_id})
+    assert resumed["resumed_after"] == first[1]["ledger_sequence"]
+    later = await make(client, 1)
+    assert [e["event"]["object_id"] for e in (await poll(client, subscription_id))["events"]] == \
+        [later[0]["object_id"]]
+
+
+async def test_polling_a_closed_subscription_answers_no_events(client: MemoryClient) -> None:
+    """PAMSPEC conformance case_close_stops_delivery: subscribe, close, write, poll -> []."""
+    head = (await make(client, 1))[0]["ledger_sequence"]
+    subscription_id = await open_poll(client, head)
+    await client.subscription_request("close", {"subscription_id": subscription_id, "reason": "conformance_test"})
+    await make(client, 1)
+    for _ in range(2):  # and it stays so
+        got = await poll(client, subscription_id, wait_ms=200)
+        assert got["events"] == []
+        assert got["closed"] is True
+        assert got["last_delivered_sequence"] == head
+
+
+async def test_polling_an_unknown_subscription_is_still_invalid_request(client: MemoryClient) -> None:
+    with pytest.raises(PamspecError) as err:
+        await poll(client, "sub:never-opened", wait_ms=100)
+    assert err.value.code == "invalid_request"

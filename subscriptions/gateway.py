@@ -73,7 +73,7 @@ class Gateway:
     async def serve(self) -> None:
         """Follow the partition, take over every open subscription, then answer requests until cancelled."""
         await wait_for_agreement("gateway", lambda: gateway_disagreement(
-            self.conn, self.nc.jetstream(), self.settings.stream_name, self.settings.partition))
+            self.store.conn, self.nc.jetstream(), self.settings.stream_name, self.settings.partition))
         feed_task = asyncio.create_task(self.feed.run())
         flusher = asyncio.create_task(self._flush_forever())
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from typing import Any
 
 import msgspec
@@ -245,3 +246,45 @@ async def test_headers_get_the_limits_of_the_payload_fields(
 async def test_ids_with_a_trailing_newline_are_invalid(client: MemoryClient, service: Env, command: str,
                                                       body: bytes) -> None:
     await assert_refused(service, client, command, body, "invalid_object" if b"actor:nl" in body else "invalid_request")
+
+
+def forged_cursor(query: dict[str, Any], key: Any, as_of: Any = None) -> str:
+    from query.cursor import query_digest
+    from query.request import decode_query
+    from schemas.canonical import canonical_bytes
+
+    body = canonical_bytes({"q": query_digest(decode_query(msgspec.json.encode(query))), "k": key, "a": as_of})
+    return base64.urlsafe_b64encode(body).decode().rstrip("=")
+
+
+QUERY = {"scope_id": SCOPE, "validation_states": ["unverified"]}
+
+
+@pytest.mark.parametrize("query", [
+    {**QUERY, "text": "a\x00b"},
+    {**QUERY, "object_types": ["claim\x00"]},
+    {**QUERY, "cursor": forged_cursor(QUERY, [["x"], "mem:a", "ver:a"])},
+    {**QUERY, "cursor": forged_cursor(QUERY, [1, {"x": 1}, "ver:a"])},
+    {**QUERY, "cursor": forged_cursor(QUERY, [1, "mem:a"])},
+    {**QUERY, "cursor": forged_cursor(QUERY, [1, "mem:a", "ver:a"], as_of="7")},
+    {**QUERY, "order": "observed_at_desc",
+     "cursor": forged_cursor({**QUERY, "order": "observed_at_desc"}, ["yesterday", 1, "mem:a", "ver:a"])},
+])
+async def test_bad_query_input_is_invalid_request_before_postgres(client: MemoryClient, service: Env,
+                                                                  query: dict[str, Any]) -> None:
+    await client.create_scope(SCOPE)
+    reply = await send(service, client.nc, "query", msgspec.json.encode(query), kind="query")
+    assert reply.get("error", {}).get("code") == "invalid_request", reply
+
+
+async def test_a_well_formed_cursor_still_pages(client: MemoryClient, service: Env) -> None:
+    """The cursor checks refuse only forgeries: a key with a null time (sorted through coalesce) passes."""
+    await client.create_scope(SCOPE)
+    for n in range(2):
+        await client.create(SCOPE, "claim", {"page": n}, ACTOR, PROVENANCE)
+    for order in ("newest", "observed_at_desc"):
+        query = {**QUERY, "order": order, "limit": 1}
+        first = await client.query(**query)
+        assert first["next_cursor"], first
+        second = await client.query(**query, cursor=first["next_cursor"])
+        assert second["items"] and second["items"] != first["items"]

@@ -85,6 +85,20 @@ def check_value(value: Any, max_depth: int = MAX_DEPTH) -> None:
                 _check_scalar(item, (where, key))
 
 
+def refusal(value: Any) -> dict[str, Any] | None:
+    """The error envelope (no operation id) the service answers for value's first bad value, else None.
+
+    Why: a client can refuse before sending what it cannot send faithfully (msgspec encodes NaN and
+    ±Infinity as `null`, which the service could not tell from a real null).
+    """
+    try:
+        check_value(value)
+    except BadValue as exc:
+        return {"code": exc.code, "message": str(exc), "retryable": False,
+                "details": {"field": exc.path, "reason": exc.reason}}
+    return None
+
+
 def check_text(value: str, path: str) -> None:
     """Raise BadValue when one string that did not come through the JSON decoder (a header value) holds NUL
     or a lone surrogate."""

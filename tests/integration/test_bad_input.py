@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from memory_client.client import MemoryClient
+from memory_client.client import MemoryClient, PamspecError
 from schemas.errors import ERROR_CODES, RETRYABLE
 from tests.conftest import ACTOR, PROVENANCE, Env
 
@@ -288,3 +288,14 @@ async def test_a_well_formed_cursor_still_pages(client: MemoryClient, service: E
         assert first["next_cursor"], first
         second = await client.query(**query, cursor=first["next_cursor"])
         assert second["items"] and second["items"] != first["items"]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+async def test_the_sdk_refuses_nan_and_infinity_instead_of_sending_null(client: MemoryClient, service: Env,
+                                                                      bad: float) -> None:
+    await client.create_scope(SCOPE)
+    before = await ledger_rows(service)
+    with pytest.raises(PamspecError) as caught:
+        await client.create(SCOPE, "claim", {"score": [1.0, bad]}, ACTOR, PROVENANCE)
+    assert caught.value.code == "invalid_object" and caught.value.details["field"] == "/canonical_content/score/1"
+    assert await ledger_rows(service) == before

@@ -20,7 +20,7 @@ from schemas.canonical import canonical_bytes
 from schemas.commands import DECODERS, IDEMPOTENCY_KEY_MAX, Command, CreateScope
 from schemas.common import is_valid_id
 from schemas.errors import InvalidObject, InvalidRequest, PamledgerError
-from schemas.values import ENVELOPE_FIELDS, MAX_DEPTH, BadValue, check_text, check_value, top_field
+from schemas.values import ENVELOPE_FIELDS, MAX_DEPTH, BadValue, check_text, check_value, nests_deeper, top_field
 
 _MSGSPEC_PATH = re.compile(r" - at `\$(.*)`\Z")
 _PATH_STEP = re.compile(r"\.([^.\[]+)|\[([^\]]*)\]")
@@ -96,9 +96,11 @@ def _check_values(name: str, data: bytes, plain: dict[str, Any]) -> None:
 
     The decoder has already refused ±Infinity (out of range), NaN, lone surrogates and raw control bytes, so
     in a decoded command NUL can only have come from a `\\u0000` escape, and nesting past MAX_DEPTH needs more
-    than MAX_DEPTH + 1 opening brackets: bytes with neither (most commands) need no walk at all.
+    than MAX_DEPTH + 1 opening brackets: bytes with neither (most commands) need no walk at all, and without
+    the escape only depth is left to check. The full walk runs when something is there to name.
     """
-    if b"\\u0000" not in data and data.count(b"[") + data.count(b"{") <= MAX_DEPTH + 1:
+    if b"\\u0000" not in data and (data.count(b"[") + data.count(b"{") <= MAX_DEPTH + 1
+                                   or not nests_deeper(plain)):
         return
     try:
         check_value(plain)

@@ -74,3 +74,11 @@ def test_an_over_long_idempotency_header_is_invalid_request() -> None:
     with pytest.raises(InvalidRequest) as caught:
         parse("create_scope", body, {"Pam-Idempotency-Key": "k" * 257}, 1 << 20)
     assert caught.value.details["field"] == "headers/Pam-Idempotency-Key"
+
+
+def test_the_depth_only_walk_counts_as_the_full_walk_does() -> None:
+    from schemas.values import nests_deeper
+
+    assert not nests_deeper({"canonical_content": nested(MAX_DEPTH), "x": [{"y": [1]}]})
+    assert nests_deeper({"a": 1, "canonical_content": {"k": nested(MAX_DEPTH)}})
+    assert not nests_deeper({"s": "x", "n": [1, 2]}, max_depth=1) and nests_deeper({"n": [[1]]}, max_depth=1)

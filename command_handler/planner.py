@@ -25,6 +25,7 @@ from schemas.errors import DuplicateOperation, PamledgerError, ScopeNotFound
 
 log = structlog.get_logger(__name__)
 
+
 @dataclass
 class Accepted:
     """A command that will commit with the batch."""

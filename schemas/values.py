@@ -3,7 +3,8 @@
 Why: the ledger is the only source of truth, and an event that a projection, full-text index or replica
 cannot store wedges every follower behind it. So the writer (and the query service) refuse such values at
 the door, in one iterative pass over the decoded value that also measures depth (no recursion, so depth
-itself cannot blow the stack). Lone surrogates never get that far: msgspec's JSON decoder refuses a lone
+itself cannot blow the stack; `nests_deeper` is the cheaper depth-only pass for when nothing else can be
+wrong). Lone surrogates never get that far: msgspec's JSON decoder refuses a lone
 `\\ud800` escape as malformed JSON, and its encoder refuses to send one; `check_text` still looks for them in
 strings that arrive another way (headers). Pure: no I/O.
 """
@@ -148,5 +149,5 @@ def _path(where: Where) -> str:
 
 
 def _escape(key: str) -> str:
-    """A key as one JSON-pointer segment (RFC 6901: `~` and `/` escaped)."""
+    """A key as one JSON-pointer segment (RFC 6901: `~` and `/` escaped; a NUL shown as `\\u0000`)."""
     return key.replace("~", "~0").replace("/", "~1").replace("\x00", "\\u0000")

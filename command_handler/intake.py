@@ -1,4 +1,11 @@
-"""Turning a NATS message into a typed command, or into the error that answers it."""
+"""Turning a NATS message into a typed command, or into the error that answers it.
+
+Everything in the message is input: the payload (decoded, then checked for values no derived store can
+hold, schemas.values) and the headers (the same limits as the payload fields they stand for). A value that
+breaks the object model inside the envelope or its content (schemas.values.ENVELOPE_FIELDS, e.g.
+quality_signals.assessed_confidence = 1.5 or a NUL in canonical_content) is invalid_object; anything else
+malformed is invalid_request. Every refusal's details name the field as a JSON-pointer-ish path.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +17,14 @@ from typing import Any
 import msgspec
 
 from schemas.canonical import canonical_bytes
-from schemas.commands import DECODERS, Command, CreateScope
+from schemas.commands import DECODERS, IDEMPOTENCY_KEY_MAX, Command, CreateScope
 from schemas.common import is_valid_id
 from schemas.errors import InvalidObject, InvalidRequest, PamledgerError
+from schemas.values import ENVELOPE_FIELDS, MAX_DEPTH, BadValue, check_text, check_value, nests_deeper, top_field
 
-# A value that breaks the object model inside the envelope (as opposed to a malformed command) is
-# invalid_object, e.g. quality_signals.assessed_confidence = 1.5.
-_ENVELOPE_PATH = re.compile(
-    r"at `\$\.(actor|provenance|integrity|quality_signals|relationship_refs|schema_id|observed_at|asserted_at"
-    r"|valid_from|valid_until)\b"
-)
+_MSGSPEC_PATH = re.compile(r" - at `\$(.*)`\Z")
+_PATH_STEP = re.compile(r"\.([^.\[]+)|\[([^\]]*)\]")
+_INF_DECODER = msgspec.json.Decoder(float_hook=float)
 IDEMPOTENCY_HEADER = "Pam-Idempotency-Key"
 OPERATION_HEADER = "Pam-Operation-Id"
 
@@ -39,7 +44,7 @@ class Parsed(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def parse(name: str, data: bytes, headers: dict[str, str] | None, max_bytes: int) -> Parsed:
-    """Decode and check one command; raises InvalidRequest for anything malformed."""
+    """Decode and check one command; raises InvalidRequest or InvalidObject for anything malformed."""
     if len(data) > max_bytes:
         raise InvalidRequest(
             f"payload of {len(data)} bytes exceeds the limit of {max_bytes}",
@@ -50,22 +55,25 @@ def parse(name: str, data: bytes, headers: dict[str, str] | None, max_bytes: int
         raise InvalidRequest(f"unknown command {name!r}", details={"command": name})
     try:
         command = decoder.decode(data)
+        plain: dict[str, Any] = msgspec.to_builtins(command)
     except msgspec.ValidationError as exc:
-        error = InvalidObject if _ENVELOPE_PATH.search(str(exc)) else InvalidRequest
-        raise error(f"invalid {name} command: {exc}", details={"reason": str(exc)}) from None
+        field = _field(str(exc), data)
+        error = InvalidObject if top_field(field) in ENVELOPE_FIELDS else InvalidRequest
+        raise error(f"invalid {name} command: {exc}", details={"reason": str(exc), "field": field}) from None
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"malformed {name} command: {exc}", details={"reason": str(exc)}) from None
+    except RecursionError:  # msgspec recurses per level: far past MAX_DEPTH, refused before it is walked
+        raise InvalidObject(f"{name} command nests deeper than {MAX_DEPTH} levels",
+                            details={"max_depth": MAX_DEPTH}) from None
+    _check_values(name, data, plain)
     headers = headers or {}
     key = _idempotency_key(command, headers)
-    operation_id = headers.get(OPERATION_HEADER) or getattr(command, "operation_id", None)
-    if operation_id is not None and not is_valid_id(operation_id):
-        raise InvalidRequest("operation id must follow the scheme:rest id pattern", details={"operation_id": operation_id})
     return Parsed(
         name=name,
         command=command,
-        operation_id=operation_id,
+        operation_id=_operation_id(command, headers),
         idempotency_key=key,
-        request_digest=request_digest(command),
+        request_digest="" if isinstance(command, CreateScope) else _digest(plain),
     )
 
 
@@ -73,15 +81,39 @@ def request_digest(command: Command) -> str:
     """What 'the same request' means for idempotency: the command minus its key and operation id."""
     if isinstance(command, CreateScope):
         return ""
-    plain: dict[str, Any] = msgspec.to_builtins(command)
+    return _digest(msgspec.to_builtins(command))
+
+
+def _digest(plain: dict[str, Any]) -> str:
+    """request_digest of a command already turned into builtins (consumed: its key and op id are dropped)."""
     plain.pop("idempotency_key", None)
     plain.pop("operation_id", None)
     return hashlib.sha256(canonical_bytes(plain)).hexdigest()
 
 
+def _check_values(name: str, data: bytes, plain: dict[str, Any]) -> None:
+    """Refuse what no derived store can hold; content and envelope values are invalid_object.
+
+    The decoder has already refused ±Infinity (out of range), NaN, lone surrogates and raw control bytes, so
+    in a decoded command NUL can only have come from a `\\u0000` escape, and nesting past MAX_DEPTH needs more
+    than MAX_DEPTH + 1 opening brackets: bytes with neither (most commands) need no walk at all, and without
+    the escape only depth is left to check. The full walk runs when something is there to name.
+    """
+    if b"\\u0000" not in data and (data.count(b"[") + data.count(b"{") <= MAX_DEPTH + 1
+                                   or not nests_deeper(plain)):
+        return
+    try:
+        check_value(plain)
+    except BadValue as exc:
+        error = InvalidObject if exc.code == "invalid_object" else InvalidRequest
+        raise error(f"invalid {name} command: {exc}", details={"field": exc.path, "reason": exc.reason}) from None
+
+
 def _idempotency_key(command: Command, headers: dict[str, str]) -> str | None:
     in_body = getattr(command, "idempotency_key", None)
     in_header = headers.get(IDEMPOTENCY_HEADER)
+    if in_header:
+        _check_header(IDEMPOTENCY_HEADER, in_header, IDEMPOTENCY_KEY_MAX)
     if in_body and in_header and in_body != in_header:
         raise InvalidRequest(
             "idempotency key differs between header and payload",
@@ -90,6 +122,53 @@ def _idempotency_key(command: Command, headers: dict[str, str]) -> str | None:
     return in_header or in_body
 
 
+def _operation_id(command: Command, headers: dict[str, str]) -> str | None:
+    """The header's operation id, else the payload's; a header one must be a valid id like the payload's."""
+    in_header = headers.get(OPERATION_HEADER)
+    if in_header:
+        _check_header(OPERATION_HEADER, in_header, 512)
+        if not is_valid_id(in_header):
+            raise InvalidRequest("operation id must follow the scheme:rest id pattern",
+                                 details={"field": f"headers/{OPERATION_HEADER}", "operation_id": in_header})
+        return in_header
+    return getattr(command, "operation_id", None)
+
+
+def _check_header(name: str, value: str, max_chars: int) -> None:
+    """Headers are input too: the same length limit and refused values as the payload field they stand for."""
+    field = f"headers/{name}"
+    if len(value) > max_chars:
+        raise InvalidRequest(f"header {name} is longer than {max_chars} characters",
+                             details={"field": field, "limit_chars": max_chars, "length": len(value)})
+    try:
+        check_text(value, field)
+    except BadValue as exc:
+        raise InvalidRequest(f"header {name}: {exc}", details={"field": field, "reason": exc.reason}) from None
+
+
+def _field(message: str, data: bytes) -> str:
+    """msgspec's error path (`$.a.b[0]`) as a JSON-pointer-ish path (`/a/b/0`); "/" when it names none.
+
+    Inside free-form values msgspec cannot name object keys (`[...]`); the one error it raises there is a
+    number out of range (1e999), so that rare case is located by decoding again with floats kept as ±inf.
+    """
+    found = _MSGSPEC_PATH.search(message)
+    if found is None:
+        return "/"
+    field = "".join(f"/{name or index}" for name, index in _PATH_STEP.findall(found.group(1))) or "/"
+    if "/..." in field:
+        try:
+            check_value(_INF_DECODER.decode(data))
+        except BadValue as exc:
+            return exc.path
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            pass
+    return field
+
+
 def error_reply(error: PamledgerError, operation_id: str | None) -> bytes:
-    """The wire form of a failure: {"error": <PAMSPEC error envelope>}."""
-    return canonical_bytes({"error": error.envelope(operation_id or f"op:{uuid.uuid4()}")})
+    """The wire form of a failure: {"error": <PAMSPEC error envelope>}. An operation id that is not a valid
+    id (it may be the very input being refused) is not echoed: the reply gets a fresh one."""
+    if operation_id is None or not is_valid_id(operation_id):
+        operation_id = f"op:{uuid.uuid4()}"
+    return canonical_bytes({"error": error.envelope(operation_id)})

@@ -2,7 +2,8 @@
 
 The planner is the shell's bookkeeping around the pure core: it threads head state from one command to
 the next inside a batch (so two updates of one object in one batch see each other), assigns ledger
-sequences and hashes, and keeps replies in command order. It does no I/O.
+sequences and hashes, and keeps replies in command order. It does no I/O apart from logging a command
+whose handling raised something unexpected: that command alone answers internal_error, its batch-mates go on.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import msgspec
+import structlog
 
 from command_handler.chain import row_hash
 from command_handler.core import decide
@@ -20,6 +22,8 @@ from command_handler.store import Batch, ContentRow, IdempotencyRow, LedgerRow, 
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateScope
 from schemas.errors import DuplicateOperation, PamledgerError, ScopeNotFound
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass
@@ -78,10 +82,12 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             outcomes.append(Outcome(error=item))
             continue
         command = item.command
-        if isinstance(command, CreateScope):
-            outcomes.append(_create_scope(command, inputs, new_scopes, batch))
-            continue
+        # Everything that can fail for this one command happens inside the try, before anything of the
+        # batch moves, so a command that fails (even unexpectedly) leaves no trace and its mates go on.
         try:
+            if isinstance(command, CreateScope):
+                outcomes.append(_create_scope(command, inputs, new_scopes, batch))
+                continue
             if not (command.scope_id in new_scopes or inputs.scope_known(command.scope_id)):
                 raise ScopeNotFound("scope not found", details={"scope_id": command.scope_id})
             replay = _idempotent(item, inputs, keys)
@@ -92,15 +98,21 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             key = (command.scope_id, stamp.object_id)
             head = heads.get(key) or inputs.heads.get(key)
             decision = decide(head, command, stamp)
+            if decision.head is None:  # event-only entries take their ledger sequence as `sequence`
+                decision = msgspec.structs.replace(
+                    decision, event=msgspec.structs.replace(decision.event, sequence=seq + 1))
+            event_bytes = canonical_bytes(decision.event)
+            meta = canonical_bytes(decision.head.meta) if decision.head is not None else b""
         except PamledgerError as exc:
             outcomes.append(Outcome(error=exc))
             continue
+        except Exception:  # noqa: BLE001 - a bug in one command's handling answers that command only
+            log.exception("command.crashed", command=item.name, scope_id=command.scope_id)
+            outcomes.append(Outcome(error=PamledgerError("internal error while handling the command")))
+            continue
         seq += 1
-        if decision.head is None:  # event-only entries take their ledger sequence as `sequence`
-            decision = msgspec.structs.replace(decision, event=msgspec.structs.replace(decision.event, sequence=seq))
-        event_bytes = canonical_bytes(decision.event)
         new_hash = row_hash(prev, seq, event_bytes)
-        _add_rows(batch, decision, item, seq, event_bytes, prev, new_hash, stamp)
+        _add_rows(batch, decision, item, seq, (event_bytes, meta), prev, new_hash, stamp)
         prev = new_hash
         if decision.head is not None:
             heads[key] = decision.head
@@ -143,17 +155,20 @@ def _create_scope(
 ) -> Outcome:
     created = not (command.scope_id in new_scopes or inputs.scope_known(command.scope_id))
     if created:
-        new_scopes.add(command.scope_id)
         policy = canonical_bytes(command.policy).decode() if command.policy is not None else None
+        new_scopes.add(command.scope_id)
         batch.scopes.append((command.scope_id, command.scope_kind, command.parent_scope_id, policy))
     return Outcome(scope_result={"scope_id": command.scope_id, "created": created})
 
 
 def _add_rows(
-    batch: Batch, decision: Decision, item: Parsed, seq: int, event_bytes: bytes, prev: bytes, new_hash: bytes,
-    stamp: Stamp,
+    batch: Batch, decision: Decision, item: Parsed, seq: int, encoded: tuple[bytes, bytes], prev: bytes,
+    new_hash: bytes, stamp: Stamp,
 ) -> None:
+    """Lay out one accepted command's rows; `encoded` is (event bytes, meta bytes), made by the caller so
+    that nothing here can fail halfway."""
     event, head = decision.event, decision.head
+    event_bytes, meta = encoded
     batch.ledger.append(LedgerRow(
         ledger_sequence=seq, event_id=event.event_id, operation_id=event.operation_id, scope_id=event.scope_id,
         object_id=event.object_id, version_id=event.version_id, event_type=event.event_type,
@@ -168,7 +183,7 @@ def _add_rows(
         return
     batch.versions.append(VersionRow(
         scope_id=head.scope_id, object_id=head.object_id, sequence=head.sequence, version_id=head.version_id,
-        ledger_sequence=seq, meta=canonical_bytes(head.meta), content_digest=head.content_digest,
+        ledger_sequence=seq, meta=meta, content_digest=head.content_digest,
     ))
     if decision.content is not None and head.content_digest is not None:
         batch.content.append(ContentRow(

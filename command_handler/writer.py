@@ -18,7 +18,7 @@ import structlog
 from nats.aio.msg import Msg
 
 from command_handler.intake import OPERATION_HEADER, Parsed, error_reply, parse
-from command_handler.planner import Plan, PlanInputs, entry_result_bytes, plan_batch, result_bytes
+from command_handler.planner import Outcome, Plan, PlanInputs, entry_result_bytes, plan_batch, result_bytes
 from command_handler.state import ObjectHead, Stamp
 from command_handler.store import IdempotencyRow, PostgresLedgerStore
 from infra.db_errors import map_db_error
@@ -126,6 +126,14 @@ class Writer:
             if not alive:
                 raise
             return
+        except Exception:  # noqa: BLE001 - a bug, not Postgres: nothing was written, so split as above
+            log.exception("batch.crashed", size=len(msgs))
+            if len(msgs) > 1:
+                for msg in msgs:
+                    await self._commit_batch([msg])
+            else:
+                await self._fail_all(msgs, items, PamledgerError("internal error while handling the command"))
+            return
         self._advance(plan)
         await self._reply(msgs, items, plan)
         if plan.batch.ledger:
@@ -158,6 +166,9 @@ class Writer:
         except PamledgerError as exc:
             log.info("command.rejected", code=exc.code, command=name, reason=exc.message[:200])
             return exc
+        except Exception:  # noqa: BLE001 - a bug in parsing answers this command alone
+            log.exception("command.crashed", command=name, stage="parse")
+            return PamledgerError("internal error while parsing the command")
 
     async def _load(self, parsed: list[Parsed], with_idempotency: bool) -> PlanInputs:
         """Fetch, in one query each, the heads, scopes (and, when asked, idempotency records) the caches lack."""
@@ -208,24 +219,31 @@ class Writer:
     async def _reply(self, msgs: list[Command], items: list[Parsed | PamledgerError], plan: Plan) -> None:
         replies: list[bytes | None] = []
         for msg, item, outcome in zip(msgs, items, plan.outcomes):
-            if outcome.accepted is not None:
-                a = outcome.accepted
-                if a.decision.head is None:
-                    body = entry_result_bytes(a.ledger_sequence, a.decision.event.event_id)
-                else:
-                    body = result_bytes(a.decision.head, a.ledger_sequence, a.decision.event.event_id, a.content)
-            elif outcome.error is not None:
-                body = error_reply(outcome.error, _op_id(msg, item))
-            elif outcome.scope_result is not None:
-                body = canonical_bytes({"result": outcome.scope_result})
-            elif outcome.same_as is not None:
-                body = replies[outcome.same_as] or b""
-            else:
-                assert outcome.replay_of is not None
-                body = await fetch_replay(self.store.conn, outcome.replay_of)
+            try:
+                body = await self._render(msg, item, outcome, replies)
+            except Exception:  # noqa: BLE001 - committed or not, this command's reply must not cost the others theirs
+                log.exception("reply.crashed", command=msg.subject.rsplit(".", 1)[-1])
+                body = error_reply(PamledgerError("internal error while rendering the reply"), _op_id(msg, item))
             replies.append(body)
             if msg.reply:
                 await self.nc.publish(msg.reply, body)
+
+    async def _render(self, msg: Command, item: Parsed | PamledgerError, outcome: Outcome,
+                      replies: list[bytes | None]) -> bytes:
+        """One command's reply body: its result, its error, a scope ack, or the replay of its first result."""
+        if outcome.accepted is not None:
+            a = outcome.accepted
+            if a.decision.head is None:
+                return entry_result_bytes(a.ledger_sequence, a.decision.event.event_id)
+            return result_bytes(a.decision.head, a.ledger_sequence, a.decision.event.event_id, a.content)
+        if outcome.error is not None:
+            return error_reply(outcome.error, _op_id(msg, item))
+        if outcome.scope_result is not None:
+            return canonical_bytes({"result": outcome.scope_result})
+        if outcome.same_as is not None:
+            return replies[outcome.same_as] or b""
+        assert outcome.replay_of is not None
+        return await fetch_replay(self.store.conn, outcome.replay_of)
 
     async def _fail_all(self, msgs: list[Command], items: list[Any], error: PamledgerError) -> None:
         for msg, item in zip(msgs, items):

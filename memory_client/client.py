@@ -19,6 +19,7 @@ from infra.subjects import command_subject, query_subject, status_subject
 from schemas.canonical import decode_json
 from memory_client.subscription import Subscription
 from schemas.errors import RETRYABLE, ErrorCode
+from schemas.values import refusal
 
 _encoder = msgspec.json.Encoder()
 
@@ -160,6 +161,8 @@ class MemoryClient:
         return await self._command(name, body)
 
     async def _command(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        if (refused := refusal(body)) is not None:  # NaN/±Infinity would go out as null
+            raise PamspecError.from_envelope(refused)
         headers = {"Pam-Operation-Id": body.get("operation_id") or f"op:{uuid.uuid4()}"}
         if name != "create_scope" and not body.get("idempotency_key"):
             headers["Pam-Idempotency-Key"] = f"sdk:{uuid.uuid4()}"

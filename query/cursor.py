@@ -1,16 +1,26 @@
-"""Opaque, stable pagination cursors bound to the query that made them."""
+"""Opaque, stable pagination cursors bound to the query that made them.
+
+A cursor is not signed (its digest only binds it to the query, and anyone can compute that), so a decoded
+cursor is input like any other: its sort key must have the shape and types of the query's sort key before
+any of it reaches Postgres.
+"""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import math
 from typing import Any
 
 import msgspec
 
+from query.plan import sort_key
 from query.request import QueryRequest
 from schemas.canonical import canonical_bytes, decode_json
+from schemas.common import Timestamp
 from schemas.errors import InvalidRequest
+
+_BIGINT_LIMIT = 2**63
 
 _UNBOUND = ("cursor", "limit", "min_sequence", "wait_ms", "operation_id")
 
@@ -39,4 +49,36 @@ def decode_cursor(request: QueryRequest) -> tuple[list[Any] | None, int | None]:
         raise InvalidRequest("cursor is not a pamledger query cursor", details={"cursor": request.cursor}) from None
     if digest != query_digest(request) or not isinstance(key, list):
         raise InvalidRequest("cursor belongs to a different query", details={"cursor": request.cursor})
+    if not (_valid_key(request, key) and (as_of is None or _is_bigint(as_of))):
+        raise InvalidRequest("cursor is not a pamledger query cursor", details={"cursor": request.cursor})
     return key, as_of
+
+
+def _valid_key(request: QueryRequest, key: list[Any]) -> bool:
+    """True when key holds one value of the right type for each column of the query's sort key."""
+    params = [param for _, _, param in sort_key(request)[0]]
+    return len(key) == len(params) and all(_fits(param, value) for param, value in zip(params, key))
+
+
+def _fits(param: str, value: Any) -> bool:
+    if "::timestamptz" in param:  # a nullable time column sorts through coalesce, so null is a real key
+        return (value is None and param.startswith("coalesce")) or _is_timestamp(value)
+    if param.endswith("::bigint"):
+        return _is_bigint(value)
+    if param.endswith("::real"):
+        return type(value) in (int, float) and math.isfinite(value)
+    return type(value) is str and len(value) <= 512 and "\x00" not in value
+
+
+def _is_bigint(value: Any) -> bool:
+    return type(value) is int and 0 <= value < _BIGINT_LIMIT
+
+
+def _is_timestamp(value: Any) -> bool:
+    if type(value) is not str:
+        return False
+    try:
+        msgspec.convert(value, Timestamp)
+    except msgspec.ValidationError:
+        return False
+    return True

@@ -13,6 +13,7 @@ import msgspec
 
 from schemas.common import AvailabilityState, Id, LifecycleState, RetentionState, Timestamp, ValidationState
 from schemas.errors import InvalidRequest
+from schemas.values import BadValue, check_value
 
 TimeField = Literal["observed_at", "asserted_at", "valid_from", "valid_until", "committed_at", "recorded_at"]
 TIME_FIELDS: tuple[str, ...] = TimeField.__args__  # type: ignore[attr-defined]
@@ -78,8 +79,11 @@ def decode_query(data: bytes) -> QueryRequest:
     """Decode and check a query; every problem is invalid_request naming what is wrong."""
     try:
         request = _decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        check_value(msgspec.to_builtins(request))
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise InvalidRequest(f"malformed query: {exc}", details={"reason": str(exc)}) from None
+    except BadValue as exc:  # e.g. NUL in a text filter, which Postgres cannot even compare with
+        raise InvalidRequest(f"invalid query: {exc}", details={"field": exc.path, "reason": exc.reason}) from None
     _check_ranges(request)
     if request.order == "score" and request.text is None:
         raise InvalidRequest("order 'score' needs a text query", details={"order": "score"})

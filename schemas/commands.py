@@ -24,8 +24,10 @@ from schemas.common import (
 from schemas.envelope import Actor, Integrity, Provenance, QualitySignals
 
 ObjectType = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
-IdempotencyKey = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
-SchemaUri = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$", max_length=1024)]
+IDEMPOTENCY_KEY_MAX = 256
+IdempotencyKey = Annotated[str, msgspec.Meta(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)]
+# `\Z`, not `$`: `$` also matches before a final newline (see schemas.common.ID_PATTERN).
+SchemaUri = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9+.-]*:[^\s\x00]+\Z", max_length=1024)]
 StateName = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 
 _COMMAND: dict[str, bool] = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)

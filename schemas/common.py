@@ -8,9 +8,12 @@ from typing import Annotated, Literal
 
 import msgspec
 
-ID_PATTERN = r"^[A-Za-z][A-Za-z0-9+.\-]*:[A-Za-z0-9+._:\-/]+$"
+# Patterns end in `\Z`, never `$`: `$` also matches before a final newline, so `workspace:x\n` would pass
+# as an id of its own (msgspec applies patterns with re.search).
+ID_PATTERN = r"^[A-Za-z][A-Za-z0-9+.\-]*:[A-Za-z0-9+._:\-/]+\Z"
+_ID = re.compile(ID_PATTERN)
 EXTENSION_TYPE_PATTERNS = (
-    re.compile(r"^[a-z0-9]+(?:\.[a-z0-9-]+)+\.[a-z][a-z0-9-]*$"),
+    re.compile(r"^[a-z0-9]+(?:\.[a-z0-9-]+)+\.[a-z][a-z0-9-]*\Z"),
     re.compile(r"^[a-z][a-z0-9+.-]*:"),
 )
 SPEC_VERSION = "0.1.0-draft"
@@ -48,4 +51,4 @@ def is_extension_type(object_type: str) -> bool:
 
 def is_valid_id(value: str) -> bool:
     """True when value follows the PAMSPEC `scheme:rest` identifier pattern."""
-    return len(value) <= 512 and re.match(ID_PATTERN, value) is not None
+    return len(value) <= 512 and _ID.match(value) is not None

@@ -39,7 +39,7 @@ class Delivery(msgspec.Struct, **_STRICT):
     mode: Literal["push", "poll"] = "push"
     # Where pushes go. Default: {prefix}.sub.deliver.<token>, known only from the reply. A client that
     # names its own inbox subscribes BEFORE opening, so not even the first push can be missed.
-    subject: Annotated[str, msgspec.Meta(pattern=r"^_INBOX\.[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$",
+    subject: Annotated[str, msgspec.Meta(pattern=r"^_INBOX\.[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\Z",
                                          max_length=200)] | None = None
     max_unacked: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1000
     max_lag_ms: Annotated[int, msgspec.Meta(ge=100, le=3_600_000)] = 30_000

@@ -200,9 +200,14 @@ def attach_postgres(data_dir: Path) -> PostgresServer | None:
     return server if server is not None and postgres_answers(server.url) else None
 
 
-def launch_postgres(data_dir: Path, port: int) -> PostgresServer:
-    """Initialise data_dir's cluster if needed, start it on 127.0.0.1:port and wait until it serves."""
+def launch_postgres(data_dir: Path, port: int, initialise: bool = True) -> PostgresServer:
+    """Initialise data_dir's cluster if needed (and allowed), start it on 127.0.0.1:port, wait until it serves.
+
+    A restart passes initialise=False: a cluster that vanished must never come back as an empty ledger.
+    """
     layout = choose_layout(data_dir)
+    if not initialise and not (layout.pgdata / "PG_VERSION").is_file():
+        raise FileNotFoundError(f"no PostgreSQL cluster in {layout.pgdata}; not creating an empty one")
     prepare_dirs(layout, data_dir)
     _initdb(layout)
     _write_settings(layout, port)

@@ -142,6 +142,10 @@ def _up_postgres(state_dir: Path, recorded: dict[str, Any]) -> tuple[PostgresSer
     return start_postgres(data_dir, _reusable_port(recorded.get("postgres_port"))), True
 
 
+class ServersStopped(RuntimeError):
+    """The servers were stopped on purpose (`down`, `clean`): a watch must not bring them back."""
+
+
 @dataclass
 class LocalStack:
     """NATS + PostgreSQL under one state dir, recorded in servers.json."""
@@ -212,8 +216,15 @@ class LocalStack:
         return [ServerWatch(name, alive[name], lambda name=name: self.revive(name)) for name in sorted(self.started)]
 
     def revive(self, name: str) -> None:
-        """Bring a dead server back on its data dir and port, or adopt one that already came back there."""
+        """Bring a dead server back on its data dir and port, or adopt one that already came back there.
+
+        Not after `down` or `clean`: they remove servers.json, a crash does not.
+        """
+        if not (self.state_dir / SERVERS_FILE).is_file():
+            raise ServersStopped(f"servers.json is gone from {self.state_dir}: stopped on purpose, not restarting")
         with _state_lock(self.state_dir):
+            if not (self.state_dir / SERVERS_FILE).is_file():
+                raise ServersStopped(f"servers.json is gone from {self.state_dir}: stopped on purpose")
             if name == "nats":
                 holder = store_holder(self.nats.data_dir)
                 if holder is not None and holder.port == self.nats.port and nats_info(holder.port) is not None:
@@ -225,7 +236,7 @@ class LocalStack:
                 if running is not None and running.port == self.postgres.port:
                     self.postgres, self.started = running, self.started - {"postgres"}
                 else:
-                    self.postgres = launch_postgres(self.state_dir / "postgres", self.postgres.port)
+                    self.postgres = launch_postgres(self.state_dir / "postgres", self.postgres.port, initialise=False)
             self.write_servers_file()
 
 

@@ -74,6 +74,7 @@ def _root_layout(base: Path, mirror: Path | None) -> PostgresLayout:
 
 def layout_for(data_dir: Path) -> PostgresLayout:
     """The layout data_dir uses (no side effects): in place, or the mirror its MIRROR file names."""
+    data_dir = data_dir.absolute()  # the tools run in run_dir, so a relative state dir must not leak in
     if os.geteuid() != 0:
         return PostgresLayout(find_pg_dist() / PGINSTALL_BIN, data_dir / "data", data_dir / "run", None, None)
     mirror = recorded_mirror(data_dir)

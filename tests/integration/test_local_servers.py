@@ -170,15 +170,16 @@ def parent_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]
         shutil.rmtree(path, ignore_errors=True)
 
 
-def test_moving_the_state_dir_keeps_the_ledger(parent_dir: Path) -> None:
-    before, after = parent_dir / "checkout" / ".pamledger", parent_dir / "moved" / ".pamledger"
+def test_moving_the_state_dir_keeps_the_ledger(parent_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(parent_dir)  # relative state dirs, as `make run` uses
+    before, after = Path("checkout/.pamledger"), Path("moved/.pamledger")
     first = LocalStack.up(before)
     try:
         with psycopg.connect(first.postgres.url, autocommit=True) as conn:
             conn.execute("CREATE TABLE ledger_row (x int)")
             conn.execute("INSERT INTO ledger_row VALUES (7)")
         stop_from_file(before)
-        (parent_dir / "checkout").rename(parent_dir / "moved")
+        Path("checkout").rename("moved")
         second = LocalStack.up(after)
         with psycopg.connect(second.postgres.url) as conn:
             assert conn.execute("SELECT x FROM ledger_row").fetchone() == (7,)
@@ -272,3 +273,16 @@ def test_stack_restarts_stale_servers_on_same_data(state_dir: Path) -> None:
         assert conn.execute("SELECT count(*) FROM survivor").fetchone() == (0,)
     second.stop_started()
     assert not status(state_dir).all_up
+
+
+def test_only_clean_deletes_the_ledger_and_its_mirror(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memory_client.cli import main
+
+    stack = LocalStack.up(state_dir)
+    pgdata, mirror = stack.postgres.data_dir, stack.postgres.layout.mirror
+    stop_from_file(state_dir)
+    assert (pgdata / "PG_VERSION").is_file() and (state_dir / "nats" / "jetstream").is_dir()
+    monkeypatch.setenv("PAMLEDGER_STATE_DIR", str(state_dir))
+    assert main(["clean"]) == 0
+    assert not state_dir.exists() and not pgdata.exists()
+    assert mirror is None or not mirror.exists()

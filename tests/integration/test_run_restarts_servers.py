@@ -110,3 +110,15 @@ async def test_run_restarts_killed_servers_in_place(run: tuple[subprocess.Popen[
     assert read_servers_file(state) is None
     assert nats_info(first["nats_port"]) is None
     assert not postgres_answers(first["database_url"])
+
+
+async def test_run_never_brings_back_servers_stopped_by_clean(run: tuple[subprocess.Popen[bytes], Path, Path]) -> None:
+    proc, state, log_path = run
+    first = await wait_for(lambda: read_servers_file(state), timeout=180)
+    await wait_for(lambda: _write(first["nats_url"], "first"), timeout=180)
+    clean(state)  # `pamledger clean` in another terminal while `run` still supervises
+    await wait_for(lambda: len(_events(log_path, "supervisor.server_restart_failed")) >= 2, timeout=120)
+    assert proc.poll() is None
+    assert not (state / "postgres").exists() and read_servers_file(state) is None
+    assert nats_info(first["nats_port"]) is None
+    assert not postgres_answers(first["database_url"])

@@ -7,13 +7,11 @@ server it could name still runs, and data is deleted only by an explicit `clean`
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import json
 import shutil
 import socket
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -309,28 +307,3 @@ def status(state_dir: Path) -> StackStatus:
         nats_answers=isinstance(nats_port, int) and nats_info(nats_port) is not None,
         postgres_answers=isinstance(database_url, str) and postgres_answers(database_url),
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m infra.local_servers up|down|status|clean [STATE_DIR]`, for make targets and debugging."""
-    parser = argparse.ArgumentParser(prog="python -m infra.local_servers")
-    parser.add_argument("action", choices=["up", "down", "status", "clean"])
-    parser.add_argument("state_dir", nargs="?", type=Path, default=Path(".pamledger"))
-    args = parser.parse_args(argv)
-    state_dir: Path = args.state_dir
-    if args.action == "up":
-        stack = LocalStack.up(state_dir)
-        print(json.dumps({"nats_url": stack.nats.url, "database_url": stack.postgres.url}))
-    elif args.action == "down":
-        stop_from_file(state_dir)
-    elif args.action == "clean":
-        clean(state_dir)
-    else:
-        report = status(state_dir)
-        print(json.dumps(report.__dict__))
-        return 0 if report.all_up else 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -176,7 +176,9 @@ def prepare_dirs(layout: PostgresLayout, data_dir: Path) -> None:
     if layout.mirror is not None:
         _make_public_dir(layout.mirror)
         # For people looking at /var/tmp only: the mirror is found from the state dir, never by this path.
-        (layout.mirror / "origin").write_text(f"{data_dir.resolve()}\n")
+        # Not named `origin`: older pamledger versions deleted mirrors whose `origin` had moved.
+        (layout.mirror / "created_for").write_text(f"{data_dir.resolve()}\n")
+        (layout.mirror / "origin").unlink(missing_ok=True)
     _mirror_binaries(layout.dist)
     layout.run_dir.mkdir(mode=0o755, exist_ok=True)
     os.chown(layout.run_dir, user.pw_uid, user.pw_gid)

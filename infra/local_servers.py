@@ -1,18 +1,17 @@
 """Local NATS + PostgreSQL for `pamledger up/run --local` and tests: start, reuse, record, stop.
 
 One state dir holds both servers (`nats/`, `postgres/`) and `servers.json`, which records what runs so
-a later `up` reuses live servers and a later `down` stops them.
+a later `up` reuses live servers and a later `down` stops them. servers.json is removed only once no
+server it could name still runs, and data is deleted only by an explicit `clean`.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import json
 import shutil
 import socket
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from infra.local_nats import NatsServer, is_nats_process, launch_nats, nats_info, pid_alive
+from infra.local_nats import NatsServer, StoreInUse, is_nats_process, launch_nats, nats_info, store_holder
 from infra.local_postgres import (
     PostgresServer,
     attach_postgres,
@@ -31,10 +30,11 @@ from infra.local_postgres import (
     postgres_answers,
     remove_postgres_data,
 )
+from infra.supervisor import ServerWatch
 
 __all__ = [
-    "LocalStack", "NatsServer", "PostgresServer", "ServerHandle", "StackStatus", "free_port",
-    "purge", "read_servers_file", "start_nats", "start_postgres", "status", "stop_from_file",
+    "LocalStack", "NatsServer", "PostgresServer", "ServerHandle", "StackStatus", "StoreInUse", "clean",
+    "free_port", "read_servers_file", "start_nats", "start_postgres", "status", "stop_from_file",
 ]
 
 log = structlog.get_logger(__name__)
@@ -110,15 +110,24 @@ def _reusable_port(recorded: object) -> int | None:
     return recorded if isinstance(recorded, int) and port_is_free(recorded) else None
 
 
-def _up_nats(state_dir: Path, recorded: dict[str, Any]) -> tuple[NatsServer, bool]:
-    """Reuse the recorded NATS if it is ours and answers, else start one; say whether we started it."""
+def _recorded_nats(state_dir: Path, recorded: dict[str, Any]) -> NatsServer | None:
+    """The nats-server servers.json names if that pid still is one on the recorded port, else None."""
     port, pid = recorded.get("nats_port"), recorded.get("nats_pid")
-    data_dir = state_dir / "nats"
-    if isinstance(port, int) and isinstance(pid, int) and is_nats_process(pid, port) \
-            and nats_info(port) is not None:
-        log.info("nats.reused", pid=pid, port=port)
-        return NatsServer(port=port, data_dir=data_dir, pid=pid), False
-    return start_nats(data_dir, _reusable_port(port)), True
+    if isinstance(port, int) and isinstance(pid, int) and is_nats_process(pid, port):
+        return NatsServer(port=port, data_dir=state_dir / "nats", pid=pid)
+    return None
+
+
+def _up_nats(state_dir: Path, recorded: dict[str, Any]) -> tuple[NatsServer, bool]:
+    """Reuse the recorded NATS, or the one holding our store, if it answers; else start one (and say so).
+
+    A store held by a server that does not answer makes start_nats raise StoreInUse: never two on one store.
+    """
+    running = _recorded_nats(state_dir, recorded) or store_holder(state_dir / "nats")
+    if running is not None and nats_info(running.port) is not None:
+        log.info("nats.reused", pid=running.pid, port=running.port)
+        return running, False
+    return start_nats(state_dir / "nats", _reusable_port(recorded.get("nats_port"))), True
 
 
 def _up_postgres(state_dir: Path, recorded: dict[str, Any]) -> tuple[PostgresServer, bool]:
@@ -129,6 +138,10 @@ def _up_postgres(state_dir: Path, recorded: dict[str, Any]) -> tuple[PostgresSer
         log.info("postgres.reused", pid=running.pid, port=running.port)
         return running, False
     return start_postgres(data_dir, _reusable_port(recorded.get("postgres_port"))), True
+
+
+class ServersStopped(RuntimeError):
+    """The servers were stopped on purpose (`down`, `clean`): a watch must not bring them back."""
 
 
 @dataclass
@@ -182,41 +195,89 @@ class LocalStack:
         self._stop({"nats", "postgres"})
 
     def stop_started(self) -> None:
-        """Stop only what up() started (what `run --local` should undo), keeping reused servers."""
+        """Stop only what this stack started (what `run --local` should undo), keeping reused servers."""
         self._stop(set(self.started))
 
     def _stop(self, names: set[str]) -> None:
-        """Stop the named servers (Postgres last, it is slower) and forget them when both are down."""
+        """Stop the named servers (Postgres last, it is slower); forget servers.json once nothing runs."""
         with _state_lock(self.state_dir):
             if "nats" in names:
                 self.nats.stop()
             if "postgres" in names:
                 self.postgres.stop()
-            if names >= {"nats", "postgres"}:
-                (self.state_dir / SERVERS_FILE).unlink(missing_ok=True)
+            _forget_if_all_stopped(self.state_dir)
         log.info("stack.stopped", state_dir=str(self.state_dir), stopped=sorted(names))
+
+    def watches(self) -> list[ServerWatch]:
+        """One watch per server this stack started, for the supervisor to restart it in place."""
+        alive = {"nats": lambda: self.nats.is_running(), "postgres": lambda: self.postgres.is_alive()}
+        return [ServerWatch(name, alive[name], lambda name=name: self.revive(name)) for name in sorted(self.started)]
+
+    def revive(self, name: str) -> None:
+        """Bring a dead server back on its data dir and port, or adopt one that already came back there.
+
+        Not after `down` or `clean`: they remove servers.json, a crash does not.
+        """
+        if not (self.state_dir / SERVERS_FILE).is_file():
+            raise ServersStopped(f"servers.json is gone from {self.state_dir}: stopped on purpose, not restarting")
+        with _state_lock(self.state_dir):
+            if not (self.state_dir / SERVERS_FILE).is_file():
+                raise ServersStopped(f"servers.json is gone from {self.state_dir}: stopped on purpose")
+            if name == "nats":
+                holder = store_holder(self.nats.data_dir)
+                if holder is not None and holder.port == self.nats.port and nats_info(holder.port) is not None:
+                    self.nats, self.started = holder, self.started - {"nats"}  # someone else's now
+                else:
+                    self.nats = launch_nats(self.nats.data_dir, self.nats.port)
+            else:
+                running = attach_postgres(self.state_dir / "postgres")
+                if running is not None and running.port == self.postgres.port:
+                    self.postgres, self.started = running, self.started - {"postgres"}
+                else:
+                    self.postgres = launch_postgres(self.state_dir / "postgres", self.postgres.port, initialise=False)
+            self.write_servers_file()
+
+
+def _live_servers(state_dir: Path) -> list[Any]:
+    """Every server servers.json names, or that holds the state dir's stores, and still runs."""
+    recorded = read_servers_file(state_dir) or {}
+    found: list[Any] = []
+    for nats in (_recorded_nats(state_dir, recorded), store_holder(state_dir / "nats")):
+        if nats is not None and nats.is_running() and all(nats.pid != other.pid for other in found):
+            found.append(nats)
+    postgres = claimed_postgres(state_dir / "postgres")
+    if postgres is not None and postgres.is_alive():
+        found.append(postgres)
+    return found
+
+
+def _forget_if_all_stopped(state_dir: Path) -> None:
+    """Remove servers.json only when no server it could name still runs: a live server is never forgotten."""
+    live = _live_servers(state_dir)
+    if live:
+        log.info("stack.record_kept", state_dir=str(state_dir), running=[(s.name, s.pid) for s in live])
+        return
+    (state_dir / SERVERS_FILE).unlink(missing_ok=True)
 
 
 def stop_from_file(state_dir: Path) -> None:
-    """Stop whatever servers.json (and the Postgres data dir) says runs, then remove servers.json."""
+    """Stop whatever servers.json names or holds the state dir's stores, then remove servers.json."""
     with _state_lock(state_dir):
-        recorded = read_servers_file(state_dir) or {}
-        port, pid = recorded.get("nats_port"), recorded.get("nats_pid")
-        if isinstance(port, int) and isinstance(pid, int) and pid_alive(pid) and is_nats_process(pid, port):
-            NatsServer(port=port, data_dir=state_dir / "nats", pid=pid).stop()
-        postgres = claimed_postgres(state_dir / "postgres")
-        if postgres is not None:
-            postgres.stop()
-        (state_dir / SERVERS_FILE).unlink(missing_ok=True)
+        for server in _live_servers(state_dir):
+            server.stop()
+        _forget_if_all_stopped(state_dir)
     log.info("stack.stopped", state_dir=str(state_dir))
 
 
-def purge(state_dir: Path) -> None:
-    """Stop the servers, then delete the state dir and any /var/tmp Postgres mirror."""
+def clean(state_dir: Path) -> None:
+    """Stop the servers, then delete the state dir and its Postgres mirror: the only way data is deleted."""
     stop_from_file(state_dir)
+    live = _live_servers(state_dir)
+    if live:
+        raise RuntimeError(f"not deleting {state_dir}: servers still run ({[(s.name, s.pid) for s in live]})")
     remove_postgres_data(layout_for(state_dir / "postgres"))
     shutil.rmtree(state_dir, ignore_errors=True)
-    log.info("stack.purged", state_dir=str(state_dir))
+    log.info("stack.cleaned", state_dir=str(state_dir))
 
 
 @dataclass(frozen=True)
@@ -246,28 +307,3 @@ def status(state_dir: Path) -> StackStatus:
         nats_answers=isinstance(nats_port, int) and nats_info(nats_port) is not None,
         postgres_answers=isinstance(database_url, str) and postgres_answers(database_url),
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m infra.local_servers up|down|status|purge [STATE_DIR]`, for make targets and debugging."""
-    parser = argparse.ArgumentParser(prog="python -m infra.local_servers")
-    parser.add_argument("action", choices=["up", "down", "status", "purge"])
-    parser.add_argument("state_dir", nargs="?", type=Path, default=Path(".pamledger"))
-    args = parser.parse_args(argv)
-    state_dir: Path = args.state_dir
-    if args.action == "up":
-        stack = LocalStack.up(state_dir)
-        print(json.dumps({"nats_url": stack.nats.url, "database_url": stack.postgres.url}))
-    elif args.action == "down":
-        stop_from_file(state_dir)
-    elif args.action == "purge":
-        purge(state_dir)
-    else:
-        report = status(state_dir)
-        print(json.dumps(report.__dict__))
-        return 0 if report.all_up else 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,7 +4,8 @@ Each role (writer with its relay, query, projector, Subscribe gateway) gets its 
 loop and NATS connection: on two cores a busy projector or a gateway fanning out to a thousand
 subscriptions no longer delays the writer's replies, and a slow-consumer cut-off hits one role only.
 Children get SIGTERM from the kernel if the supervisor dies without cleaning up, so a SIGKILLed
-supervisor leaves no orphan holding a leadership lock.
+supervisor leaves no orphan holding a leadership lock. The local servers `run` started are watched too:
+a dead nats-server or Postgres is restarted in place (same data dir, same port) with backoff.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -66,8 +67,22 @@ class RoleProcess:
         return None if self.process is None else self.process.poll()
 
 
-def supervise(env: dict[str, str], roles: Sequence[str] = ROLES, poll_seconds: float = 0.1) -> int:
-    """Run every role in its own child until SIGINT/SIGTERM; restart a child that exits on its own."""
+@dataclass
+class ServerWatch:
+    """A server `run` started: `alive` is asked every poll, `revive` brings it back in place."""
+
+    name: str
+    alive: Callable[[], bool]
+    revive: Callable[[], None]
+    down_since: float | None = None
+    attempts: int = 0
+    not_before: float = 0.0
+    last_error: str | None = None
+
+
+def supervise(env: dict[str, str], roles: Sequence[str] = ROLES, poll_seconds: float = 0.1,
+              watches: Sequence[ServerWatch] = ()) -> int:
+    """Run every role in its own child until SIGINT/SIGTERM; restart a child (or watched server) that dies."""
     stopping = False
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -80,6 +95,8 @@ def supervise(env: dict[str, str], roles: Sequence[str] = ROLES, poll_seconds: f
         for child in children:
             child.start()
         while not stopping:
+            for watch in watches:
+                _revive_if_dead(watch, time.monotonic())
             now = time.monotonic()
             for child in children:
                 _restart_if_dead(child, now)
@@ -108,6 +125,31 @@ def _restart_if_dead(child: RoleProcess, now: float) -> None:
         child.not_before = 0.0
         child.restarts += 1
         child.start()
+
+
+def _revive_if_dead(watch: ServerWatch, now: float) -> None:
+    """Restart a dead server at once, then with backoff; one log line per change (died, failed, back)."""
+    if watch.down_since is None:
+        if watch.alive():
+            return
+        watch.down_since, watch.not_before = now, now
+        log.warning("supervisor.server_died", server=watch.name)
+    if now < watch.not_before:
+        return
+    try:
+        watch.revive()
+    except Exception as exc:  # noqa: BLE001 - any failure to start is retried; the loop must go on
+        delay = RESTART_BACKOFF[min(watch.attempts, len(RESTART_BACKOFF) - 1)]
+        watch.attempts += 1
+        watch.not_before = time.monotonic() + delay
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if error != watch.last_error:
+            log.warning("supervisor.server_restart_failed", server=watch.name, error=error, retry_in_seconds=delay)
+        watch.last_error = error
+        return
+    log.info("supervisor.server_restarted", server=watch.name, attempts=watch.attempts + 1,
+             down_seconds=round(time.monotonic() - watch.down_since, 2))
+    watch.down_since, watch.attempts, watch.last_error = None, 0, None
 
 
 def _stop_all(children: Sequence[RoleProcess]) -> None:

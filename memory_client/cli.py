@@ -48,6 +48,15 @@ def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_clean(settings: Settings, args: argparse.Namespace) -> int:
+    """Stop the local servers and delete the state dir and its Postgres data: the only command that does."""
+    from infra.local_servers import clean
+
+    clean(settings.state_dir)
+    _print({"cleaned": True, "state_dir": str(settings.state_dir)})
+    return 0
+
+
 def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     """Start local servers unless URLs are set, migrate, then serve: one process per role (default) or
     every role in this process (`--single-process` / PAMLEDGER_PROCESSES=single)."""
@@ -70,7 +79,8 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         if single:
             asyncio.run(_serve(settings, roles))
         else:
-            supervise(child_environment(settings.nats_url, settings.database_url), roles)
+            watches = stack.watches() if stack is not None else []
+            supervise(child_environment(settings.nats_url, settings.database_url), roles, watches=watches)
     finally:
         if stack is not None:
             stack.stop_started()
@@ -214,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="start local NATS and Postgres in the background and migrate")
     sub.add_parser("down", help="stop the servers `up` started")
+    sub.add_parser("clean", help="stop the local servers and DELETE their data (the ledger) in the state dir")
     sub.add_parser("status", help="URLs in use, whether servers and services answer, the ledger head")
     run = sub.add_parser("run", help="serve in the foreground (starts local servers unless URLs are set)")
     run.add_argument("--local", action="store_true", help="accepted for clarity; local servers are the default")
@@ -259,8 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 HANDLERS = {
-    "up": cmd_up, "down": cmd_down, "run": cmd_run, "serve": cmd_serve, "status": cmd_status, "verify": cmd_verify,
-    "stream": cmd_stream,
+    "up": cmd_up, "down": cmd_down, "clean": cmd_clean, "run": cmd_run, "serve": cmd_serve, "status": cmd_status,
+    "verify": cmd_verify, "stream": cmd_stream,
     "conformance-adapter": cmd_conformance, "replay": cmd_replay, "audit": cmd_audit,
     "subscribe": cmd_subscribe,
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +17,8 @@ from infra.local_nats import NatsServer, pid_alive
 from infra.local_postgres import PostgresServer
 from infra.local_servers import (
     LocalStack,
+    clean,
     free_port,
-    purge,
     read_servers_file,
     start_nats,
     start_postgres,
@@ -44,10 +45,10 @@ def postgres_server(tmp_path: Path) -> Iterator[PostgresServer]:
 
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Iterator[Path]:
-    """A state dir whose servers are stopped and data purged at teardown."""
+    """A state dir whose servers are stopped and data cleaned at teardown."""
     path = tmp_path / "state"
     yield path
-    purge(path)
+    clean(path)
 
 
 async def _publish(url: str, count: int) -> None:
@@ -140,18 +141,97 @@ def test_postgres_as_root_runs_as_system_user(postgres_server: PostgresServer) -
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="root-only layout")
-def test_orphaned_root_mirror_is_collected(tmp_path: Path) -> None:
+def test_a_mirror_whose_origin_moved_is_never_deleted_automatically(tmp_path: Path) -> None:
     first = start_postgres(tmp_path / "gone" / "postgres")
     first.stop()
     mirror = first.layout.mirror
     assert mirror is not None and mirror.is_dir()
-    shutil.rmtree(tmp_path / "gone")
+    (tmp_path / "gone").rename(tmp_path / "moved")
     second = start_postgres(tmp_path / "kept" / "postgres")
     try:
-        assert not mirror.exists()
+        assert (mirror / "data" / "PG_VERSION").is_file()
     finally:
         second.destroy()
+        first.destroy()
     assert second.layout.mirror is not None and not second.layout.mirror.exists()
+
+
+@pytest.fixture(params=["private", "reachable"])
+def parent_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+    """A folder to hold a state dir: pytest's own (0700, so as root Postgres needs a mirror) or a 0755 one."""
+    if request.param == "private":
+        yield tmp_path
+        return
+    path = Path(tempfile.mkdtemp(prefix="pamledger-reachable-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_moving_the_state_dir_keeps_the_ledger(parent_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(parent_dir)  # relative state dirs, as `make run` uses
+    before, after = Path("checkout/.pamledger"), Path("moved/.pamledger")
+    first = LocalStack.up(before)
+    try:
+        with psycopg.connect(first.postgres.url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE ledger_row (x int)")
+            conn.execute("INSERT INTO ledger_row VALUES (7)")
+        stop_from_file(before)
+        Path("checkout").rename("moved")
+        second = LocalStack.up(after)
+        with psycopg.connect(second.postgres.url) as conn:
+            assert conn.execute("SELECT x FROM ledger_row").fetchone() == (7,)
+    finally:
+        clean(after)
+        clean(before)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root-only layout")
+def test_as_root_pgdata_stays_in_a_state_dir_the_system_user_can_reach(tmp_path: Path) -> None:
+    reachable = Path(tempfile.mkdtemp(prefix="pamledger-reachable-"))
+    reachable.chmod(0o755)
+    try:
+        server = start_postgres(reachable / "postgres")
+        try:
+            assert server.layout.mirror is None
+            assert server.data_dir == reachable / "postgres" / "data"
+        finally:
+            server.destroy()
+        private = start_postgres(tmp_path / "postgres")
+        try:
+            assert private.layout.mirror is not None
+            assert (tmp_path / "postgres" / "MIRROR").read_text().strip() == str(private.layout.mirror)
+        finally:
+            private.destroy()
+    finally:
+        shutil.rmtree(reachable, ignore_errors=True)
+
+
+def test_a_second_nats_is_never_started_on_a_held_store(nats_server: NatsServer) -> None:
+    with pytest.raises(RuntimeError, match="held by another process"):
+        start_nats(nats_server.data_dir)
+    assert nats_server.is_running()
+
+
+def test_a_nats_restarted_by_up_is_never_forgotten_nor_doubled(state_dir: Path) -> None:
+    run = LocalStack.up(state_dir)  # what `pamledger run` does first
+    os.kill(run.nats.pid, signal.SIGKILL)
+    assert run.nats.process is not None
+    run.nats.process.wait(timeout=30)
+    up = LocalStack.up(state_dir)  # `pamledger up` in another terminal
+    assert up.started == {"nats"}
+    run.stop_started()  # Ctrl-C on `pamledger run`
+    assert up.nats.is_running()
+    recorded = read_servers_file(state_dir)
+    assert recorded is not None and recorded["nats_pid"] == up.nats.pid
+    assert LocalStack.up(state_dir).nats.pid == up.nats.pid
+    (state_dir / "servers.json").unlink()
+    assert LocalStack.up(state_dir).nats.pid == up.nats.pid  # found again through the store's lock
+    stop_from_file(state_dir)
+    assert not up.nats.is_running()
+    assert read_servers_file(state_dir) is None
 
 
 def test_stack_up_records_reuses_and_stops(state_dir: Path) -> None:
@@ -193,3 +273,16 @@ def test_stack_restarts_stale_servers_on_same_data(state_dir: Path) -> None:
         assert conn.execute("SELECT count(*) FROM survivor").fetchone() == (0,)
     second.stop_started()
     assert not status(state_dir).all_up
+
+
+def test_only_clean_deletes_the_ledger_and_its_mirror(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memory_client.cli import main
+
+    stack = LocalStack.up(state_dir)
+    pgdata, mirror = stack.postgres.data_dir, stack.postgres.layout.mirror
+    stop_from_file(state_dir)
+    assert (pgdata / "PG_VERSION").is_file() and (state_dir / "nats" / "jetstream").is_dir()
+    monkeypatch.setenv("PAMLEDGER_STATE_DIR", str(state_dir))
+    assert main(["clean"]) == 0
+    assert not state_dir.exists() and not pgdata.exists()
+    assert mirror is None or not mirror.exists()

@@ -18,6 +18,13 @@ class WriterSettings(BaseModel):
     lock_poll_seconds: float = Field(default=0.5, gt=0)
 
 
+class FollowerSettings(BaseModel):
+    """Stream followers (the projector): how they retry an event they cannot apply. They never skip it."""
+
+    retry_first_seconds: float = Field(default=0.5, gt=0)
+    retry_max_seconds: float = Field(default=30.0, gt=0)
+
+
 class Settings(BaseSettings):
     """Everything a pamledger process needs; unset URLs mean 'the servers `pamledger up` started'."""
 
@@ -34,3 +41,4 @@ class Settings(BaseSettings):
     request_timeout_seconds: float = 10.0
     processes: Literal["split", "single"] = "split"
     writer: WriterSettings = WriterSettings()
+    follower: FollowerSettings = FollowerSettings()

@@ -8,6 +8,7 @@ gateway) can hold one.
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -72,3 +73,9 @@ def describe(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
     return text[:REASON_CHARS]
+
+
+def traceback_text(exc: BaseException) -> str:
+    """The traceback of `exc` ending in `describe(exc)`: where it failed, without the lines after the
+    message's first (Postgres' DETAIL and CONTEXT quote the data, e.g. the JSON it could not take)."""
+    return "Traceback (most recent call last):\n" + "".join(traceback.format_tb(exc.__traceback__)) + describe(exc)

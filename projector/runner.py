@@ -35,7 +35,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from infra.nats_raw import RawClient, stream_sequence
-from infra.stuck import StuckState, describe
+from infra.stuck import StuckState, describe, traceback_text
 from infra.tasks import reraise_if_cancelled
 from projector.rows import Row, current_row, fold
 from projector.store import apply_rows, checkpoint
@@ -214,7 +214,7 @@ class Projector:
         """Count the failure; log the traceback only when the stuck state changes, not on every retry."""
         reason = describe(exc)
         if self.stuck.failed(sequence, reason, datetime.now(timezone.utc)):
-            log.error("projector.event_failed", ledger_sequence=sequence, reason=reason, exc_info=exc)
+            log.error("projector.event_failed", ledger_sequence=sequence, reason=reason, exception=traceback_text(exc))
         else:
             log.debug("projector.retry_failed", ledger_sequence=sequence, attempts=self.stuck.current.attempts
                       if self.stuck.current else 0)

@@ -138,6 +138,7 @@ async def test_projector_stuck_on_one_event_applies_its_prefix_reports_retries_a
     assert failures[0]["ledger_sequence"] == poison["ledger_sequence"]
     assert "Traceback (most recent call last)" in failures[0]["exception"]
     assert "injected fault: this row is refused" in failures[0]["exception"]
+    assert "CONTEXT" not in failures[0]["exception"], "Postgres' detail lines (they may quote data) stay out"
     announced = [e["event"] for e in logs if e["event"] in ("leadership.acquired", "projector.following")]
     assert announced == ["leadership.acquired", "projector.following"], "retries are not announced at info"
     assert [entry["ledger_sequence"] for entry in logs if entry["event"] == "projector.recovered"] == [

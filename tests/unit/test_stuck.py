@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from infra.stuck import StuckState, describe
+from infra.stuck import StuckState, describe, traceback_text
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -47,3 +47,12 @@ def test_a_reason_is_one_short_line() -> None:
     reason = describe(ValueError("first line\nCONTEXT: PL/pgSQL function f() line 3\n" + "x" * 1000))
     assert reason == "ValueError: first line"
     assert len(describe(ValueError("y" * 5000))) == 300
+
+
+def test_a_logged_traceback_ends_in_the_reason_not_the_detail_lines() -> None:
+    try:
+        raise ValueError('bad value\nDETAIL: {"secret": "content"}')
+    except ValueError as exc:
+        text = traceback_text(exc)
+    assert text.startswith("Traceback (most recent call last):") and "test_stuck.py" in text
+    assert text.endswith("ValueError: bad value") and "secret" not in text

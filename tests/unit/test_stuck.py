@@ -50,8 +50,9 @@ def test_a_reason_is_one_short_line() -> None:
 
 
 def test_a_logged_traceback_ends_in_the_reason_not_the_detail_lines() -> None:
+    message = "bad value\nDETAIL: " + "se" + "cret"  # not spelt out in the source line the traceback quotes
     try:
-        raise ValueError('bad value\nDETAIL: {"secret": "content"}')
+        raise ValueError(message)
     except ValueError as exc:
         text = traceback_text(exc)
     assert text.startswith("Traceback (most recent call last):") and "test_stuck.py" in text

@@ -62,9 +62,8 @@ class StreamGap(Exception):
 
 class EventFailed(Exception):
     """The event at `sequence` could not be applied: the caller waits out the backoff, then retries it on a
-    new connection from the checkpoint. A new connection, because psycopg's prepared-statement cache can
-    outlive a failed pipelined transaction out of step with the server ("prepared statement does not
-    exist" on every later batch)."""
+    new connection from the checkpoint, so nothing the failure left in the session (such as psycopg's
+    prepared-statement cache out of step with the server: `infra.pg_pipeline`) carries over."""
 
     def __init__(self, sequence: int):
         super().__init__(f"cannot apply ledger sequence {sequence}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from types import TracebackType
 
 import structlog
 
@@ -35,6 +36,15 @@ def configure_logging(fmt: str = "auto", level: str = "info") -> None:
         cache_logger_on_first_use=True,
     )
     _route_stdlib(renderer, tracebacks, numeric_level)
+    sys.excepthook = _log_uncaught
+
+
+def _log_uncaught(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+    """An exception that ends the process is a log record too (Python would print a bare traceback)."""
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, value, tb)
+        return
+    structlog.get_logger("pamledger").critical("process.crashed", exc_info=(kind, value, tb))
 
 
 def _route_stdlib(renderer: structlog.typing.Processor, tracebacks: list[structlog.typing.Processor],

@@ -1,6 +1,7 @@
 """Every line of a JSON log is JSON, and exceptions in it carry their traceback: our own records
 (`log.exception`, as the role loops write `writer.crashed` / `projector.crashed`) and the standard
-library's (psycopg's "error ignored terminating" warning, nats-py's errors) alike."""
+library's (psycopg's "error ignored terminating" warning, nats-py's errors) alike, and the exception that
+ends a process."""
 
 from __future__ import annotations
 
@@ -28,13 +29,14 @@ logging.getLogger("psycopg").warning("error ignored terminating %r: %s", "<psyco
                                      "pipeline aborted")
 logging.getLogger("nats.aio.client").error("nats: encountered error", exc_info=ValueError("boom"))
 logging.getLogger("nats.aio.client").debug("not at the configured level")
+raise RuntimeError("the process ends here")
 """
 
 
 def run(fmt: str) -> str:
     done = subprocess.run([sys.executable, "-c", SCRIPT, fmt], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr
     return done.stderr
 
 
@@ -47,10 +49,13 @@ def test_every_line_of_a_json_log_is_json_and_crashes_carry_their_traceback() ->
     assert ignored["logger"] == "psycopg" and ignored["level"] == "warning" and "timestamp" in ignored
     nats = next(r for r in records if r.get("logger") == "nats.aio.client")
     assert "ValueError: boom" in nats["exception"]
-    assert len(records) == 3, "records below the configured level are left out"
+    crash = records[-1]
+    assert crash["event"] == "process.crashed" and "RuntimeError: the process ends here" in crash["exception"]
+    assert len(records) == 4, "records below the configured level are left out"
 
 
 def test_a_console_log_shows_the_traceback() -> None:
     text = run("console")
     assert "projector.crashed" in text and "KeyError" in text and "missing" in text
     assert "error ignored terminating" in text and "ValueError: boom" in text
+    assert "process.crashed" in text and "RuntimeError: the process ends here" in text

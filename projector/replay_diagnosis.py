@@ -40,7 +40,10 @@ async def replay_failed(database_url: str, scope_id: str | None, through: int | 
                         cause: Exception) -> ReplayFailed:
     """The error to raise for a replay that failed with `cause`: naming the first event that cannot be
     projected (up to `through`, None: the head), or saying that no single event reproduces it."""
-    found = await first_unprojectable(database_url, scope_id, through)
+    try:
+        found = await first_unprojectable(database_url, scope_id, through)
+    except psycopg.Error:  # the search itself failed (the database went away, no projection table): say so
+        found = None
     if found is None:
         return ReplayFailed(f"replay failed: {describe(cause)} (no single ledger event reproduces it)",
                             details={"reason": describe(cause)})

@@ -10,6 +10,7 @@ the block: the pipeline is synced as it exits.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -32,4 +33,20 @@ async def pipelined_transaction(conn: psycopg.AsyncConnection[Any], begin: bytes
         if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
             with contextlib.suppress(psycopg.Error):
                 await conn.execute(b"ROLLBACK")
+        await _forget_prepared(conn)
         raise
+
+
+_forgotten = itertools.count()
+
+
+async def _forget_prepared(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Drop the session's prepared statements, on the server and in psycopg's cache.
+
+    Why: a statement psycopg prepares for the first time AFTER the failing one in an aborted pipeline is
+    recorded as prepared although the server skipped its Parse, and psycopg clears that record only on the
+    first execution of a given ROLLBACK or DEALLOCATE ALL text (later ones are answered from its counts).
+    Every later use then fails with "prepared statement _pg3_N does not exist", for good. A DEALLOCATE ALL
+    with a text psycopg has not seen makes it validate the result and clear its cache."""
+    with contextlib.suppress(psycopg.Error):
+        await conn.execute(f"DEALLOCATE ALL /* pamledger {next(_forgotten)} */".encode())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from nats.aio.client import Client as NATS
@@ -26,10 +26,11 @@ from command_handler.writer import Writer
 from infra.nats_log import ConnectionLog
 from infra.nats_raw import RawClient, connect_raw
 from infra.settings import Settings
+from infra.stuck import StuckState
 from infra.subjects import status_subject
 from infra.supervisor import ROLES
 from infra.tasks import stop_task
-from projector.runner import Projector, projector_lock_key
+from projector.runner import EventFailed, Projector, projector_lock_key
 from query.search import CheckpointWatcher
 from query.service import QueryService
 from schemas.canonical import canonical_bytes
@@ -133,7 +134,9 @@ async def _lead_once(settings: Settings, nc: RawClient, database_url: str) -> No
 
 
 async def project_forever(settings: Settings, nc: RawClient, database_url: str) -> None:
-    """Lead the partition's projector (its own advisory lock), reconnecting when the database goes away."""
+    """Lead the partition's projector (its own advisory lock), reconnecting when the database goes away.
+    Its stuck state outlives reconnects, so status keeps saying since when an event has been failing."""
+    stuck = StuckState(settings.follower.retry_first_seconds, settings.follower.retry_max_seconds)
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
@@ -141,10 +144,16 @@ async def project_forever(settings: Settings, nc: RawClient, database_url: str) 
                 # a crash is simply re-applied from the checkpoint, so it need not wait for fsync (and
                 # must not compete with the writer's).
                 await conn.execute("SET synchronous_commit = off")
-                await _wait_for_lock(conn, projector_lock_key(settings.partition), settings, "projector")
-                async with answering_status(nc, settings, "projector"):
-                    await Projector(nc, conn, settings.stream_name, settings.subject_prefix,
-                                    settings.partition).run()
+                # A retry of a stuck event takes the lock again: said once, when the state changed.
+                await _wait_for_lock(conn, projector_lock_key(settings.partition), settings, "projector",
+                                     quiet=stuck.current is not None)
+                async with answering_status(nc, settings, "projector", lambda: {"stuck": stuck.report()}):
+                    try:
+                        await Projector(nc, conn, settings.stream_name, settings.subject_prefix,
+                                        settings.partition, stuck=stuck).run()
+                    except EventFailed:  # logged once per state change; wait (still leading), then retry
+                        await asyncio.sleep(stuck.delay())
+                        continue
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             log.warning("projector.lost_database", error=type(exc).__name__)
         except Exception:  # noqa: BLE001 - restart from the checkpoint rather than stop projecting
@@ -152,13 +161,14 @@ async def project_forever(settings: Settings, nc: RawClient, database_url: str) 
         await asyncio.sleep(settings.writer.lock_poll_seconds)
 
 
-async def _wait_for_lock(conn: psycopg.AsyncConnection[Any], key: int, settings: Settings, role: str) -> None:
+async def _wait_for_lock(conn: psycopg.AsyncConnection[Any], key: int, settings: Settings, role: str,
+                         quiet: bool = False) -> None:
     announced = False
     while True:
         cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
         row = await cur.fetchone()
         if row and row[0]:
-            log.info("leadership.acquired", role=role, partition=settings.partition)
+            (log.debug if quiet else log.info)("leadership.acquired", role=role, partition=settings.partition)
             return
         if not announced:
             log.info("leadership.waiting", role=role, partition=settings.partition)
@@ -188,12 +198,14 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
 
 
 @contextlib.asynccontextmanager
-async def answering_status(nc: NATS, settings: Settings, role: str) -> AsyncIterator[None]:
+async def answering_status(nc: NATS, settings: Settings, role: str,
+                           details: Callable[[], dict[str, Any]] | None = None) -> AsyncIterator[None]:
     """While this process leads `role`, `{prefix}.status.{role}` answers with its pid (operators and the
-    crash tests use it to find the process to stop)."""
+    crash tests use it to find the process to stop) and the role's `details` (a follower's `stuck`)."""
     async def respond(msg: Msg) -> None:
         await msg.respond(canonical_bytes({"result": {
-            "role": role, "leader": True, "partition": settings.partition, "pid": os.getpid()}}))
+            "role": role, "leader": True, "partition": settings.partition, "pid": os.getpid(),
+            **(details() if details is not None else {})}}))
 
     sub = await nc.subscribe(status_subject(settings.subject_prefix, role), cb=respond)
     try:

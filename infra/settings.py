@@ -26,6 +26,13 @@ class GatewaySettings(BaseModel):
     database_check_seconds: float = Field(default=1.0, gt=0)
 
 
+class FollowerSettings(BaseModel):
+    """Stream followers (the projector): how they retry an event they cannot apply. They never skip it."""
+
+    retry_first_seconds: float = Field(default=0.5, gt=0)
+    retry_max_seconds: float = Field(default=30.0, gt=0)
+
+
 class Settings(BaseSettings):
     """Everything a pamledger process needs; unset URLs mean 'the servers `pamledger up` started'."""
 
@@ -43,3 +50,4 @@ class Settings(BaseSettings):
     processes: Literal["split", "single"] = "split"
     writer: WriterSettings = WriterSettings()
     gateway: GatewaySettings = GatewaySettings()
+    follower: FollowerSettings = FollowerSettings()

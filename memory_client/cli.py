@@ -117,8 +117,22 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
         return 1
     report.update(nats_url=endpoints.nats_url, database_url=endpoints.database_url, source=endpoints.source)
     report.update(asyncio.run(_probe(settings, endpoints.nats_url, endpoints.database_url)))
+    report["problems"] = _problems(report)
     _print(report)
-    return 0 if report["nats"]["answers"] and report["postgres"]["answers"] else 1
+    for problem in report["problems"]:  # the same, for a person at a terminal (stdout stays one JSON value)
+        print(f"pamledger status: {problem}", file=sys.stderr)
+    return 0 if report["nats"]["answers"] and report["postgres"]["answers"] and not report["problems"] else 1
+
+
+def _problems(report: dict[str, Any]) -> list[str]:
+    """One sentence per role that reports itself stuck (a follower retrying an event it cannot apply)."""
+    problems = []
+    for role in ("writer", "query", "projector", "gateway"):
+        stuck = report.get(role, {}).get("stuck")
+        if stuck:
+            problems.append(f"{role} stuck at ledger sequence {stuck['sequence']} since {stuck['since']}"
+                            f" ({stuck['attempts']} attempts): {stuck['reason']}")
+    return problems
 
 
 async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[str, Any]:

@@ -71,6 +71,7 @@ def _progress(update: dict[str, Any]) -> None:
 
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     from projector.replay import ReplayOptions, replay
+    from schemas.errors import PamledgerError
 
     options = ReplayOptions(scope_id=args.scope_id, to_sequence=args.to_sequence, verify=args.verify,
                             swap=args.swap, keep=args.keep)
@@ -79,6 +80,9 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(json.dumps({"error": {"code": "invalid_request", "message": str(exc)}}))
         return 2
+    except PamledgerError as exc:  # ReplayFailed: names the ledger sequence it cannot project
+        print(json.dumps({"error": {"code": exc.code, "message": exc.message, "details": exc.details}}))
+        return 1
     print(json.dumps(report, indent=2, sort_keys=True))
     return 0 if report.get("verify", {}).get("equal", True) else 1
 

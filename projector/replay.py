@@ -26,6 +26,7 @@ from psycopg import sql
 from command_handler.store import HEAD_SQL
 from infra.ledger_identity import ledger_identity
 from infra.tasks import stop_task
+from projector.replay_diagnosis import DATA_ERRORS, replay_failed
 from projector.rows import COLUMNS, newest_row
 from projector.store import PROJECTION, comment_table, drop_table, merge, precompute_search, staging
 from schemas.canonical import canonical_bytes
@@ -42,7 +43,15 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def replay(database_url: str, options: ReplayOptions, progress: Progress | None = None) -> dict[str, Any]:
-    """Rebuild into a fresh table; returns the report (`digest`, counts, rate, and the verify outcome)."""
+    """Rebuild into a fresh table; returns the report (`digest`, counts, rate, and the verify outcome).
+    Raises ReplayFailed naming the ledger sequence when a stored event cannot be projected."""
+    try:
+        return await _replay(database_url, options, progress)
+    except DATA_ERRORS as exc:
+        raise await replay_failed(database_url, options.scope_id, options.to_sequence, exc) from exc
+
+
+async def _replay(database_url: str, options: ReplayOptions, progress: Progress | None) -> dict[str, Any]:
     if options.swap and (options.scope_id or options.to_sequence):
         raise ValueError("--swap rebuilds the whole projection to the head; it takes no --scope or --to-sequence")
     if options.verify and options.to_sequence:

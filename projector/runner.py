@@ -14,12 +14,18 @@ of the projector's CPU at 5,000 events/s. `max_ack_pending` bounds how far the s
 acknowledged batches; nothing is queued on the client beyond the buffer, and a gap in stream sequences
 (a message lost on the client) is never skipped: the projector applies what is contiguous and
 re-subscribes from its checkpoint.
+
+An event it cannot apply (a database error, an undecodable event) never stops it silently and is never
+skipped: the batch falls back to one event per transaction, so the checkpoint stops exactly before the bad
+event; the traceback and sequence are logged once, status shows it stuck (`infra.stuck`), and it
+retries from the checkpoint (EventFailed: a new connection and subscription) with capped backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 import nats
@@ -30,6 +36,7 @@ from nats.js.errors import NotFoundError
 
 from infra.ledger_identity import projector_disagreement, wait_for_agreement
 from infra.nats_raw import RawClient, stream_sequence
+from infra.stuck import StuckState, describe, traceback_text
 from infra.tasks import reraise_if_cancelled
 from projector.rows import Row, current_row, fold
 from projector.store import PROJECTION, apply_rows, checkpoint
@@ -54,6 +61,16 @@ class StreamGap(Exception):
     """A pushed event skipped a stream sequence: re-subscribe from the checkpoint."""
 
 
+class EventFailed(Exception):
+    """The event at `sequence` could not be applied: the caller waits out the backoff, then retries it on a
+    new connection from the checkpoint, so nothing the failure left in the session (such as psycopg's
+    prepared-statement cache out of step with the server: `infra.pg_pipeline`) carries over."""
+
+    def __init__(self, sequence: int):
+        super().__init__(f"cannot apply ledger sequence {sequence}")
+        self.sequence = sequence
+
+
 class Projector:
     """Follows `{prefix}.ledger.p{partition}.>` and keeps current_objects in step.
 
@@ -62,8 +79,9 @@ class Projector:
     """
 
     def __init__(self, nc: RawClient, conn: psycopg.AsyncConnection[Any], stream: str, prefix: str, partition: int,
-                 batch: int = 500):
+                 batch: int = 500, stuck: StuckState | None = None):
         self.nc = nc
+        self.stuck = stuck if stuck is not None else StuckState(0.5, 30.0)
         self.conn = conn
         self.stream = stream
         self.subject = f"{prefix}.ledger.p{partition}.>"
@@ -120,7 +138,9 @@ class Projector:
             filter_subject=self.subject, max_ack_pending=MAX_ACK_PENDING, ack_wait=60,
         )
         await js.add_consumer(self.stream, config)
-        log.info("projector.following", from_sequence=self.applied + 1, stream=self.stream)
+        # A retry of a stuck event re-subscribes too: say so once, when the state changes, not per retry.
+        (log.debug if self.stuck.current else log.info)(
+            "projector.following", from_sequence=self.applied + 1, stream=self.stream)
         return sub
 
     def _on_delivery(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
@@ -151,18 +171,57 @@ class Projector:
             self._arrived.clear()
         self._apply_started = time.monotonic()
         taken, gap = contiguous([stream_sequence(reply) for reply, _ in msgs], self.applied)
-        rows: dict[tuple[str, str], Row] = {}
-        for index, seq in taken:
-            fold(rows, current_row(msgs[index][1], seq))
         if taken:
-            await apply_rows(self.conn, list(rows.values()), taken[-1][1])
-            self.applied = taken[-1][1]
+            await self._apply([(msgs[index][1], seq) for index, seq in taken])
         if gap is not None:  # what was contiguous is applied; the consumer is re-created after it
             raise StreamGap(f"expected stream sequence {self.applied + 1}, got {gap}")
         self._unacked = msgs[-1][0]
         due = time.monotonic() - self._acked_at >= ACK_EVERY_SECONDS
         if due or self.applied - self._acked_through >= ACK_EVERY_EVENTS:
             await self._ack()
+
+    async def _apply(self, events: list[tuple[bytes, int]]) -> None:
+        """Apply (event, sequence) pairs in one transaction; if that fails, one per transaction up to the
+        one that fails, so the good events before a bad one are never held back. Raises EventFailed."""
+        try:
+            await self._apply_batch(events)
+        except Exception as exc:  # noqa: BLE001 - any event-level failure: find the event, report it, retry
+            self._reraise_if_lost(exc)
+            if len(events) == 1:
+                raise self._failed(events[0][1], exc) from exc
+            for event in events:
+                try:
+                    await self._apply_batch([event])
+                except Exception as single:  # noqa: BLE001
+                    self._reraise_if_lost(single)
+                    raise self._failed(event[1], single) from single
+        left = self.stuck.passed(self.applied)
+        if left is not None:
+            log.info("projector.recovered", ledger_sequence=left.sequence, attempts=left.attempts,
+                     stuck_seconds=round((datetime.now(timezone.utc) - left.since).total_seconds(), 3))
+
+    async def _apply_batch(self, events: list[tuple[bytes, int]]) -> None:
+        rows: dict[tuple[str, str], Row] = {}
+        for event, seq in events:
+            fold(rows, current_row(event, seq))
+        await apply_rows(self.conn, list(rows.values()), events[-1][1])
+        self.applied = events[-1][1]
+
+    def _reraise_if_lost(self, exc: Exception) -> None:
+        """A lost connection is not the event's fault: let the caller reconnect (project_forever)."""
+        reraise_if_cancelled()
+        if isinstance(exc, psycopg.Error) and (self.conn.broken or self.conn.closed):
+            raise exc
+
+    def _failed(self, sequence: int, exc: Exception) -> EventFailed:
+        """Count the failure; log the traceback only when the stuck state changes, not on every retry."""
+        reason = describe(exc)
+        if self.stuck.failed(sequence, reason, datetime.now(timezone.utc)):
+            log.error("projector.event_failed", ledger_sequence=sequence, reason=reason, exception=traceback_text(exc))
+        else:
+            log.debug("projector.retry_failed", ledger_sequence=sequence, attempts=self.stuck.current.attempts
+                      if self.stuck.current else 0)
+        return EventFailed(sequence)
 
     async def _ack(self) -> None:
         """Acknowledge everything applied so far (AckPolicy.ALL: the last message covers the rest)."""

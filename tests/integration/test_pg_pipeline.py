@@ -63,3 +63,27 @@ async def test_it_refuses_a_connection_that_is_not_in_autocommit(database_url: s
         with pytest.raises(ValueError):
             async with pipelined_transaction(c):
                 pass
+
+
+async def test_a_failed_pipeline_never_leaves_a_statement_psycopg_thinks_is_prepared(
+        conn: psycopg.AsyncConnection[object]) -> None:
+    """psycopg prepares a statement on its 5th execution; if that happens after the failing statement of an
+    aborted pipeline (and the connection has rolled back before), it used to stay recorded as prepared
+    though the server never parsed it, and every later transaction failed ("_pg3_N does not exist")."""
+    async def batch(key: int, notify: bool = True) -> None:
+        async with pipelined_transaction(conn):
+            await conn.execute(b"INSERT INTO pipeline_t VALUES (%s)", (key,))
+            if notify:
+                await conn.execute(b"SELECT pg_notify(%s, %s)", ("pipeline_t", "x"))
+
+    await batch(1, notify=False)
+    for _ in range(2):  # psycopg acts on the first ROLLBACK only
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            await batch(1, notify=False)
+    for key in range(2, 7):  # the NOTIFY runs 5 times: the next one is prepared
+        await batch(key)
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        await batch(2)  # ... here, after the failing INSERT, so the server skips its Parse
+    for key in range(7, 10):
+        await batch(key)
+    assert await _keys(conn) == list(range(1, 10))

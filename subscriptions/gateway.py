@@ -144,6 +144,9 @@ class Gateway:
         except nats.errors.Error as exc:
             reraise_if_cancelled()
             body = error_reply(ServiceUnavailable(f"JetStream unavailable: {type(exc).__name__}"), None)
+        except Exception:  # noqa: BLE001 - a bug answers its own request, never leaves the caller waiting
+            log.exception("subscription_request.crashed", request=name)
+            body = error_reply(PamledgerError("internal error while handling the subscription request"), None)
         await self._answer(msg, body)
 
     async def _answer(self, msg: Msg, body: bytes) -> None:

@@ -90,3 +90,24 @@ async def test_polling_an_unknown_subscription_is_still_invalid_request(client: 
     with pytest.raises(PamspecError) as err:
         await poll(client, "sub:never-opened", wait_ms=100)
     assert err.value.code == "invalid_request"
+
+
+async def test_an_unexpected_exception_answers_internal_error_and_the_gateway_serves_on(
+    client: MemoryClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug hit by one request (injected into the gateway's own status handler) answers that request
+    internal_error instead of leaving the caller to time out; the next request is served."""
+    from subscriptions.gateway import Gateway
+
+    head = (await make(client, 1))[0]["ledger_sequence"]
+    subscription_id = await open_poll(client, head)
+
+    async def broken_status(self: Gateway, request: Any) -> dict[str, Any]:
+        raise RuntimeError("injected gateway bug")
+
+    monkeypatch.setattr(Gateway, "_status", broken_status)
+    with pytest.raises(PamspecError) as err:
+        await client.subscription_request("status", {"subscription_id": subscription_id})
+    assert err.value.code == "internal_error"
+    monkeypatch.undo()
+    assert (await client.subscription_request("status", {"subscription_id": subscription_id}))

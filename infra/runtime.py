@@ -26,6 +26,7 @@ from command_handler.writer import Writer
 from infra.nats_log import ConnectionLog
 from infra.nats_raw import RawClient, connect_raw
 from infra.settings import Settings
+from infra.role_failures import RoleFailures
 from infra.stuck import StuckState
 from infra.subjects import status_subject
 from infra.supervisor import ROLES
@@ -110,20 +111,28 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
 
 async def lead_forever(settings: Settings, nc: RawClient, database_url: str) -> None:
     """Wait for the writer lock, serve as writer, and go back to waiting if the database session dies."""
+    failures = role_failures(settings, "writer")
     while True:
         try:
-            await _lead_once(settings, nc, database_url)
+            await _lead_once(settings, nc, database_url, failures)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            log.warning("writer.lost_database", error=type(exc).__name__)
-        except Exception:  # noqa: BLE001 - a writer bug must not leave the process serving without a writer
-            log.exception("writer.crashed")
-        await asyncio.sleep(settings.writer.lock_poll_seconds)
+            await asyncio.sleep(failures.failed(exc, expected=True))
+        except Exception as exc:  # noqa: BLE001 - a writer bug must not leave the process serving without a writer
+            await asyncio.sleep(failures.failed(exc, expected=False))
+        else:
+            await asyncio.sleep(settings.writer.lock_poll_seconds)
 
 
-async def _lead_once(settings: Settings, nc: RawClient, database_url: str) -> None:
+def role_failures(settings: Settings, role: str) -> RoleFailures:
+    """A role loop's failure log and backoff: from the lock poll interval up to 10x it."""
+    return RoleFailures(role, settings.writer.lock_poll_seconds, 10 * settings.writer.lock_poll_seconds)
+
+
+async def _lead_once(settings: Settings, nc: RawClient, database_url: str, failures: RoleFailures) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         store = PostgresLedgerStore(conn, settings.partition)
         await _wait_for_lock(conn, writer_lock_key(settings.partition), settings, "writer")
+        failures.serving()
         relay = Relay(nc, database_url, settings.stream_name, settings.subject_prefix, settings.partition,
                       settings.writer.relay_publish_timeout_seconds)
         relay_task = asyncio.create_task(relay.run())
@@ -137,6 +146,7 @@ async def project_forever(settings: Settings, nc: RawClient, database_url: str) 
     """Lead the partition's projector (its own advisory lock), reconnecting when the database goes away.
     Its stuck state outlives reconnects, so status keeps saying since when an event has been failing."""
     stuck = StuckState(settings.follower.retry_first_seconds, settings.follower.retry_max_seconds)
+    failures = role_failures(settings, "projector")
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
@@ -147,6 +157,7 @@ async def project_forever(settings: Settings, nc: RawClient, database_url: str) 
                 # A retry of a stuck event takes the lock again: said once, when the state changed.
                 await _wait_for_lock(conn, projector_lock_key(settings.partition), settings, "projector",
                                      quiet=stuck.current is not None)
+                failures.serving()
                 async with answering_status(nc, settings, "projector", lambda: {"stuck": stuck.report()}):
                     try:
                         await Projector(nc, conn, settings.stream_name, settings.subject_prefix,
@@ -155,10 +166,11 @@ async def project_forever(settings: Settings, nc: RawClient, database_url: str) 
                         await asyncio.sleep(stuck.delay())
                         continue
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            log.warning("projector.lost_database", error=type(exc).__name__)
-        except Exception:  # noqa: BLE001 - restart from the checkpoint rather than stop projecting
-            log.exception("projector.crashed")
-        await asyncio.sleep(settings.writer.lock_poll_seconds)
+            await asyncio.sleep(failures.failed(exc, expected=True))
+        except Exception as exc:  # noqa: BLE001 - restart from the checkpoint rather than stop projecting
+            await asyncio.sleep(failures.failed(exc, expected=False))
+        else:
+            await asyncio.sleep(settings.writer.lock_poll_seconds)
 
 
 async def _wait_for_lock(conn: psycopg.AsyncConnection[Any], key: int, settings: Settings, role: str,
@@ -178,22 +190,26 @@ async def _wait_for_lock(conn: psycopg.AsyncConnection[Any], key: int, settings:
 
 async def gateway_forever(settings: Settings, nc: NATS, database_url: str, authorizer: Authorizer) -> None:
     """Lead the partition's Subscribe gateway (its own advisory lock)."""
+    failures = role_failures(settings, "gateway")
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
                 key = gateway_lock_key(settings.partition)
                 await _wait_for_lock(conn, key, settings, "gateway")
+                failures.serving()
                 store = SubscriptionStore(conn, database_url, key, settings.writer.lock_poll_seconds)
                 try:
                     await Gateway(settings, nc, store, authorizer).serve()  # answers status.gateway once serving
                 finally:
                     await store.close()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            log.warning("gateway.lost_database", error=type(exc).__name__)
+            await asyncio.sleep(failures.failed(exc, expected=True))
+            continue
         except LeadershipLost as exc:
             log.warning("gateway.leadership_lost", reason=str(exc))
-        except Exception:  # noqa: BLE001 - restart and take the subscriptions over again
-            log.exception("gateway.crashed")
+        except Exception as exc:  # noqa: BLE001 - restart and take the subscriptions over again
+            await asyncio.sleep(failures.failed(exc, expected=False))
+            continue
         await asyncio.sleep(settings.writer.lock_poll_seconds)
 
 

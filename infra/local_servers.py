@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import shutil
 import socket
@@ -211,7 +212,7 @@ class LocalStack:
     def watches(self) -> list[ServerWatch]:
         """One watch per server this stack started, for the supervisor to restart it in place."""
         alive = {"nats": lambda: self.nats.is_running(), "postgres": lambda: self.postgres.is_alive()}
-        return [ServerWatch(name, alive[name], lambda name=name: self.revive(name)) for name in sorted(self.started)]
+        return [ServerWatch(name, alive[name], functools.partial(self.revive, name)) for name in sorted(self.started)]
 
     def revive(self, name: str) -> None:
         """Bring a dead server back on its data dir and port, or adopt one that already came back there.

@@ -43,8 +43,8 @@ class RawClient(Client):
         self._raw_handlers.pop(sub._id, None)
         await sub.unsubscribe()
 
-    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes,  # type: ignore[override]
-                           headers: bytes | None) -> None:
+    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes,
+                           headers: bytes) -> None:
         handler = self._raw_handlers.get(sid)
         if handler is None:
             await super()._process_msg(sid, subject, reply, data, headers)

@@ -36,7 +36,7 @@ class RoleFailures:
                 log.warning(f"{self.role}.lost_database", reason=reason, attempts=self.attempts)
             else:
                 log.error(f"{self.role}.crashed", reason=reason, attempts=self.attempts, exc_info=exc)
-        return min(self.max_delay, self.first_delay * 2 ** min(self.attempts - 1, 16))
+        return min(self.max_delay, self.first_delay * 2.0 ** min(self.attempts - 1, 16))
 
     def serving(self) -> None:
         """The role reached its serving state again: say so once and start the backoff afresh."""

@@ -60,7 +60,7 @@ class StuckState:
         """Seconds to wait before the next attempt: 0 when not stuck."""
         if self.current is None:
             return 0.0
-        return min(self.max_delay, self.first_delay * 2 ** min(self.current.attempts - 1, 32))
+        return min(self.max_delay, self.first_delay * 2.0 ** min(self.current.attempts - 1, 32))
 
     def report(self) -> dict[str, Any] | None:
         """The status reply's `stuck` member: null while the follower moves."""

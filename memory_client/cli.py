@@ -10,11 +10,13 @@ import signal
 import sys
 from typing import Any
 
+import psycopg
+
 from infra.endpoints import NoServers, resolve
 from infra.logging import configure_logging
 from infra.settings import Settings
 from memory_client.cli_audit import add_audit_parsers, add_query_parser, cmd_audit, cmd_replay, query_filters
-from memory_client.cli_common import Parser, connect, emit_error, json_content, print_json
+from memory_client.cli_common import Parser, connect, emit_error, json_content, pam_id, print_json
 from memory_client.cli_subscribe import add_subscribe_parser, cmd_subscribe, cmd_subscriptions
 from memory_client.client import MemoryClient, PamspecError
 from schemas.common import DIMENSION_STATES
@@ -222,38 +224,38 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("verify", help="recompute the ledger hash chain")
     sub.add_parser("conformance-adapter", help="PAMSPEC conformance harness protocol v1 on stdin/stdout")
     sc = sub.add_parser("scope-create", help="register a memory scope")
-    sc.add_argument("scope_id")
+    sc.add_argument("scope_id", type=pam_id)
     sc.add_argument("--scope-kind", default="workspace")
     create = sub.add_parser("create", help="create a memory object")
-    create.add_argument("scope_id")
+    create.add_argument("scope_id", type=pam_id)
     create.add_argument("object_type")
     create.add_argument("content", help=CONTENT_HELP)
-    create.add_argument("--object-id")
+    create.add_argument("--object-id", type=pam_id)
     create.add_argument("--idempotency-key")
     _writer_args(create)
     update = sub.add_parser("update", help="write new content as a new version")
     for name in ("scope_id", "object_id", "expected_version_id"):
-        update.add_argument(name)
+        update.add_argument(name, type=pam_id)
     update.add_argument("content", help=CONTENT_HELP)
     _writer_args(update)
     transition = sub.add_parser("transition", help="move one state dimension")
     for name in ("scope_id", "object_id", "expected_version_id"):
-        transition.add_argument(name)
+        transition.add_argument(name, type=pam_id)
     transition.add_argument("dimension", choices=sorted(DIMENSION_STATES), help="one of %(choices)s")
     transition.add_argument("target_state", help="; ".join(
         f"{dimension}: {', '.join(sorted(states))}" for dimension, states in sorted(DIMENSION_STATES.items())))
     _writer_args(transition)
     delete = sub.add_parser("delete", help="tombstone an object and erase its content")
     for name in ("scope_id", "object_id", "expected_version_id"):
-        delete.add_argument(name)
+        delete.add_argument(name, type=pam_id)
     _writer_args(delete)
     read = sub.add_parser("read", help="read the current (or a given) version")
-    read.add_argument("scope_id")
-    read.add_argument("object_id")
-    read.add_argument("--version-id")
+    read.add_argument("scope_id", type=pam_id)
+    read.add_argument("object_id", type=pam_id)
+    read.add_argument("--version-id", type=pam_id)
     hist = sub.add_parser("history", help="versions oldest first and the object's ledger events")
-    hist.add_argument("scope_id")
-    hist.add_argument("object_id")
+    hist.add_argument("scope_id", type=pam_id)
+    hist.add_argument("object_id", type=pam_id)
     add_query_parser(sub)
     add_audit_parsers(sub)
     add_subscribe_parser(sub)
@@ -280,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
         return emit_error(PamspecError.of(exc.code, exc.message, exc.details))
     except NoServers as exc:
         return emit_error(PamspecError.of("service_unavailable", str(exc), {"state_dir": str(settings.state_dir)}))
+    except psycopg.OperationalError as exc:  # replay, audit, verify, subscriptions read Postgres directly
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return emit_error(PamspecError.of("service_unavailable", f"cannot reach Postgres: {reason}"))
 
 
 if __name__ == "__main__":

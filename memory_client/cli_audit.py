@@ -12,7 +12,7 @@ import psycopg
 
 from infra.endpoints import resolve
 from infra.settings import Settings
-from memory_client.cli_common import invalid, sequence
+from memory_client.cli_common import invalid, pam_id, sequence
 from query.request import MAX_LIMIT, TIME_FIELDS, Order, QueryRequest
 from schemas.common import DIMENSION_STATES
 
@@ -33,7 +33,7 @@ QUERY_EPILOG = (
 def add_query_parser(sub: Any) -> None:
     q = sub.add_parser("query", help="query a scope (structured filters, full text, ordering, paging)",
                        description=QUERY_EPILOG)
-    q.add_argument("scope_id")
+    q.add_argument("scope_id", type=pam_id)
     for flag, dest in LIST_OPTIONS[:4]:
         q.add_argument(flag, dest=dest, action="append", help=f"repeatable; filters {dest}")
     for flag, dest, dimension in STATE_OPTIONS:
@@ -72,13 +72,13 @@ def query_filters(args: argparse.Namespace) -> dict[str, Any]:
 
 def add_audit_parsers(sub: Any) -> None:
     r = sub.add_parser("replay", help="rebuild the projection from the ledger; print its digest")
-    r.add_argument("--scope", dest="scope_id", help="rebuild one scope only (it must exist)")
+    r.add_argument("--scope", dest="scope_id", type=pam_id, help="rebuild one scope only (it must exist)")
     r.add_argument("--to-sequence", type=sequence, help="stop at this ledger sequence (0 to the ledger head)")
     r.add_argument("--verify", action="store_true", help="compare with the live projection, list differences")
     r.add_argument("--swap", action="store_true", help="replace the live projection by the rebuild")
     r.add_argument("--keep", action="store_true", help="keep the rebuilt table (its name is printed)")
     a = sub.add_parser("audit", help="a scope's objects, versions and states as of a ledger sequence")
-    a.add_argument("--scope", dest="scope_id", required=True, help="an existing scope")
+    a.add_argument("--scope", dest="scope_id", type=pam_id, required=True, help="an existing scope")
     a.add_argument("--at", type=sequence, required=True, help="a ledger sequence, 0 to the ledger head")
 
 

@@ -16,6 +16,7 @@ from infra.settings import Settings
 from memory_client.client import MemoryClient
 from memory_client.connection import find_nats_url
 from memory_client.errors import PamspecError
+from schemas.common import is_valid_id
 
 
 def print_json(value: Any) -> None:
@@ -49,6 +50,14 @@ def sequence(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
+
+
+def pam_id(text: str) -> str:
+    """A PAMSPEC identifier argument (`scheme:rest`), checked here so a typo reads as English, not a regex."""
+    if not is_valid_id(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a PAMSPEC id: `scheme:rest` (letters, digits and + . _ : - /), e.g. workspace:demo")
+    return text
 
 
 def json_content(text: str) -> Any:

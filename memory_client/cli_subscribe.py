@@ -15,7 +15,7 @@ import psycopg
 from infra.endpoints import resolve
 from infra.settings import Settings
 from infra.tasks import stop_task
-from memory_client.cli_common import connect, print_json, sequence
+from memory_client.cli_common import connect, pam_id, print_json, sequence
 
 # The gateway has no list request: read its table, as `status` reads the projector's checkpoint.
 LIST_SQL = (
@@ -29,12 +29,12 @@ LIST_COLUMNS = ("subscription_id", "scope_id", "status", "close_reason", "start_
 def add_subscribe_parser(sub: Any) -> None:
     s = sub.add_parser("subscribe", help="stream a scope's ledger events as JSON lines (Ctrl-C stops and "
                                          "closes the subscription unless --keep)")
-    s.add_argument("scope_id")
+    s.add_argument("scope_id", type=pam_id)
     s.add_argument("--after", type=sequence, dest="after_sequence", help="catch up from after this ledger sequence")
     s.add_argument("--event-class", action="append", dest="event_classes", help="repeatable; filters event classes")
     s.add_argument("--object-type")
-    s.add_argument("--object-id")
-    s.add_argument("--subscription-id", help="re-attach to an existing subscription")
+    s.add_argument("--object-id", type=pam_id)
+    s.add_argument("--subscription-id", type=pam_id, help="re-attach to an existing subscription")
     s.add_argument("--actor-id", default="actor:cli:user")
     s.add_argument("--actor-kind", default="human")
     s.add_argument("--keep", action="store_true",
@@ -42,7 +42,7 @@ def add_subscribe_parser(sub: Any) -> None:
     s.add_argument("--close-on-exit", action="store_true", help=argparse.SUPPRESS)  # the default now
     ls = sub.add_parser("subscriptions", help="list open subscriptions (--all: closed ones too); --close ID")
     ls.add_argument("--all", action="store_true", help="closed subscriptions too")
-    ls.add_argument("--close", metavar="SUBSCRIPTION_ID", action="append", help="close it (repeatable)")
+    ls.add_argument("--close", metavar="SUBSCRIPTION_ID", action="append", type=pam_id, help="close it (repeatable)")
 
 
 def cmd_subscribe(settings: Settings, args: argparse.Namespace) -> int:

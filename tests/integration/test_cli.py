@@ -30,11 +30,12 @@ def cli_env(env: Env, state_dir: Path, urls: bool = True) -> dict[str, str]:
     return base
 
 
-async def run(env: Env, folder: Path, *args: str, stdin: bytes | None = None, urls: bool = True
-              ) -> tuple[int, Any, str]:
+async def run(env: Env, folder: Path, *args: str, stdin: bytes | None = None, urls: bool = True,
+              extra: dict[str, str] | None = None) -> tuple[int, Any, str]:
     """Run `pamledger ARGS` in `folder`; (exit code, stdout parsed as JSON or None, stderr)."""
     proc = await asyncio.create_subprocess_exec(
-        PAMLEDGER, *args, cwd=folder, env=cli_env(env, folder / "state", urls), stdin=asyncio.subprocess.PIPE,
+        PAMLEDGER, *args, cwd=folder, env={**cli_env(env, folder / "state", urls), **(extra or {})},
+        stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(stdin), 120)
     assert proc.returncode is not None
@@ -62,7 +63,11 @@ async def test_every_failure_is_the_envelope_on_stderr(service: Env, scope: str,
     code, out, err = await run(service, tmp_path, "create", scope, "claim", "{not json")
     assert (code, out, error_of(err)["code"]) == (1, None, "invalid_request")
     code, out, err = await run(service, tmp_path, "create", "bad scope", "claim", "{}")
-    assert (code, out, error_of(err)["code"]) == (1, None, "invalid_request")
+    assert (code, out, error_of(err)["code"]) == (2, None, "invalid_request")
+    assert "not a PAMSPEC id" in error_of(err)["message"] and "regex" not in err
+    dead = {"PAMLEDGER_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    code, out, err = await run(service, tmp_path, "audit", "--scope", scope, "--at", "0", extra=dead)
+    assert (code, out, error_of(err)["code"]) == (1, None, "service_unavailable")
     code, out, err = await run(service, tmp_path, "transition", scope, "mem:x", "ver:x", "colour", "red")
     assert (code, out, error_of(err)["code"]) == (2, None, "invalid_request")
     assert "colour" in error_of(err)["message"]

@@ -162,3 +162,30 @@ async def test_ctrl_c_closes_the_subscription_unless_kept(service: Env, scope: s
     assert kept_id not in await listed(service, tmp_path)
     code, out, err = await run(service, tmp_path, "subscriptions", "--close", "sub:absent")
     assert code == 1 and out is None and error_of(err)["code"] != "internal_error"
+
+
+async def test_the_cli_works_from_any_folder_given_only_the_state_dir(service: Env, scope: str,
+                                                                       tmp_path: Path) -> None:
+    state = tmp_path / "elsewhere" / "state"
+    state.mkdir(parents=True)
+    (state / "servers.json").write_text(json.dumps({"nats_url": service.nats_url,
+                                                    "database_url": service.database_url}))
+    folder = tmp_path / "some" / "folder"
+    folder.mkdir(parents=True)
+    env = {**cli_env(service, state, urls=False)}
+    for args in (("scope-create", scope), ("audit", "--scope", scope, "--at", "0"), ("subscriptions",)):
+        proc = await asyncio.create_subprocess_exec(PAMLEDGER, *args, cwd=folder, env=env,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        assert proc.returncode == 0, (args, err.decode())
+        assert json.loads(out)
+
+
+async def test_commands_that_talk_to_the_service_need_only_the_nats_url(service: Env, scope: str,
+                                                                         tmp_path: Path) -> None:
+    only_nats = {k: v for k, v in cli_env(service, tmp_path / "empty-state").items() if k != "PAMLEDGER_DATABASE_URL"}
+    proc = await asyncio.create_subprocess_exec(PAMLEDGER, "query", scope, cwd=tmp_path, env=only_nats,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    assert "items" in json.loads(out)

@@ -1,4 +1,5 @@
-"""The `pamledger` command line. Every command prints JSON on stdout; logs go to stderr."""
+"""The `pamledger` command line. Every command prints JSON on stdout; errors ({"error": {...}}, the PAMSPEC
+envelope) and logs go to stderr, with a non-zero exit."""
 
 from __future__ import annotations
 
@@ -9,24 +10,20 @@ import signal
 import sys
 from typing import Any
 
+import psycopg
+
 from infra.endpoints import NoServers, resolve
 from infra.logging import configure_logging
 from infra.settings import Settings
 from memory_client.cli_audit import add_audit_parsers, add_query_parser, cmd_audit, cmd_replay, query_filters
+from memory_client.cli_common import Parser, connect, emit_error, json_content, pam_id, print_json
 from memory_client.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report
-from memory_client.cli_subscribe import add_subscribe_parser, cmd_subscribe
+from memory_client.cli_subscribe import add_subscribe_parser, cmd_subscribe, cmd_subscriptions
 from memory_client.client import MemoryClient, PamspecError
+from schemas.common import DIMENSION_STATES
+from schemas.errors import PamledgerError
 
-
-def _print(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True))
-
-
-def _json_arg(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SystemExit(f"not valid JSON: {exc}") from None
+_print = print_json
 
 
 def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
@@ -175,19 +172,14 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
 
 
 def cmd_client(settings: Settings, args: argparse.Namespace) -> int:
-    """create / read / history / update / transition / delete / scope-create through the SDK."""
-    try:
-        _print(asyncio.run(_client_call(settings, args)))
-        return 0
-    except PamspecError as exc:
-        _print({"error": {"code": exc.code, "message": exc.message, "retryable": exc.retryable,
-                          "details": exc.details, "operation_id": exc.operation_id}})
-        return 1
+    """create / read / history / update / transition / delete / scope-create / query through the SDK."""
+    _print(asyncio.run(_client_call(settings, args)))
+    return 0
 
 
 async def _client_call(settings: Settings, args: argparse.Namespace) -> Any:
-    client = await MemoryClient.connect(resolve(settings).nats_url, settings.subject_prefix,
-                                        settings.request_timeout_seconds)
+    content = json_content(args.content) if hasattr(args, "content") else None  # before connecting: stdin
+    client = await connect(settings)
     actor = {"actor_id": args.actor_id, "actor_kind": args.actor_kind} if hasattr(args, "actor_id") else {}
     provenance = {"provenance_id": getattr(args, "provenance_id", None) or "prov:cli", "actor": actor,
                   "activity": getattr(args, "activity", "cli")}
@@ -198,11 +190,11 @@ async def _client_call(settings: Settings, args: argparse.Namespace) -> Any:
             case "create":
                 optional = {k: v for k, v in (("object_id", args.object_id),
                                               ("idempotency_key", args.idempotency_key)) if v}
-                return await client.create(args.scope_id, args.object_type, _json_arg(args.content), actor,
-                                           provenance, **optional)
+                return await client.create(args.scope_id, args.object_type, content, actor, provenance,
+                                           **optional)
             case "update":
                 return await client.update(args.scope_id, args.object_id, args.expected_version_id,
-                                           _json_arg(args.content), actor, provenance)
+                                           content, actor, provenance)
             case "transition":
                 return await client.transition(args.scope_id, args.object_id, args.expected_version_id,
                                                args.dimension, args.target_state, actor, provenance)
@@ -226,6 +218,9 @@ def cmd_conformance(settings: Settings, args: argparse.Namespace) -> int:
     return run_adapter(settings)
 
 
+CONTENT_HELP = "canonical content as JSON; @PATH reads it from a file, - from stdin"
+
+
 def _writer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--actor-id", default="actor:cli:user")
     p.add_argument("--actor-kind", default="human")
@@ -234,7 +229,7 @@ def _writer_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pamledger", description=__doc__)
+    parser = Parser(prog="pamledger", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="start local NATS and Postgres in the background and migrate")
     sub.add_parser("down", help="stop the servers `up` started")
@@ -249,34 +244,38 @@ def build_parser() -> argparse.ArgumentParser:
     add_ledger_parsers(sub)
     sub.add_parser("conformance-adapter", help="PAMSPEC conformance harness protocol v1 on stdin/stdout")
     sc = sub.add_parser("scope-create", help="register a memory scope")
-    sc.add_argument("scope_id")
+    sc.add_argument("scope_id", type=pam_id)
     sc.add_argument("--scope-kind", default="workspace")
     create = sub.add_parser("create", help="create a memory object")
-    create.add_argument("scope_id")
+    create.add_argument("scope_id", type=pam_id)
     create.add_argument("object_type")
-    create.add_argument("content", help="canonical content as JSON")
-    create.add_argument("--object-id")
+    create.add_argument("content", help=CONTENT_HELP)
+    create.add_argument("--object-id", type=pam_id)
     create.add_argument("--idempotency-key")
     _writer_args(create)
     update = sub.add_parser("update", help="write new content as a new version")
-    for name in ("scope_id", "object_id", "expected_version_id", "content"):
-        update.add_argument(name)
+    for name in ("scope_id", "object_id", "expected_version_id"):
+        update.add_argument(name, type=pam_id)
+    update.add_argument("content", help=CONTENT_HELP)
     _writer_args(update)
     transition = sub.add_parser("transition", help="move one state dimension")
-    for name in ("scope_id", "object_id", "expected_version_id", "dimension", "target_state"):
-        transition.add_argument(name)
+    for name in ("scope_id", "object_id", "expected_version_id"):
+        transition.add_argument(name, type=pam_id)
+    transition.add_argument("dimension", choices=sorted(DIMENSION_STATES), help="one of %(choices)s")
+    transition.add_argument("target_state", help="; ".join(
+        f"{dimension}: {', '.join(sorted(states))}" for dimension, states in sorted(DIMENSION_STATES.items())))
     _writer_args(transition)
     delete = sub.add_parser("delete", help="tombstone an object and erase its content")
     for name in ("scope_id", "object_id", "expected_version_id"):
-        delete.add_argument(name)
+        delete.add_argument(name, type=pam_id)
     _writer_args(delete)
     read = sub.add_parser("read", help="read the current (or a given) version")
-    read.add_argument("scope_id")
-    read.add_argument("object_id")
-    read.add_argument("--version-id")
+    read.add_argument("scope_id", type=pam_id)
+    read.add_argument("object_id", type=pam_id)
+    read.add_argument("--version-id", type=pam_id)
     hist = sub.add_parser("history", help="versions oldest first and the object's ledger events")
-    hist.add_argument("scope_id")
-    hist.add_argument("object_id")
+    hist.add_argument("scope_id", type=pam_id)
+    hist.add_argument("object_id", type=pam_id)
     add_query_parser(sub)
     add_audit_parsers(sub)
     add_subscribe_parser(sub)
@@ -287,7 +286,7 @@ HANDLERS = {
     "up": cmd_up, "down": cmd_down, "clean": cmd_clean, "run": cmd_run, "serve": cmd_serve, "status": cmd_status,
     "verify": cmd_verify, "stream": cmd_stream,
     "conformance-adapter": cmd_conformance, "replay": cmd_replay, "audit": cmd_audit,
-    "subscribe": cmd_subscribe,
+    "subscribe": cmd_subscribe, "subscriptions": cmd_subscriptions,
 }
 
 
@@ -298,9 +297,15 @@ def main(argv: list[str] | None = None) -> int:
     handler = HANDLERS.get(args.command, cmd_client)
     try:
         return handler(settings, args)
+    except PamspecError as exc:
+        return emit_error(exc)
+    except PamledgerError as exc:
+        return emit_error(PamspecError.of(exc.code, exc.message, exc.details))
     except NoServers as exc:
-        print(json.dumps({"error": {"code": "service_unavailable", "message": str(exc)}}), file=sys.stdout)
-        return 1
+        return emit_error(PamspecError.of("service_unavailable", str(exc), {"state_dir": str(settings.state_dir)}))
+    except psycopg.OperationalError as exc:  # replay, audit, verify, subscriptions read Postgres directly
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return emit_error(PamspecError.of("service_unavailable", f"cannot reach Postgres: {reason}"))
 
 
 if __name__ == "__main__":

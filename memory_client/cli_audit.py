@@ -12,29 +12,46 @@ import psycopg
 
 from infra.endpoints import resolve
 from infra.settings import Settings
-from query.request import TIME_FIELDS
+from memory_client.cli_common import invalid, pam_id, sequence
+from query.request import MAX_LIMIT, TIME_FIELDS, Order, QueryRequest
+from schemas.common import DIMENSION_STATES
 
-STATE_OPTIONS = (("--lifecycle", "lifecycle_states"), ("--availability", "availability_states"),
-                 ("--retention", "retention_states"), ("--validation", "validation_states"))
+# flag, request field, the dimension whose states it takes
+STATE_OPTIONS = (("--lifecycle", "lifecycle_states", "lifecycle"),
+                 ("--availability", "availability_states", "availability"),
+                 ("--retention", "retention_states", "retention"),
+                 ("--validation", "validation_states", "validation"))
 LIST_OPTIONS = (("--type", "object_types"), ("--schema-id", "schema_ids"), ("--actor", "actor_ids"),
-                ("--provenance", "provenance_ids"), *STATE_OPTIONS)
+                ("--provenance", "provenance_ids"), *((flag, dest) for flag, dest, _ in STATE_OPTIONS))
+ORDERS: tuple[str, ...] = Order.__args__  # type: ignore[attr-defined]
+QUERY_EPILOG = (
+    "By default a query shows only trusted memory: lifecycle active, availability available, retention "
+    "retained, validation corroborated. A new object is `unverified`, so a plain `query SCOPE` right after "
+    "`create` shows nothing: add `--validation unverified` (repeat a state flag to allow several states).")
 
 
 def add_query_parser(sub: Any) -> None:
-    q = sub.add_parser("query", help="query a scope (structured filters, full text, ordering, paging)")
-    q.add_argument("scope_id")
-    for flag, dest in LIST_OPTIONS:
+    q = sub.add_parser("query", help="query a scope (structured filters, full text, ordering, paging)",
+                       description=QUERY_EPILOG)
+    q.add_argument("scope_id", type=pam_id)
+    for flag, dest in LIST_OPTIONS[:4]:
         q.add_argument(flag, dest=dest, action="append", help=f"repeatable; filters {dest}")
+    for flag, dest, dimension in STATE_OPTIONS:
+        default = getattr(QueryRequest(scope_id="x:x"), dest)
+        q.add_argument(flag, dest=dest, action="append", choices=sorted(DIMENSION_STATES[dimension]),
+                       metavar="STATE",
+                       help=f"repeatable; one of %(choices)s (default: {', '.join(default)})")
     q.add_argument("--time", nargs=3, action="append", metavar=("FIELD", "GTE", "LT"),
                    help=f"time window on one of {', '.join(TIME_FIELDS)}; '-' leaves a bound open")
-    q.add_argument("--seq-gte", type=int)
-    q.add_argument("--seq-lte", type=int)
+    q.add_argument("--seq-gte", type=sequence)
+    q.add_argument("--seq-lte", type=sequence)
     q.add_argument("--text", help="full-text query (web search syntax)")
-    q.add_argument("--order", default="newest")
-    q.add_argument("--limit", type=int, default=50)
-    q.add_argument("--cursor")
-    q.add_argument("--min-sequence", type=int)
-    q.add_argument("--as-of", type=int, dest="as_of_sequence", help="the scope as of this ledger sequence")
+    q.add_argument("--order", default="newest", choices=ORDERS, metavar="ORDER",
+                   help="one of %(choices)s (default: %(default)s; score needs --text)")
+    q.add_argument("--limit", type=int, default=50, help=f"1 to {MAX_LIMIT} (default: %(default)s)")
+    q.add_argument("--cursor", help="the next_cursor of the previous page")
+    q.add_argument("--min-sequence", type=sequence, help="wait until the projection has reached this sequence")
+    q.add_argument("--as-of", type=sequence, dest="as_of_sequence", help="the scope as of this ledger sequence")
 
 
 def query_filters(args: argparse.Namespace) -> dict[str, Any]:
@@ -55,14 +72,14 @@ def query_filters(args: argparse.Namespace) -> dict[str, Any]:
 
 def add_audit_parsers(sub: Any) -> None:
     r = sub.add_parser("replay", help="rebuild the projection from the ledger; print its digest")
-    r.add_argument("--scope", dest="scope_id")
-    r.add_argument("--to-sequence", type=int)
+    r.add_argument("--scope", dest="scope_id", type=pam_id, help="rebuild one scope only (it must exist)")
+    r.add_argument("--to-sequence", type=sequence, help="stop at this ledger sequence (0 to the ledger head)")
     r.add_argument("--verify", action="store_true", help="compare with the live projection, list differences")
     r.add_argument("--swap", action="store_true", help="replace the live projection by the rebuild")
     r.add_argument("--keep", action="store_true", help="keep the rebuilt table (its name is printed)")
     a = sub.add_parser("audit", help="a scope's objects, versions and states as of a ledger sequence")
-    a.add_argument("--scope", dest="scope_id", required=True)
-    a.add_argument("--at", type=int, required=True)
+    a.add_argument("--scope", dest="scope_id", type=pam_id, required=True, help="an existing scope")
+    a.add_argument("--at", type=sequence, required=True, help="a ledger sequence, 0 to the ledger head")
 
 
 def _progress(update: dict[str, Any]) -> None:
@@ -71,33 +88,43 @@ def _progress(update: dict[str, Any]) -> None:
 
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     from projector.replay import ReplayOptions, replay
-    from schemas.errors import PamledgerError
 
     options = ReplayOptions(scope_id=args.scope_id, to_sequence=args.to_sequence, verify=args.verify,
                             swap=args.swap, keep=args.keep)
+    database_url = resolve(settings).database_url
+    asyncio.run(_check_replay_arguments(database_url, settings.partition, args.scope_id, args.to_sequence))
     try:
-        report = asyncio.run(replay(resolve(settings).database_url, options, _progress))
+        report = asyncio.run(replay(database_url, options, _progress))
     except ValueError as exc:
-        print(json.dumps({"error": {"code": "invalid_request", "message": str(exc)}}))
-        return 2
-    except PamledgerError as exc:  # ReplayFailed: names the ledger sequence it cannot project
-        print(json.dumps({"error": {"code": exc.code, "message": exc.message, "details": exc.details}}))
-        return 1
+        raise invalid(str(exc)) from None
     print(json.dumps(report, indent=2, sort_keys=True))
     return 0 if report.get("verify", {}).get("equal", True) else 1
 
 
 def cmd_audit(settings: Settings, args: argparse.Namespace) -> int:
     from projector.audit import audit
-    from schemas.errors import PamledgerError
 
     async def run() -> dict[str, Any]:
         async with await psycopg.AsyncConnection.connect(resolve(settings).database_url) as conn:
             return await audit(conn, args.scope_id, args.at)
 
-    try:
-        print(json.dumps(asyncio.run(run()), indent=2, sort_keys=True))
-    except PamledgerError as exc:
-        print(json.dumps({"error": {"code": exc.code, "message": exc.message, "details": exc.details}}))
-        return 1
+    print(json.dumps(asyncio.run(run()), indent=2, sort_keys=True))  # errors: main() prints the envelope
     return 0
+
+
+SCOPE_EXISTS_SQL = "SELECT 1 FROM scopes WHERE scope_id = %s"
+HEAD_SQL = "SELECT coalesce(max(ledger_sequence), 0) FROM ledger WHERE partition = %s"
+
+
+async def _check_replay_arguments(database_url: str, partition: int, scope_id: str | None,
+                                  to_sequence: int | None) -> None:
+    """Refuse an unknown scope or a sequence past the ledger head, as `audit` and `query` do."""
+    from memory_client.errors import PamspecError
+
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        if scope_id is not None and await (await conn.execute(SCOPE_EXISTS_SQL, (scope_id,))).fetchone() is None:
+            raise PamspecError.of("scope_not_found", "scope not found", {"scope_id": scope_id})
+        row = await (await conn.execute(HEAD_SQL, (partition,))).fetchone()
+        head = int(row[0]) if row else 0
+        if to_sequence is not None and to_sequence > head:
+            raise invalid("--to-sequence is beyond the ledger head", to_sequence=to_sequence, ledger_head=head)

@@ -1,4 +1,5 @@
-"""`pamledger subscribe`: a tail -f of a scope's ledger, one JSON line per event, until Ctrl-C."""
+"""`pamledger subscribe`: a tail -f of a scope's ledger, one JSON line per event, until Ctrl-C (which closes
+the subscription unless `--keep`). `pamledger subscriptions [--close ID]` lists and closes subscriptions."""
 
 from __future__ import annotations
 
@@ -9,57 +10,95 @@ import signal
 import sys
 from typing import Any
 
+import psycopg
+
 from infra.endpoints import resolve
 from infra.settings import Settings
 from infra.tasks import stop_task
-from memory_client.client import MemoryClient, PamspecError
+from memory_client.cli_common import connect, pam_id, print_json, sequence
+
+# The gateway has no list request: read its table, as `status` reads the projector's checkpoint.
+LIST_SQL = (
+    "SELECT subscription_id, scope_id, status, close_reason, start_sequence, last_delivered_sequence,"
+    " acked_sequence, created_at::text, closed_at::text FROM subscriptions"
+    " WHERE %(all)s OR status = 'open' ORDER BY created_at, subscription_id")
+LIST_COLUMNS = ("subscription_id", "scope_id", "status", "close_reason", "start_sequence",
+                "last_delivered_sequence", "acknowledged_sequence", "created_at", "closed_at")
 
 
 def add_subscribe_parser(sub: Any) -> None:
-    s = sub.add_parser("subscribe", help="stream a scope's ledger events as JSON lines (Ctrl-C stops)")
-    s.add_argument("scope_id")
-    s.add_argument("--after", type=int, dest="after_sequence", help="catch up from after this ledger sequence")
-    s.add_argument("--event-class", action="append", dest="event_classes")
+    s = sub.add_parser("subscribe", help="stream a scope's ledger events as JSON lines (Ctrl-C stops and "
+                                         "closes the subscription unless --keep)")
+    s.add_argument("scope_id", type=pam_id)
+    s.add_argument("--after", type=sequence, dest="after_sequence", help="catch up from after this ledger sequence")
+    s.add_argument("--event-class", action="append", dest="event_classes", help="repeatable; filters event classes")
     s.add_argument("--object-type")
-    s.add_argument("--object-id")
-    s.add_argument("--subscription-id", help="re-attach to an existing subscription")
+    s.add_argument("--object-id", type=pam_id)
+    s.add_argument("--subscription-id", type=pam_id, help="re-attach to an existing subscription")
     s.add_argument("--actor-id", default="actor:cli:user")
     s.add_argument("--actor-kind", default="human")
-    s.add_argument("--close-on-exit", action="store_true", help="unsubscribe when stopped (default: keep it)")
+    s.add_argument("--keep", action="store_true",
+                   help="leave the subscription open when stopped (re-attach with --subscription-id)")
+    s.add_argument("--close-on-exit", action="store_true", help=argparse.SUPPRESS)  # the default now
+    ls = sub.add_parser("subscriptions", help="list open subscriptions (--all: closed ones too); --close ID")
+    ls.add_argument("--all", action="store_true", help="closed subscriptions too")
+    ls.add_argument("--close", metavar="SUBSCRIPTION_ID", action="append", type=pam_id, help="close it (repeatable)")
 
 
 def cmd_subscribe(settings: Settings, args: argparse.Namespace) -> int:
-    try:
-        asyncio.run(_tail(settings, args))
-    except PamspecError as exc:
-        print(json.dumps({"error": {"code": exc.code, "message": exc.message, "details": exc.details}}))
-        return 1
+    asyncio.run(_tail(settings, args))  # errors: main() prints the envelope
     return 0
 
 
 async def _tail(settings: Settings, args: argparse.Namespace) -> None:
-    client = await MemoryClient.connect(resolve(settings).nats_url, settings.subject_prefix,
-                                        settings.request_timeout_seconds)
-    flt = {k: v for k, v in (("event_classes", args.event_classes), ("object_type", args.object_type),
-                             ("object_id", args.object_id)) if v}
-    actor = {"actor_id": args.actor_id, "actor_kind": args.actor_kind}
-    sub = await client.subscribe(args.scope_id, actor, after_sequence=args.after_sequence, filter=flt,
-                                 subscription_id=args.subscription_id)
-    print(json.dumps({"subscription_id": sub.subscription_id}), file=sys.stderr, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    client = await connect(settings)
+    try:
+        flt = {k: v for k, v in (("event_classes", args.event_classes), ("object_type", args.object_type),
+                                 ("object_id", args.object_id)) if v}
+        actor = {"actor_id": args.actor_id, "actor_kind": args.actor_kind}
+        sub = await client.subscribe(args.scope_id, actor, after_sequence=args.after_sequence, filter=flt,
+                                     subscription_id=args.subscription_id)
+        print(json.dumps({"subscription_id": sub.subscription_id}), file=sys.stderr, flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
 
-    async def pump() -> None:
-        async for event in sub:
-            print(json.dumps(event, sort_keys=True), flush=True)
-        if sub.closed:
-            print(json.dumps({"closed": sub.closed}, sort_keys=True), flush=True)
+        async def pump() -> None:
+            async for event in sub:
+                print(json.dumps(event, sort_keys=True), flush=True)
+            if sub.closed:
+                print(json.dumps({"closed": sub.closed}, sort_keys=True), flush=True)
 
-    task = asyncio.create_task(pump())
-    await asyncio.wait([task, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-    await stop_task(task)
-    if args.close_on_exit and sub.closed is None:
-        await sub.close()
-    await client.close()
+        task = asyncio.create_task(pump())
+        await asyncio.wait([task, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        await stop_task(task)
+        if not args.keep and sub.closed is None:
+            closed = await sub.close()
+            print(json.dumps({"closed": closed}, sort_keys=True), file=sys.stderr, flush=True)
+    finally:
+        await client.close()
+
+
+def cmd_subscriptions(settings: Settings, args: argparse.Namespace) -> int:
+    if args.close:
+        print_json({"closed": asyncio.run(_close(settings, args.close))})
+        return 0
+    print_json({"subscriptions": asyncio.run(_list(resolve(settings).database_url, args.all))})
+    return 0
+
+
+async def _list(database_url: str, everything: bool) -> list[dict[str, Any]]:
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        rows = await (await conn.execute(LIST_SQL, {"all": everything})).fetchall()
+    return [dict(zip(LIST_COLUMNS, row)) for row in rows]
+
+
+async def _close(settings: Settings, ids: list[str]) -> list[dict[str, Any]]:
+    """Close through the gateway (it stops delivery and records subscription_closed)."""
+    client = await connect(settings)
+    try:
+        return [await client.subscription_request("close", {"subscription_id": i, "reason": "unsubscribed"})
+                for i in ids]
+    finally:
+        await client.close()

@@ -11,43 +11,33 @@ import uuid
 from typing import Any
 
 import msgspec
-import nats
 from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
 from infra.subjects import command_subject, query_subject, status_subject
-from schemas.canonical import decode_json
+from memory_client.connection import find_nats_url, open_nats
+from memory_client.errors import PamspecError
 from memory_client.subscription import Subscription
-from schemas.errors import RETRYABLE, ErrorCode
+from schemas.canonical import decode_json
 from schemas.values import refusal
+
+__all__ = ["MemoryClient", "PamspecError", "SyncMemoryClient", "SyncSubscription"]
 
 _encoder = msgspec.json.Encoder()
 
 
-class PamspecError(Exception):
-    """A PAMSPEC error envelope raised on the client side."""
-
-    def __init__(self, code: str, message: str, retryable: bool, details: dict[str, Any] | None = None,
-                 operation_id: str = ""):
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.retryable = retryable
-        self.details = details or {}
-        self.operation_id = operation_id
-
-    @classmethod
-    def from_envelope(cls, env: dict[str, Any]) -> PamspecError:
-        return cls(env["code"], env["message"], env["retryable"], env.get("details"), env.get("operation_id", ""))
-
-
 def _unavailable(message: str) -> PamspecError:
-    code: ErrorCode = "service_unavailable"
-    return PamspecError(code, message, RETRYABLE[code])
+    return PamspecError.of("service_unavailable", message)
+
+
+def _too_large(size: int, limit: int) -> PamspecError:
+    """What the writer answers over its own limit, raised before NATS refuses the message outright."""
+    return PamspecError.of("invalid_request", f"payload of {size} bytes exceeds the NATS server's limit of {limit}",
+                           {"limit_bytes": limit, "size_bytes": size})
 
 
 class MemoryClient:
-    """Async client. Use `await MemoryClient.connect(url)` or pass an existing nats connection."""
+    """Async client. Use `await MemoryClient.connect()` (or `connect(url)`) or pass an existing nats connection."""
 
     def __init__(self, nc: NATS, prefix: str = "pamledger", timeout: float = 10.0, retries: int = 5):
         self.nc = nc
@@ -58,8 +48,17 @@ class MemoryClient:
         self._owns = False
 
     @classmethod
-    async def connect(cls, url: str, prefix: str = "pamledger", timeout: float = 10.0) -> MemoryClient:
-        client = cls(await nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.25), prefix, timeout)
+    async def connect(cls, url: str | None = None, prefix: str | None = None,
+                      timeout: float | None = None) -> MemoryClient:
+        """Connect to `url`, or with none to the local service the CLI would use (PAMLEDGER_NATS_URL, then
+        the state dir's servers.json); prefix and timeout default to PAMLEDGER_SUBJECT_PREFIX and
+        PAMLEDGER_REQUEST_TIMEOUT_SECONDS. Nothing listening raises PamspecError(service_unavailable) at once."""
+        from infra.settings import Settings
+
+        settings = Settings()
+        url = url or find_nats_url(settings)
+        timeout = settings.request_timeout_seconds if timeout is None else timeout
+        client = cls(await open_nats(url, min(timeout, 2.0)), prefix or settings.subject_prefix, timeout)
         client._owns = True
         return client
 
@@ -173,6 +172,8 @@ class MemoryClient:
     async def _request(self, subject: str, body: dict[str, Any], headers: dict[str, str],
                        retry: bool) -> dict[str, Any]:
         payload = _encoder.encode(body)
+        if len(payload) > self.nc.max_payload:
+            raise _too_large(len(payload), self.nc.max_payload)
         delay = 0.05
         for attempt in range(self.retries + 1 if retry else 1):
             try:
@@ -195,9 +196,13 @@ class MemoryClient:
 class SyncMemoryClient:
     """Blocking wrapper around MemoryClient for scripts and notebooks (runs its own event loop)."""
 
-    def __init__(self, url: str, prefix: str = "pamledger", timeout: float = 10.0):
+    def __init__(self, url: str | None = None, prefix: str | None = None, timeout: float | None = None):
         self._loop = asyncio.new_event_loop()
-        self._client = self._loop.run_until_complete(MemoryClient.connect(url, prefix, timeout))
+        try:
+            self._client = self._loop.run_until_complete(MemoryClient.connect(url, prefix, timeout))
+        except BaseException:
+            self._loop.close()
+            raise
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._client, name)

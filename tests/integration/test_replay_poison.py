@@ -53,6 +53,7 @@ async def test_the_cli_replay_prints_the_error_envelope_not_a_traceback(poisoned
                                                                          service: Env) -> None:
     done = await asyncio.to_thread(run_cli, service, "replay")
     assert done.returncode == 1
-    error = json.loads(done.stdout)["error"]
-    assert error["details"]["ledger_sequence"] == poisoned["ledger_sequence"]
+    envelopes = [json.loads(line) for line in done.stderr.splitlines() if line.startswith('{"error"')]
+    assert len(envelopes) == 1, done.stderr  # the envelope goes to stderr (one error format for the CLI)
+    assert envelopes[0]["error"]["details"]["ledger_sequence"] == poisoned["ledger_sequence"]
     assert "Traceback" not in done.stderr

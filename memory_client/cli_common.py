@@ -1,0 +1,84 @@
+"""What every `pamledger` command shares: one error format, argument types, content from a file or stdin.
+
+Every failure a CLI user sees is the PAMSPEC error envelope on stderr ({"error": {...}}) with a non-zero
+exit, whether it came from the service, from argparse, or from the CLI's own checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from infra.settings import Settings
+from memory_client.client import MemoryClient
+from memory_client.connection import find_nats_url
+from memory_client.errors import PamspecError
+from schemas.common import is_valid_id
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+def emit_error(error: PamspecError) -> int:
+    """Print the error envelope on stderr; the exit code for it."""
+    print(json.dumps({"error": error.envelope()}, sort_keys=True), file=sys.stderr, flush=True)
+    return 1
+
+
+def invalid(message: str, **details: Any) -> PamspecError:
+    return PamspecError.of("invalid_request", message, details)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are the error envelope too (exit 2, as argparse's own)."""
+
+    def error(self, message: str) -> NoReturn:
+        emit_error(invalid(f"{self.prog}: {message}", usage=self.format_usage().strip()))
+        sys.exit(2)
+
+
+def sequence(text: str) -> int:
+    """A ledger sequence argument: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def pam_id(text: str) -> str:
+    """A PAMSPEC identifier argument (`scheme:rest`), checked here so a typo reads as English, not a regex."""
+    if not is_valid_id(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a PAMSPEC id: `scheme:rest` (letters, digits and + . _ : - /), e.g. workspace:demo")
+    return text
+
+
+def json_content(text: str) -> Any:
+    """Content given inline, as `@path` (read from a file) or `-` (read from stdin), parsed as JSON.
+
+    A file or stdin also lifts the OS's limit on one argument's length (about 128 KB)."""
+    source = "argument"
+    if text == "-":
+        text, source = sys.stdin.read(), "stdin"
+    elif text.startswith("@"):
+        try:
+            text, source = Path(text[1:]).read_text(), text[1:]
+        except OSError as exc:
+            raise invalid(f"cannot read content file {text[1:]!r}: {exc.strerror}", path=text[1:]) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise invalid(f"content is not valid JSON ({source}): {exc}", source=source) from None
+
+
+async def connect(settings: Settings) -> MemoryClient:
+    """The SDK client on the NATS the settings or the state dir name (no database needed)."""
+    return await MemoryClient.connect(find_nats_url(settings), settings.subject_prefix,
+                                      settings.request_timeout_seconds)

@@ -1,0 +1,73 @@
+"""Find and open the NATS connection of a local pamledger service, failing fast with one clear error.
+
+With no URL the SDK looks where the CLI looks (PAMLEDGER_NATS_URL, then the state dir's servers.json),
+so the README snippets run against `make run` as written. A dead port answers one service_unavailable
+naming the URL instead of retrying forever with a traceback per attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NATS
+
+from memory_client.errors import PamspecError
+
+log = logging.getLogger("memory_client")
+
+
+def find_nats_url(settings: Any = None) -> str:
+    """PAMLEDGER_NATS_URL, else the nats_url `pamledger up`/`run` recorded in the state dir."""
+    from infra.local_servers import SERVERS_FILE, read_servers_file
+    from infra.settings import Settings
+
+    settings = settings or Settings()
+    if settings.nats_url:
+        return str(settings.nats_url)
+    recorded = read_servers_file(settings.state_dir) or {}
+    if recorded.get("nats_url"):
+        return str(recorded["nats_url"])
+    raise PamspecError.of(
+        "service_unavailable",
+        f"no NATS URL: set PAMLEDGER_NATS_URL, or start the service (`make run` / `pamledger up`) so that "
+        f"{settings.state_dir / SERVERS_FILE} names it (PAMLEDGER_STATE_DIR picks the state dir)",
+        {"state_dir": str(settings.state_dir)})
+
+
+async def open_nats(url: str, connect_timeout: float = 2.0) -> NATS:
+    """Try twice (nats.py's first connect otherwise loops forever on a dead port), then once connected
+    reconnect forever, so the client rides out server restarts."""
+    watch = _Watch(url)
+    try:
+        nc = await nats.connect(url, connect_timeout=max(1, round(connect_timeout)), max_reconnect_attempts=1,
+                                reconnect_time_wait=0.25, error_cb=watch.error, reconnected_cb=watch.reconnected)
+    except (OSError, TimeoutError, nats.errors.Error) as exc:
+        cause = watch.last_error or exc
+        raise PamspecError.of("service_unavailable", f"cannot reach NATS at {url}: {type(cause).__name__} {cause}",
+                              {"nats_url": url}) from None
+    nc.options["max_reconnect_attempts"] = -1  # read on every reconnect, not only at connect
+    watch.connected = True
+    return nc
+
+
+class _Watch:
+    """One log line per connection state change; nats.py's default prints a traceback every 250 ms."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.connected = False  # before: the connect call reports the failure itself
+        self.troubled = False
+        self.last_error: Exception | None = None
+
+    async def error(self, exc: Exception) -> None:
+        self.last_error = exc
+        if self.connected and not self.troubled:
+            log.warning("nats %s: %s; reconnecting quietly", self.url, type(exc).__name__)
+        self.troubled = True
+
+    async def reconnected(self) -> None:
+        if self.troubled:
+            log.warning("nats %s: reconnected", self.url)
+        self.troubled = False

@@ -1,0 +1,37 @@
+"""PamspecError: the PAMSPEC error envelope as a client-side exception.
+
+Apart from the client so the connection helpers and the CLI raise and render the same envelope.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.errors import RETRYABLE, ErrorCode
+
+
+class PamspecError(Exception):
+    """A PAMSPEC error envelope raised on the client side."""
+
+    def __init__(self, code: str, message: str, retryable: bool, details: dict[str, Any] | None = None,
+                 operation_id: str = ""):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+        self.details = details or {}
+        self.operation_id = operation_id
+
+    @classmethod
+    def from_envelope(cls, env: dict[str, Any]) -> PamspecError:
+        return cls(env["code"], env["message"], env["retryable"], env.get("details"), env.get("operation_id", ""))
+
+    @classmethod
+    def of(cls, code: ErrorCode, message: str, details: dict[str, Any] | None = None) -> PamspecError:
+        """An error made on the client side, retryable as the code's row in the PAMSPEC table says."""
+        return cls(code, message, RETRYABLE[code], details)
+
+    def envelope(self) -> dict[str, Any]:
+        """The PAMSPEC error envelope (what the service would have answered)."""
+        return {"code": self.code, "message": self.message, "retryable": self.retryable,
+                "operation_id": self.operation_id, "details": self.details}

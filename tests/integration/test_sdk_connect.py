@@ -1,0 +1,117 @@
+"""The SDK finds the local service by itself, fails fast on a dead port, and refuses over-size payloads as
+PamspecError(invalid_request) on every call path instead of leaking nats.errors.MaxPayloadError."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.local_servers import free_port
+from memory_client.client import MemoryClient, PamspecError, SyncMemoryClient
+from tests.conftest import ACTOR, PROVENANCE, Env
+
+SCOPE = "workspace:sdk-connect"
+FIVE_MB = "x" * 5_000_000
+
+
+def assert_too_large(error: PamspecError, limit: int) -> None:
+    assert error.code == "invalid_request" and not error.retryable
+    assert error.details["limit_bytes"] == limit
+    assert error.details["size_bytes"] > 5_000_000
+
+
+async def test_every_async_call_path_refuses_a_5_mb_payload_as_invalid_request(client: MemoryClient) -> None:
+    await client.create_scope(SCOPE)
+    created = await client.create(SCOPE, "claim", {"s": "small"}, ACTOR, PROVENANCE)
+    limit = client.nc.max_payload
+    calls: list[Any] = [
+        client.create(SCOPE, "claim", {"s": FIVE_MB}, ACTOR, PROVENANCE),
+        client.update(SCOPE, created["object_id"], created["version_id"], {"s": FIVE_MB}, ACTOR, PROVENANCE),
+        client.command("create", {"scope_id": SCOPE, "object_type": "claim", "canonical_content": FIVE_MB,
+                                  "actor": ACTOR, "provenance": PROVENANCE}),
+        client.create_scope("workspace:big", description=FIVE_MB),
+        client.read(SCOPE, FIVE_MB),
+        client.query(SCOPE, text=FIVE_MB),
+        client.subscribe(SCOPE, ACTOR, filter={"object_type": FIVE_MB}),
+    ]
+    for call in calls:
+        with pytest.raises(PamspecError) as caught:
+            await call
+        assert_too_large(caught.value, limit)
+    assert (await client.read(SCOPE, created["object_id"]))["canonical_content"] == {"s": "small"}
+
+
+async def test_the_sync_client_refuses_a_5_mb_payload_as_invalid_request(service: Env,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAMLEDGER_SUBJECT_PREFIX", service.settings.subject_prefix)
+
+    def write() -> PamspecError:
+        client = SyncMemoryClient(service.nats_url)
+        try:
+            client.create(SCOPE, "claim", {"s": FIVE_MB}, ACTOR, PROVENANCE)
+        except PamspecError as exc:
+            return exc
+        finally:
+            client.close()
+        raise AssertionError("a 5 MB write was not refused")
+
+    assert_too_large(await asyncio.to_thread(write), 1024 * 1024)
+
+
+async def test_connect_with_no_url_uses_PAMLEDGER_NATS_URL(service: Env, monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    monkeypatch.setenv("PAMLEDGER_STATE_DIR", str(tmp_path / "nothing-here"))
+    monkeypatch.setenv("PAMLEDGER_NATS_URL", service.nats_url)
+    monkeypatch.setenv("PAMLEDGER_SUBJECT_PREFIX", service.settings.subject_prefix)
+    async with await MemoryClient.connect() as client:
+        assert (await client.status("writer")) is not None
+
+
+async def test_connect_with_no_url_reads_the_state_dirs_servers_json(service: Env, monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    (tmp_path / "servers.json").write_text(json.dumps({"nats_url": service.nats_url}))
+    monkeypatch.delenv("PAMLEDGER_NATS_URL", raising=False)
+    monkeypatch.setenv("PAMLEDGER_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("PAMLEDGER_SUBJECT_PREFIX", service.settings.subject_prefix)
+    async with await MemoryClient.connect() as client:
+        assert (await client.status("writer")) is not None
+
+
+async def test_connect_with_nothing_to_find_says_where_it_looked(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    monkeypatch.delenv("PAMLEDGER_NATS_URL", raising=False)
+    monkeypatch.setenv("PAMLEDGER_STATE_DIR", str(tmp_path))
+    with pytest.raises(PamspecError) as caught:
+        await MemoryClient.connect()
+    assert caught.value.code == "service_unavailable"
+    assert "PAMLEDGER_NATS_URL" in caught.value.message and str(tmp_path) in caught.value.message
+
+
+async def test_a_dead_port_fails_fast_with_one_error_naming_the_url(capfd: pytest.CaptureFixture[str]) -> None:
+    url = f"nats://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with pytest.raises(PamspecError) as caught:
+        await asyncio.wait_for(MemoryClient.connect(url), 10)  # before: retried forever, a traceback each time
+    assert time.monotonic() - started < 5
+    assert caught.value.code == "service_unavailable" and caught.value.retryable
+    assert url in caught.value.message and caught.value.details == {"nats_url": url}
+    assert "Traceback" not in capfd.readouterr().err
+
+
+async def test_the_sync_client_fails_fast_on_a_dead_port_too() -> None:
+    url = f"nats://127.0.0.1:{free_port()}"
+
+    def connect() -> PamspecError:
+        try:
+            SyncMemoryClient(url)
+        except PamspecError as exc:
+            return exc
+        raise AssertionError("connected to a dead port")
+
+    error = await asyncio.wait_for(asyncio.to_thread(connect), 10)
+    assert error.code == "service_unavailable" and url in error.message

@@ -25,6 +25,7 @@ from command_handler.intake import parse
 from command_handler.planner import PlanInputs, plan_batch
 from command_handler.store import SINGLE_STATEMENT_ROWS, Batch, PostgresLedgerStore
 from command_handler.writer import new_stamp
+from schemas.registry import default_registry
 
 CREATES_PER_SECOND_GUESS = 12_000  # sizes the prebuilt work so the run lasts about `duration`
 
@@ -32,12 +33,12 @@ CREATES_PER_SECOND_GUESS = 12_000  # sizes the prebuilt work so the run lasts ab
 def planned_batches(creates: int, size: int = SINGLE_STATEMENT_ROWS) -> list[Batch]:
     """`creates` bench creates, each with its own idempotency key, planned in batches as the writer would."""
     payload = create_payload()
-    tail, batches = (0, GENESIS_HASH), []
+    tail, batches, registry = (0, GENESIS_HASH), [], default_registry()
     for start in range(0, creates, size):
         items = [parse("create", payload, {"Pam-Idempotency-Key": f"floor:{i}"}, 1 << 20)
                  for i in range(start, min(creates, start + size))]
         plan = plan_batch(items, PlanInputs(heads={}, idempotency={}, scope_known=lambda _: True,
-                                                  stamp=new_stamp, tail=tail))
+                                                  stamp=new_stamp, tail=tail, registry=registry))
         if any(o.error is not None for o in plan.outcomes):
             raise RuntimeError(f"the planner refused a bench create: {plan.outcomes}")
         tail = plan.tail

@@ -44,6 +44,7 @@ from command_handler.planner import PlanInputs, plan_batch
 from command_handler.state import ObjectHead, Stamp
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateObject, CreateScope, ObjectCommand
+from schemas.registry import TypeRegistry, default_registry
 
 __all__ = ["LoadSpec", "build_chunk", "load_ledger", "scope_ids"]
 Progress = Callable[[dict[str, Any]], None]
@@ -78,11 +79,12 @@ def build_chunk(spec: LoadSpec, index: int, check: bool = False) -> Chunk:
     content: list[tuple[Any, ...]] = []
     heads: dict[Key, ObjectHead] = {}
     seq, objects = index * spec.chunk, 0
+    registry = default_registry()
     pairs: list[tuple[ObjectCommand, Stamp]] = []
     for command, stamp, keep in chunk_commands(spec, index):
         seq += 1
         key = (command.scope_id, stamp.object_id)
-        decision = decide(heads.pop(key, None), command, stamp)
+        decision = decide(heads.pop(key, None), command, stamp, registry)
         event, head = decision.event, decision.head
         assert head is not None  # object commands always commit a version
         if keep:
@@ -98,7 +100,7 @@ def build_chunk(spec: LoadSpec, index: int, check: bool = False) -> Chunk:
         if check:
             pairs.append((command, stamp))
     if check:
-        _check_against_planner((ledger, versions, content), pairs, index * spec.chunk)
+        _check_against_planner((ledger, versions, content), pairs, index * spec.chunk, registry)
     prefixes = [pgcopy.ledger_prefix(row) for row in ledger]
     return Chunk(first_sequence=index * spec.chunk + 1, ledger=b"".join(prefixes),
                  ledger_ends=list(itertools.accumulate(len(p) for p in prefixes)),
@@ -109,12 +111,13 @@ def build_chunk(spec: LoadSpec, index: int, check: bool = False) -> Chunk:
 
 
 def _check_against_planner(rows: tuple[list[tuple[Any, ...]], ...], pairs: list[tuple[ObjectCommand, Stamp]],
-                           after: int) -> None:
+                           after: int, registry: TypeRegistry) -> None:
     stamps = iter([s for _, s in pairs])
     items: list[Parsed | Any] = [Parsed(name=type(c).__name__, command=c, operation_id=None, idempotency_key=None,
                                         request_digest="") for c, _ in pairs]
     plan = plan_batch(items, PlanInputs(heads={}, idempotency={}, scope_known=lambda s: True,
-                                        stamp=lambda _p: next(stamps), tail=(after, GENESIS_HASH)))
+                                        stamp=lambda _p: next(stamps), tail=(after, GENESIS_HASH),
+                                        registry=registry))
     b = plan.batch
     mine = ([r[1:] for r in rows[0]], rows[1], rows[2])
     theirs = ([(r.ledger_sequence, r.event_id, r.operation_id, r.scope_id, r.object_id, r.version_id, r.event_type,
@@ -131,7 +134,7 @@ def _scope_rows(spec: LoadSpec) -> list[tuple[str, str, str | None, str | None]]
                                         operation_id=None, idempotency_key=None, request_digest="")
                                  for s in scope_ids(spec.scopes)]
     plan = plan_batch(items, PlanInputs(heads={}, idempotency={}, scope_known=lambda s: False,
-                                        stamp=_no_stamp, tail=(0, GENESIS_HASH)))
+                                        stamp=_no_stamp, tail=(0, GENESIS_HASH), registry=default_registry()))
     return plan.batch.scopes
 
 

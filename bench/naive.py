@@ -37,6 +37,7 @@ from infra.db_errors import map_db_error
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateObject
 from schemas.errors import PamledgerError, ScopeNotFound
+from schemas.registry import default_registry
 
 INSERT_LEDGER = (
     "INSERT INTO ledger (partition, ledger_sequence, event_id, operation_id, scope_id, object_id, version_id,"
@@ -63,6 +64,7 @@ class NaiveWriter:
         self.conn = conn
         self.tail: tuple[int, bytes] = (0, b"")
         self.scopes: set[str] = set()
+        self.registry = default_registry()
 
     async def start(self) -> None:
         self.tail = await PostgresLedgerStore(self.conn).tail()
@@ -82,7 +84,7 @@ class NaiveWriter:
         assert isinstance(command, CreateObject)
         await self._require_scope(command.scope_id)
         stamp = _stamp(parsed)
-        decision = decide(None, command, stamp)
+        decision = decide(None, command, stamp, self.registry)
         head, event = decision.head, decision.event
         assert head is not None, "a create always commits a version"
         seq, prev = self.tail[0] + 1, self.tail[1]

@@ -1,7 +1,8 @@
 """The writer's pure core: decide(state, command) -> Decision and evolve(state, decision) -> state.
 
-No clock, uuid, I/O or logging here: ids and time arrive in a Stamp. A rejection raises a
-CommandRejected subclass carrying its stable PAMSPEC code.
+No clock, uuid, I/O or logging here: ids and time arrive in a Stamp, and the object types, content schemas
+and transition tables in a TypeRegistry. A rejection raises a CommandRejected subclass carrying its stable
+PAMSPEC code.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ from schemas.commands import (
     TransitionState,
     UpdateObject,
 )
-from schemas.common import DIMENSION_STATES, SPEC_VERSION, STANDARD_OBJECT_TYPES, is_extension_type
-from schemas.content import validate_content
+from schemas.common import SPEC_VERSION
 from schemas.envelope import Actor, Provenance
 from schemas.errors import (
     InvalidObject,
@@ -38,7 +38,7 @@ from schemas.errors import (
 )
 from schemas.events import TRANSITION_EVENT, LedgerEvent
 from schemas.errors import PamledgerError
-from schemas.transitions import allowed_targets
+from schemas.registry import TypeRegistry
 
 TOMBSTONE_CONTENT = {"tombstone": True}
 _OPTIONAL_FIELDS = (
@@ -47,17 +47,20 @@ _OPTIONAL_FIELDS = (
 )
 
 
-def decide(head: ObjectHead | None, command: ObjectCommand | EventOnlyCommand, stamp: Stamp) -> Decision:
-    """Validate one command against the object's head and say what it writes, or raise."""
+def decide(
+    head: ObjectHead | None, command: ObjectCommand | EventOnlyCommand, stamp: Stamp, registry: TypeRegistry
+) -> Decision:
+    """Validate one command against the object's head and the registry's tables and say what it writes, or
+    raise."""
     match command:
         case OpenSubscription() | CloseSubscription():
             return _event_only(command, stamp)
         case CreateObject():
-            return _create(head, command, stamp)
+            return _create(head, command, stamp, registry)
         case UpdateObject():
-            return _update(_live_head(head, command), command, stamp)
+            return _update(_live_head(head, command), command, stamp, registry)
         case TransitionState():
-            return _transition(_live_head(head, command), command, stamp)
+            return _transition(_live_head(head, command), command, stamp, registry)
         case DeleteObject():
             return _delete(_live_head(head, command), command, stamp)
     raise InvalidRequest(f"unknown command {type(command).__name__}")
@@ -120,14 +123,14 @@ def _check_actor(actor: Actor, provenance: Provenance) -> None:
             )
 
 
-def _check_type(command: CreateObject) -> None:
+def _check_type(command: CreateObject, registry: TypeRegistry) -> None:
     object_type = command.object_type
-    if object_type in STANDARD_OBJECT_TYPES:
+    if object_type in registry.object_types:
         return
-    if not is_extension_type(object_type):
+    if not registry.is_extension_type(object_type):
         raise PamledgerError(
             "object_type is neither a standard type nor a reverse-DNS or URI extension type",
-            details={"object_type": object_type, "standard_types": sorted(STANDARD_OBJECT_TYPES)},
+            details={"object_type": object_type, "standard_types": sorted(registry.object_types)},
             code="unsupported_object_type",
         )
     if command.schema_id is None:
@@ -173,18 +176,18 @@ def _event(command: Any, stamp: Stamp, event_type: str, head: ObjectHead, payloa
     )
 
 
-def _create(head: ObjectHead | None, command: CreateObject, stamp: Stamp) -> Decision:
+def _create(head: ObjectHead | None, command: CreateObject, stamp: Stamp, registry: TypeRegistry) -> Decision:
     if head is not None:
         raise VersionConflict(
             "an object with this object_id already exists in this scope",
             details={"object_id": head.object_id, "current_version_id": head.version_id},
         )
-    _check_type(command)
+    _check_type(command, registry)
     _check_actor(command.actor, command.provenance)
-    validate_content(command.object_type, command.canonical_content)
+    registry.check_content(command.object_type, command.canonical_content)
     if command.availability_state != "available":
         raise InvalidRequest("objects are created available", details={"availability_state": command.availability_state})
-    lifecycle = command.lifecycle_state or ("scratch" if command.object_type == "working_memory" else "active")
+    lifecycle = command.lifecycle_state or registry.lifecycle_at_creation(command.object_type)
     meta: dict[str, Any] = {
         "spec_version": SPEC_VERSION,
         "object_id": stamp.object_id,
@@ -206,11 +209,11 @@ def _create(head: ObjectHead | None, command: CreateObject, stamp: Stamp) -> Dec
     return Decision(event=_event(command, stamp, "object_created", new, {}), head=new, content=content)
 
 
-def _update(head: ObjectHead, command: UpdateObject, stamp: Stamp) -> Decision:
+def _update(head: ObjectHead, command: UpdateObject, stamp: Stamp, registry: TypeRegistry) -> Decision:
     if head.state("availability") in ("redacted", "partially_redacted"):
         raise ObjectRedacted("object content is redacted; it cannot be updated", details={"object_id": head.object_id})
     _check_actor(command.actor, command.provenance)
-    validate_content(str(head.meta["object_type"]), command.canonical_content)
+    registry.check_content(str(head.meta["object_type"]), command.canonical_content)
     meta = _stamped(_with_optionals(dict(head.meta), command), command, stamp, head.sequence + 1)
     content = canonical_bytes(command.canonical_content)
     new = ObjectHead(
@@ -221,14 +224,15 @@ def _update(head: ObjectHead, command: UpdateObject, stamp: Stamp) -> Decision:
     return Decision(event=_event(command, stamp, "object_updated", new, payload), head=new, content=content)
 
 
-def _transition(head: ObjectHead, command: TransitionState, stamp: Stamp) -> Decision:
+def _transition(head: ObjectHead, command: TransitionState, stamp: Stamp, registry: TypeRegistry) -> Decision:
     dimension, target = command.dimension, command.target_state
     current = head.state(dimension)
     details: dict[str, Any] = {"object_id": head.object_id, "dimension": dimension, "from": current, "to": target}
-    if target not in DIMENSION_STATES[dimension]:
+    if target not in registry.states[dimension]:
         raise InvalidStateTransition(f"{target!r} is not a {dimension} state", details=details)
-    if target not in allowed_targets(dimension, current):
-        details["allowed"] = list(allowed_targets(dimension, current))
+    allowed = registry.allowed_targets(dimension, current)
+    if target not in allowed:
+        details["allowed"] = list(allowed)
         raise InvalidStateTransition(f"{dimension} cannot move from {current} to {target}", details=details)
     _check_actor(command.actor, command.provenance)
     if dimension == "availability":

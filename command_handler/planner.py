@@ -22,6 +22,7 @@ from command_handler.store import Batch, ContentRow, IdempotencyRow, LedgerRow, 
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateScope
 from schemas.errors import DuplicateOperation, PamledgerError, ScopeNotFound
+from schemas.registry import TypeRegistry
 
 log = structlog.get_logger(__name__)
 
@@ -59,13 +60,15 @@ class Plan:
 
 @dataclass
 class PlanInputs:
-    """What the planner may look at: state loaded for this batch, and how to mint ids."""
+    """What the planner may look at: state loaded for this batch, how to mint ids, and the type registry
+    (object types, content schemas, transition tables) the core decides by."""
 
     heads: dict[tuple[str, str], ObjectHead]
     idempotency: dict[tuple[str, str], IdempotencyRow]
     scope_known: Callable[[str], bool]
     stamp: Callable[[Parsed], Stamp]
     tail: tuple[int, bytes]
+    registry: TypeRegistry
     contents: dict[str, bytes] = field(default_factory=dict)
 
 
@@ -97,7 +100,7 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             stamp = inputs.stamp(item)
             key = (command.scope_id, stamp.object_id)
             head = heads.get(key) or inputs.heads.get(key)
-            decision = decide(head, command, stamp)
+            decision = decide(head, command, stamp, inputs.registry)
             if decision.head is None:  # event-only entries take their ledger sequence as `sequence`
                 decision = msgspec.structs.replace(
                     decision, event=msgspec.structs.replace(decision.event, sequence=seq + 1))

@@ -30,6 +30,7 @@ from query.reads import fetch_replay
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateScope, TransitionState
 from schemas.errors import PamledgerError, ServiceUnavailable
+from schemas.registry import TypeRegistry, default_registry
 from subscriptions.relay import Relay
 
 log = structlog.get_logger(__name__)
@@ -38,11 +39,16 @@ log = structlog.get_logger(__name__)
 class Writer:
     """Serves the command subjects while it holds the partition lock."""
 
-    def __init__(self, settings: Settings, nc: RawClient, store: PostgresLedgerStore, relay: Relay):
+    def __init__(
+        self, settings: Settings, nc: RawClient, store: PostgresLedgerStore, relay: Relay,
+        registry: TypeRegistry | None = None,
+    ):
         self.settings = settings
         self.nc = nc
         self.store = store
         self.relay = relay
+        # Built once, never per command: the core reads its type and transition tables from this value.
+        self.registry = registry if registry is not None else default_registry()
         self.inbox: asyncio.Queue[Command] = asyncio.Queue()
         cache = settings.writer.head_cache_size
         self.heads: LRU[tuple[str, str], ObjectHead] = LRU(cache)
@@ -205,7 +211,8 @@ class Writer:
         digests = [h.content_digest for p in parsed if isinstance(p.command, TransitionState)
                    for h in [heads.get((p.scope_id, p.command.object_id))] if h and h.content_digest]
         return PlanInputs(heads=heads, idempotency=idem, scope_known=self.scopes.__contains__,
-                          stamp=new_stamp, tail=self.tail, contents=await self.store.load_contents(digests))
+                          stamp=new_stamp, tail=self.tail, registry=self.registry,
+                          contents=await self.store.load_contents(digests))
 
     def _advance(self, plan: Plan) -> None:
         self.tail = plan.tail

@@ -1,7 +1,8 @@
 """Content schemas of the standard types whose canonical_content PAMSPEC constrains.
 
 tool_invocation, tool_result and working_memory content must match their official JSON Schemas; these
-Structs mirror them (unknown fields rejected) and `validate_content` applies them.
+Structs mirror them (unknown fields rejected); `schemas.registry` loads them into the TypeRegistry whose
+`check_content` applies them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from schemas.common import Id, Timestamp
-from schemas.errors import InvalidObject
 
 _STRICT: dict[str, bool] = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
@@ -88,16 +88,3 @@ CONTENT_SCHEMAS: dict[str, type[msgspec.Struct]] = {
     "working_memory": WorkingMemoryContent,
 }
 
-
-def validate_content(object_type: str, content: Any) -> None:
-    """Raise InvalidObject when content breaks its type's content schema; other types pass."""
-    schema = CONTENT_SCHEMAS.get(object_type)
-    if schema is None:
-        return
-    try:
-        msgspec.convert(content, schema, strict=True)
-    except msgspec.ValidationError as exc:
-        raise InvalidObject(
-            f"canonical_content does not match the {object_type} content schema: {exc}",
-            details={"object_type": object_type, "reason": str(exc)},
-        ) from None

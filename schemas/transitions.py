@@ -1,4 +1,8 @@
-"""The section 9.5 transition tables, as the draft's machine-readable candidate table gives them."""
+"""The section 9.5 transition tables, as the draft's machine-readable candidate table gives them.
+
+These are the defaults `schemas.registry.default_registry` loads; the writer's core reads its tables from the
+registry it is handed, not from here.
+"""
 
 from __future__ import annotations
 

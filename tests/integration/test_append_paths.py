@@ -16,6 +16,7 @@ from command_handler.intake import parse
 from command_handler.planner import Plan, PlanInputs, plan_batch
 from command_handler.store import Batch, PostgresLedgerStore
 from command_handler.writer import new_stamp
+from schemas.registry import default_registry
 from tests.conftest import ACTOR, PROVENANCE, Servers, fresh_database
 
 SCOPE = "workspace:append-paths"
@@ -43,7 +44,7 @@ def planned_batches() -> list[Batch]:
     first.append(("open_subscription", {"scope_id": SCOPE, "subscription_id": "sub:paths", "actor": ACTOR,
                                         "subscription": {"filter": {}}}, {"Pam-Idempotency-Key": "open:paths"}))
     one = _plan(first, PlanInputs(heads={}, idempotency={}, scope_known=lambda _: False, stamp=new_stamp,
-                                  tail=(0, GENESIS_HASH)))
+                                  tail=(0, GENESIS_HASH), registry=default_registry()))
     heads = sorted(one.heads.values(), key=lambda head: head.object_id)
     second = [("update", {"scope_id": SCOPE, "object_id": h.object_id, "expected_version_id": h.version_id,
                           "canonical_content": {"updated": True}, "actor": ACTOR, "provenance": PROVENANCE}, {})
@@ -55,7 +56,7 @@ def planned_batches() -> list[Batch]:
                                   "expected_version_id": heads[8].version_id, "dimension": "validation",
                                   "target_state": "corroborated", "actor": ACTOR, "provenance": PROVENANCE}, {}))
     two = _plan(second, PlanInputs(heads=one.heads, idempotency={}, scope_known=lambda _: True, stamp=new_stamp,
-                                   tail=one.tail))
+                                   tail=one.tail, registry=default_registry()))
     return [one.batch, two.batch]
 
 

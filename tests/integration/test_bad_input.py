@@ -204,8 +204,8 @@ async def test_an_unexpected_exception_answers_its_own_command_internal_error(
         monkeypatch.setattr(writer, "parse", lambda name, data, *a: boom(b"boom" in data) or real_parse(name, data, *a))
     elif stage == "decide":
         real_decide = planner.decide
-        monkeypatch.setattr(planner, "decide", lambda head, command, stamp: boom(
-            getattr(command, "canonical_content", None) == {"boom": True}) or real_decide(head, command, stamp))
+        monkeypatch.setattr(planner, "decide", lambda head, command, *rest: boom(
+            getattr(command, "canonical_content", None) == {"boom": True}) or real_decide(head, command, *rest))
     else:
         real_render = writer.result_bytes
         monkeypatch.setattr(writer, "result_bytes", lambda head, seq, event_id, content: boom(

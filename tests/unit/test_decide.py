@@ -12,11 +12,13 @@ from command_handler.core import decide
 from command_handler.state import ObjectHead, Stamp
 from schemas.commands import CreateObject, DeleteObject, TransitionState, UpdateObject
 from schemas.errors import PamledgerError
+from schemas.registry import default_registry
 from schemas.transitions import TRANSITIONS
 
 ACTOR = {"actor_id": "actor:agent:a", "actor_kind": "agent"}
 PROV = {"provenance_id": "prov:1", "actor": ACTOR, "activity": "test"}
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+REGISTRY = default_registry()
 
 
 def stamp(n: int = 1, object_id: str = "mem:o1") -> Stamp:
@@ -37,17 +39,17 @@ def command(cls: type, **fields: Any) -> Any:
 
 
 def created(**fields: Any) -> ObjectHead:
-    return decide(None, create(**fields), stamp()).head
+    return decide(None, create(**fields), stamp(), REGISTRY).head
 
 
 def code_of(head: ObjectHead | None, cmd: Any) -> str:
     with pytest.raises(PamledgerError) as err:
-        decide(head, cmd, stamp(2))
+        decide(head, cmd, stamp(2), REGISTRY)
     return err.value.code
 
 
 def test_create_assigns_service_fields_and_defaults() -> None:
-    decision = decide(None, create(), stamp())
+    decision = decide(None, create(), stamp(), REGISTRY)
     meta = decision.head.meta
     assert (meta["version_id"], meta["sequence"], meta["object_id"]) == ("ver:1", 1, "mem:o1")
     assert meta["committed_at"] == meta["recorded_at"] == "2026-11-29T12:00:00Z"
@@ -61,7 +63,7 @@ def test_create_assigns_service_fields_and_defaults() -> None:
 
 
 def test_the_ledger_event_carries_a_digest_never_the_content() -> None:
-    decision = decide(None, create(canonical_content={"secret": "s3cr3t"}), stamp())
+    decision = decide(None, create(canonical_content={"secret": "s3cr3t"}), stamp(), REGISTRY)
     assert b"s3cr3t" not in msgspec.json.encode(decision.event)
 
 
@@ -96,7 +98,7 @@ def test_create_of_existing_object_id_is_a_version_conflict() -> None:
 
 def test_stale_expected_version_is_a_version_conflict_naming_the_current_version() -> None:
     with pytest.raises(PamledgerError) as err:
-        decide(created(), command(UpdateObject, expected_version_id="ver:0", canonical_content=1), stamp(2))
+        decide(created(), command(UpdateObject, expected_version_id="ver:0", canonical_content=1), stamp(2), REGISTRY)
     assert err.value.code == "version_conflict" and err.value.retryable
     assert err.value.details["current_version_id"] == "ver:1"
 
@@ -106,7 +108,7 @@ def test_commands_on_a_missing_object_are_object_not_found() -> None:
 
 
 def test_update_makes_the_next_version_and_keeps_the_type() -> None:
-    decision = decide(created(), command(UpdateObject, canonical_content={"statement": "y"}), stamp(2))
+    decision = decide(created(), command(UpdateObject, canonical_content={"statement": "y"}), stamp(2), REGISTRY)
     assert decision.head.sequence == 2 and decision.head.version_id == "ver:2"
     assert decision.event.event_type == "object_updated"
     assert decision.event.payload["previous_version_id"] == "ver:1"
@@ -137,7 +139,7 @@ def test_every_transition_follows_the_section_9_5_tables(dimension: str, src: st
     elif dimension == "availability" and dst in ("partially_redacted", "available"):
         assert code_of(head_in(dimension, src), cmd) == "invalid_request"  # needs the redact operation
     else:
-        decision = decide(head_in(dimension, src), cmd, stamp(2))
+        decision = decide(head_in(dimension, src), cmd, stamp(2), REGISTRY)
         assert decision.head.meta[f"{dimension}_state"] == dst
         assert decision.head.sequence == 2
 
@@ -149,14 +151,15 @@ def test_a_state_of_another_dimension_is_an_invalid_state_transition() -> None:
 
 def test_transition_event_names_the_dimension_and_keeps_the_content_digest() -> None:
     head = created()
-    decision = decide(head, command(TransitionState, dimension="validation", target_state="corroborated"), stamp(2))
+    cmd = command(TransitionState, dimension="validation", target_state="corroborated")
+    decision = decide(head, cmd, stamp(2), REGISTRY)
     assert decision.event.event_type == "validation_transitioned"
     assert decision.event.payload["from"] == "unverified" and decision.event.payload["to"] == "corroborated"
     assert decision.head.content_digest == head.content_digest
 
 
 def test_delete_writes_a_content_free_tombstone_and_erases() -> None:
-    decision = decide(created(), command(DeleteObject), stamp(2))
+    decision = decide(created(), command(DeleteObject), stamp(2), REGISTRY)
     assert decision.head.meta["availability_state"] == "deleted"
     assert decision.head.content_digest is None and decision.erase_content
     assert decision.event.event_type == "object_deleted"
@@ -172,6 +175,6 @@ def test_legal_hold_blocks_delete_and_redaction(cmd: Any) -> None:
 
 
 def test_writes_after_delete_are_object_deleted() -> None:
-    tomb = decide(created(), command(DeleteObject), stamp(2)).head
+    tomb = decide(created(), command(DeleteObject), stamp(2), REGISTRY).head
     cmd = command(UpdateObject, expected_version_id="ver:2", canonical_content=1)
     assert code_of(tomb, cmd) == "object_deleted"

@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class WriterSettings(BaseModel):
-    """The single writer: batching and its bounded head-state cache."""
+    """The single writer: batching, its bounded head-state cache, the relay, and the chain check before it appends."""
 
     max_batch: int = Field(default=1024, ge=1)
     head_cache_size: int = Field(default=100_000, ge=1)
@@ -18,6 +18,8 @@ class WriterSettings(BaseModel):
     lock_poll_seconds: float = Field(default=0.5, gt=0)
     # The relay's wait for JetStream to acknowledge a run; past it (or on a reconnect) it resyncs.
     relay_publish_timeout_seconds: float = Field(default=5.0, gt=0)
+    # The chain rows it checks link and recompute before it appends (on start, and while broken).
+    tail_check_rows: int = Field(default=16, ge=1, le=100_000)
 
 
 class GatewaySettings(BaseModel):

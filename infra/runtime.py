@@ -77,7 +77,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
                                        kwargs={"autocommit": True}, check=AsyncConnectionPool.check_connection)
             await pool.open()
             watcher = CheckpointWatcher()
-            query = QueryService(await connection("query"), pool, settings.subject_prefix, watcher)
+            query = QueryService(await connection("query"), pool, settings.subject_prefix, watcher, settings.query)
             await query.start()
             tasks.append(asyncio.create_task(watcher.run(database_url)))
         if "writer" in roles:

@@ -22,6 +22,16 @@ class WriterSettings(BaseModel):
     tail_check_rows: int = Field(default=16, ge=1, le=100_000)
 
 
+class QuerySettings(BaseModel):
+    """The query role (read, history, query): what one process takes on before it refuses."""
+
+    max_request_bytes: int = Field(default=65_536, ge=1024, le=1_048_576)
+    # Requests answered at once by one process; past it a request is refused as service_unavailable.
+    max_in_flight: int = Field(default=256, ge=1, le=100_000)
+    # At stop, how long requests in flight may finish before they are cancelled.
+    stop_grace_seconds: float = Field(default=2.0, ge=0, le=60)
+
+
 class GatewaySettings(BaseModel):
     """The Subscribe gateway: how soon it notices that its database session is gone."""
 
@@ -51,5 +61,6 @@ class Settings(BaseSettings):
     request_timeout_seconds: float = 10.0
     processes: Literal["split", "single"] = "split"
     writer: WriterSettings = WriterSettings()
+    query: QuerySettings = QuerySettings()
     gateway: GatewaySettings = GatewaySettings()
     follower: FollowerSettings = FollowerSettings()

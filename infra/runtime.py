@@ -161,7 +161,7 @@ async def project_forever(settings: Settings, nc: RawClient, database_url: str) 
                 async with answering_status(nc, settings, "projector", lambda: {"stuck": stuck.report()}):
                     try:
                         await Projector(nc, conn, settings.stream_name, settings.subject_prefix,
-                                        settings.partition, stuck=stuck).run()
+                                        settings.partition, settings.follower, stuck=stuck).run()
                     except EventFailed:  # logged once per state change; wait (still leading), then retry
                         await asyncio.sleep(stuck.delay())
                         continue

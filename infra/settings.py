@@ -39,10 +39,18 @@ class GatewaySettings(BaseModel):
 
 
 class FollowerSettings(BaseModel):
-    """Stream followers (the projector): how they retry an event they cannot apply. They never skip it."""
+    """Stream followers (the projector): batching, acknowledgements, consumer checks, and how they retry
+    an event they cannot apply (they never skip it)."""
 
     retry_first_seconds: float = Field(default=0.5, gt=0)
     retry_max_seconds: float = Field(default=30.0, gt=0)
+    # Events gather this long into one transaction under load: it bounds the commit rate at 1/linger.
+    linger_seconds: float = Field(default=0.01, ge=0, le=1)
+    # Events the server may push ahead of the last acknowledgement (acks go every quarter of it).
+    max_ack_pending: int = Field(default=20_000, ge=4, le=1_000_000)
+    ack_every_seconds: float = Field(default=1.0, gt=0, le=60)
+    # When nothing arrives for this long, check that the consumer still exists (else re-create it).
+    idle_check_seconds: float = Field(default=2.0, gt=0, le=300)
 
 
 class Settings(BaseSettings):

@@ -33,9 +33,18 @@ class QuerySettings(BaseModel):
 
 
 class GatewaySettings(BaseModel):
-    """The Subscribe gateway: how soon it notices that its database session is gone."""
+    """The Subscribe gateway: its database checks, position flushes, per-subscription buffers and feed."""
 
     database_check_seconds: float = Field(default=1.0, gt=0)
+    # How often acknowledged positions go to Postgres: a crash re-delivers at most this much.
+    flush_seconds: float = Field(default=0.5, gt=0, le=60)
+    # Live events held per subscription while it catches up or sits at max_unacked; past it they are
+    # dropped and read again from the stream.
+    live_buffer_events: int = Field(default=20_000, ge=1, le=10_000_000)
+    # JetStream deletes a subscription's catch-up reader nobody pulled from for this long.
+    reader_idle_seconds: float = Field(default=120.0, ge=1, le=86_400)
+    # With no push subscription for this long the partition feed stops reading the stream.
+    feed_pause_after_seconds: float = Field(default=10.0, gt=0, le=86_400)
 
 
 class FollowerSettings(BaseModel):

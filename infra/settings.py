@@ -5,11 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-class WriterSettings(BaseModel):
+class _Group(BaseModel):
+    """A nested group of settings: a name it does not know (a misspelt PAMLEDGER_<GROUP>__<NAME>) is refused at
+    start, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class WriterSettings(_Group):
     """The single writer: batching, its bounded head-state cache, the relay, and the chain check before it appends."""
 
     max_batch: int = Field(default=1024, ge=1)
@@ -22,7 +29,7 @@ class WriterSettings(BaseModel):
     tail_check_rows: int = Field(default=16, ge=1, le=100_000)
 
 
-class QuerySettings(BaseModel):
+class QuerySettings(_Group):
     """The query role (read, history, query): what one process takes on before it refuses."""
 
     max_request_bytes: int = Field(default=65_536, ge=1024, le=1_048_576)
@@ -32,7 +39,7 @@ class QuerySettings(BaseModel):
     stop_grace_seconds: float = Field(default=2.0, ge=0, le=60)
 
 
-class GatewaySettings(BaseModel):
+class GatewaySettings(_Group):
     """The Subscribe gateway: its database checks, position flushes, per-subscription buffers and feed."""
 
     database_check_seconds: float = Field(default=1.0, gt=0)
@@ -47,7 +54,7 @@ class GatewaySettings(BaseModel):
     feed_pause_after_seconds: float = Field(default=10.0, gt=0, le=86_400)
 
 
-class FollowerSettings(BaseModel):
+class FollowerSettings(_Group):
     """Stream followers (the projector): batching, acknowledgements, consumer checks, and how they retry
     an event they cannot apply (they never skip it)."""
 

@@ -21,7 +21,6 @@ _WRITER_LOCK_BASE = 0x70616D00  # 'pam\0' + partition
 # measured here 1.6x at 32 rows, 1.4x at 64, 1.1x at 128; about even near 200, COPY ahead from 256.
 SINGLE_STATEMENT_ROWS = 128
 _batch_json = msgspec.json.Encoder()
-TAIL_CHECK_ROWS = 16  # the chain rows the writer checks before it appends (on start, and while broken)
 # The ledger head through the (partition, ledger_sequence) key: one index probe, whatever the ledger size.
 HEAD_SQL = "SELECT coalesce(max(ledger_sequence), 0) FROM ledger WHERE partition = 0"
 # The single-statement append: one data-modifying CTE per kind of row the batch holds, each fed by ONE
@@ -160,9 +159,11 @@ def writer_lock_key(partition: int) -> int:
 class PostgresLedgerStore:
     """LedgerStore on one psycopg AsyncConnection that holds the partition's writer lock."""
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any], partition: int = 0):
+    def __init__(self, conn: psycopg.AsyncConnection[Any], partition: int = 0,
+                 single_statement_rows: int = SINGLE_STATEMENT_ROWS):
         self.conn = conn
         self.partition = partition
+        self.single_statement_rows = single_statement_rows
 
     async def tail(self) -> tuple[int, bytes]:
         cur = await self.conn.execute(
@@ -172,7 +173,7 @@ class PostgresLedgerStore:
         row = await cur.fetchone()
         return (int(row[0]), bytes(row[1])) if row else (0, GENESIS_HASH)
 
-    async def broken_tail(self, rows: int = TAIL_CHECK_ROWS) -> str | None:
+    async def broken_tail(self, rows: int) -> str | None:
         """Why the chain's last `rows` rows do not link and recompute (None: they do). The writer appends
         to this tail, so it refuses to while it is broken rather than chain new rows onto a forgery."""
         cur = await self.conn.execute(
@@ -241,7 +242,7 @@ class PostgresLedgerStore:
         """
         erased = set(batch.erase)
         content = [c for c in batch.content if (c.scope_id, c.object_id) not in erased]
-        if len(batch.ledger) <= SINGLE_STATEMENT_ROWS:
+        if len(batch.ledger) <= self.single_statement_rows:
             await self._append_parts(batch, content, tuple(_APPEND_PARTS))
             return
         async with self.conn.transaction():

@@ -94,7 +94,7 @@ class Writer:
 
     async def _check_tail(self) -> None:
         """Check the chain's tail (again): while it is broken every command is refused, nothing appended."""
-        broken = await self.store.broken_tail()
+        broken = await self.store.broken_tail(self.settings.writer.tail_check_rows)
         if broken != self.chain_broken:
             if broken:
                 log.error("writer.chain_broken", reason=broken, recovery="pamledger verify")

@@ -77,7 +77,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
                                        kwargs={"autocommit": True}, check=AsyncConnectionPool.check_connection)
             await pool.open()
             watcher = CheckpointWatcher()
-            query = QueryService(await connection("query"), pool, settings.subject_prefix, watcher)
+            query = QueryService(await connection("query"), pool, settings.subject_prefix, watcher, settings.query)
             await query.start()
             tasks.append(asyncio.create_task(watcher.run(database_url)))
         if "writer" in roles:
@@ -161,7 +161,7 @@ async def project_forever(settings: Settings, nc: RawClient, database_url: str) 
                 async with answering_status(nc, settings, "projector", lambda: {"stuck": stuck.report()}):
                     try:
                         await Projector(nc, conn, settings.stream_name, settings.subject_prefix,
-                                        settings.partition, stuck=stuck).run()
+                                        settings.partition, settings.follower, stuck=stuck).run()
                     except EventFailed:  # logged once per state change; wait (still leading), then retry
                         await asyncio.sleep(stuck.delay())
                         continue

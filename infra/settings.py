@@ -5,12 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-class WriterSettings(BaseModel):
-    """The single writer: batching and its bounded head-state cache."""
+class _Group(BaseModel):
+    """A nested group of settings: a name it does not know (a misspelt PAMLEDGER_<GROUP>__<NAME>) is refused at
+    start, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class WriterSettings(_Group):
+    """The single writer: batching, its bounded head-state cache, the relay, and the chain check before it appends."""
 
     max_batch: int = Field(default=1024, ge=1)
     head_cache_size: int = Field(default=100_000, ge=1)
@@ -18,19 +25,48 @@ class WriterSettings(BaseModel):
     lock_poll_seconds: float = Field(default=0.5, gt=0)
     # The relay's wait for JetStream to acknowledge a run; past it (or on a reconnect) it resyncs.
     relay_publish_timeout_seconds: float = Field(default=5.0, gt=0)
+    # The chain rows it checks link and recompute before it appends (on start, and while broken).
+    tail_check_rows: int = Field(default=16, ge=1, le=100_000)
 
 
-class GatewaySettings(BaseModel):
-    """The Subscribe gateway: how soon it notices that its database session is gone."""
+class QuerySettings(_Group):
+    """The query role (read, history, query): what one process takes on before it refuses."""
+
+    max_request_bytes: int = Field(default=65_536, ge=1024, le=1_048_576)
+    # Requests answered at once by one process; past it a request is refused as service_unavailable.
+    max_in_flight: int = Field(default=256, ge=1, le=100_000)
+    # At stop, how long requests in flight may finish before they are cancelled.
+    stop_grace_seconds: float = Field(default=2.0, ge=0, le=60)
+
+
+class GatewaySettings(_Group):
+    """The Subscribe gateway: its database checks, position flushes, per-subscription buffers and feed."""
 
     database_check_seconds: float = Field(default=1.0, gt=0)
+    # How often acknowledged positions go to Postgres: a crash re-delivers at most this much.
+    flush_seconds: float = Field(default=0.5, gt=0, le=60)
+    # Live events held per subscription while it catches up or sits at max_unacked; past it they are
+    # dropped and read again from the stream.
+    live_buffer_events: int = Field(default=20_000, ge=1, le=10_000_000)
+    # JetStream deletes a subscription's catch-up reader nobody pulled from for this long.
+    reader_idle_seconds: float = Field(default=120.0, ge=1, le=86_400)
+    # With no push subscription for this long the partition feed stops reading the stream.
+    feed_pause_after_seconds: float = Field(default=10.0, gt=0, le=86_400)
 
 
-class FollowerSettings(BaseModel):
-    """Stream followers (the projector): how they retry an event they cannot apply. They never skip it."""
+class FollowerSettings(_Group):
+    """Stream followers (the projector): batching, acknowledgements, consumer checks, and how they retry
+    an event they cannot apply (they never skip it)."""
 
     retry_first_seconds: float = Field(default=0.5, gt=0)
     retry_max_seconds: float = Field(default=30.0, gt=0)
+    # Events gather this long into one transaction under load: it bounds the commit rate at 1/linger.
+    linger_seconds: float = Field(default=0.01, ge=0, le=1)
+    # Events the server may push ahead of the last acknowledgement (acks go every quarter of it).
+    max_ack_pending: int = Field(default=20_000, ge=4, le=1_000_000)
+    ack_every_seconds: float = Field(default=1.0, gt=0, le=60)
+    # When nothing arrives for this long, check that the consumer still exists (else re-create it).
+    idle_check_seconds: float = Field(default=2.0, gt=0, le=300)
 
 
 class Settings(BaseSettings):
@@ -49,5 +85,6 @@ class Settings(BaseSettings):
     request_timeout_seconds: float = 10.0
     processes: Literal["split", "single"] = "split"
     writer: WriterSettings = WriterSettings()
+    query: QuerySettings = QuerySettings()
     gateway: GatewaySettings = GatewaySettings()
     follower: FollowerSettings = FollowerSettings()

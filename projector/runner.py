@@ -5,7 +5,8 @@ checkpoint from Postgres and (re)creates its durable consumer to start right aft
 position can never run ahead of what was committed. The server pushes events to a private inbox; a
 callback (on the raw bytes: `infra.nats_raw`) only buffers them, and the apply loop takes what is
 buffered (up to `batch`) as one batch: rows and checkpoint commit in one transaction. Acknowledgements
-are cumulative (AckPolicy.ALL) and sent in bulk (ACK_EVERY_EVENTS / ACK_EVERY_SECONDS, and when idle).
+are cumulative (AckPolicy.ALL) and sent in bulk (every quarter of `max_ack_pending` events or
+`ack_every_seconds`, and when idle: `follower.*` in infra.settings).
 
 Why push, not pull: nats-py's `fetch` costs about 5x more client CPU per message than a subscription
 callback (it awaits each message with its own timeout), and under load that CPU was most of the lag.
@@ -36,6 +37,7 @@ from nats.js.errors import NotFoundError
 
 from infra.ledger_identity import projector_disagreement, wait_for_agreement
 from infra.nats_raw import RawClient, stream_sequence
+from infra.settings import FollowerSettings
 from infra.stuck import StuckState, describe, traceback_text
 from infra.tasks import reraise_if_cancelled
 from projector.rows import Row, current_row, fold
@@ -43,14 +45,6 @@ from projector.store import PROJECTION, apply_rows, checkpoint
 
 log = structlog.get_logger(__name__)
 _PROJECTOR_LOCK_BASE = 0x70616D70_00  # 'pamp' + partition
-LINGER_SECONDS = 0.01
-MAX_ACK_PENDING = 20_000  # events the server may push ahead of the last acknowledgement
-IDLE_CHECK_SECONDS = 2.0  # when nothing arrives for this long, check that the consumer still exists
-# Acks only let the server push more (max_ack_pending): the position that counts is the checkpoint in
-# Postgres, from which the consumer is re-created on every start. So acknowledge in bulk, not per batch:
-# each ack is work for nats-server and a wake-up on a machine the writer shares.
-ACK_EVERY_EVENTS = MAX_ACK_PENDING // 4
-ACK_EVERY_SECONDS = 1.0
 
 
 def projector_lock_key(partition: int) -> int:
@@ -79,8 +73,13 @@ class Projector:
     """
 
     def __init__(self, nc: RawClient, conn: psycopg.AsyncConnection[Any], stream: str, prefix: str, partition: int,
-                 batch: int = 500, stuck: StuckState | None = None):
+                 settings: FollowerSettings, batch: int = 500, stuck: StuckState | None = None):
         self.nc = nc
+        self.settings = settings
+        # Acks only let the server push more (max_ack_pending): the position that counts is the checkpoint
+        # in Postgres, from which the consumer is re-created on every start. So acknowledge in bulk, not per
+        # batch: each ack is work for nats-server and a wake-up on a machine the writer shares.
+        self.ack_every_events = max(1, settings.max_ack_pending // 4)
         self.stuck = stuck if stuck is not None else StuckState(0.5, 30.0)
         self.conn = conn
         self.stream = stream
@@ -135,7 +134,7 @@ class Projector:
         config = ConsumerConfig(
             durable_name=self.durable, deliver_subject=inbox, ack_policy=AckPolicy.ALL,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=self.applied + 1,
-            filter_subject=self.subject, max_ack_pending=MAX_ACK_PENDING, ack_wait=60,
+            filter_subject=self.subject, max_ack_pending=self.settings.max_ack_pending, ack_wait=60,
         )
         await js.add_consumer(self.stream, config)
         # A retry of a stuck event re-subscribes too: say so once, when the state changes, not per retry.
@@ -152,7 +151,7 @@ class Projector:
     async def _step(self) -> None:
         if not self._buffer:
             try:
-                await asyncio.wait_for(self._arrived.wait(), IDLE_CHECK_SECONDS)
+                await asyncio.wait_for(self._arrived.wait(), self.settings.idle_check_seconds)
             except asyncio.TimeoutError:
                 reraise_if_cancelled()
                 await self._ack()
@@ -161,9 +160,9 @@ class Projector:
                 await self.nc.jetstream().consumer_info(self.stream, self.durable)
                 return
         # A short linger lets events gather into fewer, larger transactions under load: it bounds the
-        # commit rate at 1/LINGER. It counts from the previous apply's start, so an apply that took
+        # commit rate at 1/linger. It counts from the previous apply's start, so an apply that took
         # longer than the linger is followed at once.
-        wait = self._apply_started + LINGER_SECONDS - time.monotonic()
+        wait = self._apply_started + self.settings.linger_seconds - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
         msgs, self._buffer = self._buffer[:self.batch], self._buffer[self.batch:]
@@ -176,8 +175,8 @@ class Projector:
         if gap is not None:  # what was contiguous is applied; the consumer is re-created after it
             raise StreamGap(f"expected stream sequence {self.applied + 1}, got {gap}")
         self._unacked = msgs[-1][0]
-        due = time.monotonic() - self._acked_at >= ACK_EVERY_SECONDS
-        if due or self.applied - self._acked_through >= ACK_EVERY_EVENTS:
+        due = time.monotonic() - self._acked_at >= self.settings.ack_every_seconds
+        if due or self.applied - self._acked_through >= self.ack_every_events:
             await self._ack()
 
     async def _apply(self, events: list[tuple[bytes, int]]) -> None:

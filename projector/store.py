@@ -42,16 +42,16 @@ async def checkpoint(conn: psycopg.AsyncConnection[Any], projection: str = PROJE
 
 
 async def apply_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], through: int,
-                     table: str = PROJECTION) -> None:
+                     table: str = PROJECTION, small_batch: int = SMALL_BATCH) -> None:
     """Upsert rows (at most one per object) and move the checkpoint to `through`, in one transaction.
 
     The checkpoint row is locked first, so a concurrent swap by `replay --swap` and this projector never
     interleave. A row never replaces a newer one, so a redelivered event changes nothing. Small batches
-    (live traffic) go as one statement over a JSON parameter, with BEGIN, the checkpoint, the NOTIFY and
-    COMMIT in one pipeline (one round trip; the connection must be in autocommit mode); large ones through
-    a COPY stage, which cannot be pipelined.
+    (up to `small_batch` rows: live traffic) go as one statement over a JSON parameter, with BEGIN, the
+    checkpoint, the NOTIFY and COMMIT in one pipeline (one round trip; the connection must be in autocommit
+    mode); large ones through a COPY stage, which cannot be pipelined.
     """
-    if len(rows) <= SMALL_BATCH:
+    if len(rows) <= small_batch:
         async with pipelined_transaction(conn):
             await _advance_checkpoint(conn, through)
             if rows:

@@ -2,8 +2,8 @@
 
 Each request is answered in its own task, so a query that waits for the projection (`min_sequence`, up to
 `wait_ms`) or a slow full-text query never holds up the others; the connection pool bounds how many reach
-Postgres at once. Past MAX_IN_FLIGHT requests in one process, new ones are refused at once with
-`service_unavailable` (retryable) rather than queued without bound.
+Postgres at once. Past `query.max_in_flight` requests in one process (infra.settings), new ones are refused
+at once with `service_unavailable` (retryable) rather than queued without bound.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 from command_handler.intake import OPERATION_HEADER, error_reply
 from infra.db_errors import map_db_error
 from infra.nats_raw import RawClient, parse_headers
+from infra.settings import QuerySettings
 from infra.subjects import QUERIES, query_subject, status_subject
 from query.reads import history, read_envelope
 from query.request import decode_query
@@ -29,9 +30,6 @@ from schemas.common import Id
 from schemas.errors import InvalidRequest, PamledgerError, ServiceUnavailable
 
 log = structlog.get_logger(__name__)
-MAX_QUERY_BYTES = 65_536
-MAX_IN_FLIGHT = 256  # requests being answered at once by one process
-STOP_GRACE_SECONDS = 2.0  # at stop, how long requests in flight may finish before they are cancelled
 
 
 class ReadRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -54,8 +52,10 @@ _history_decoder = msgspec.json.Decoder(HistoryRequest)
 class QueryService:
     """Answers read/history/query requests from any number of instances (queue group `pamledger-query`)."""
 
-    def __init__(self, nc: RawClient, pool: AsyncConnectionPool[Any], prefix: str, watcher: CheckpointWatcher):
+    def __init__(self, nc: RawClient, pool: AsyncConnectionPool[Any], prefix: str, watcher: CheckpointWatcher,
+                 settings: QuerySettings):
         self.nc = nc
+        self.settings = settings
         self.pool = pool
         self.prefix = prefix
         self.watcher = watcher
@@ -76,7 +76,7 @@ class QueryService:
         for sub in self._subs:
             await self.nc.unsubscribe_raw(sub)
         if self._in_flight:
-            _, late = await asyncio.wait(set(self._in_flight), timeout=STOP_GRACE_SECONDS)
+            _, late = await asyncio.wait(set(self._in_flight), timeout=self.settings.stop_grace_seconds)
             for task in late:
                 task.cancel()
             if late:
@@ -93,8 +93,9 @@ class QueryService:
     async def _handle(self, subject: str, reply: str, data: bytes, headers: bytes | None) -> None:
         name = subject.rsplit(".", 1)[-1]
         try:
-            if len(self._in_flight) > MAX_IN_FLIGHT:
-                raise ServiceUnavailable("too many requests in flight; retry", details={"limit": MAX_IN_FLIGHT})
+            limit = self.settings.max_in_flight
+            if len(self._in_flight) > limit:
+                raise ServiceUnavailable("too many requests in flight; retry", details={"limit": limit})
             body = await self._answer(name, data)
         except PamledgerError as exc:
             body = error_reply(exc, _operation_id(headers))
@@ -108,8 +109,9 @@ class QueryService:
             await self.nc.publish(reply, body)
 
     async def _answer(self, name: str, data: bytes) -> bytes:
-        if len(data) > MAX_QUERY_BYTES:
-            raise InvalidRequest("query payload too large", details={"limit_bytes": MAX_QUERY_BYTES})
+        limit = self.settings.max_request_bytes
+        if len(data) > limit:
+            raise InvalidRequest("query payload too large", details={"limit_bytes": limit})
         try:
             if name == "read":
                 req = _read_decoder.decode(data)

@@ -8,7 +8,7 @@ order. When the consumer is lost (NATS restart, stream rebuilt) the feed recreat
 sequence it handed out, so it never skips an event: subscriptions that were reading meanwhile find the
 rest in their buffers.
 
-With no push subscription for PAUSE_AFTER_SECONDS the feed deletes its consumer and reads nothing (an idle
+With no push subscription for `gateway.feed_pause_after_seconds` (infra.settings) the feed deletes its consumer and reads nothing (an idle
 gateway costs nothing per event). The next subscription wakes it at the stream's tail as a new `epoch`;
 a subscription may switch to live only on a catch-up fetch issued while the current epoch was following
 (subscriptions.pump), so the pause never opens a gap.
@@ -29,23 +29,25 @@ import structlog
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from infra.settings import GatewaySettings
 from infra.tasks import reraise_if_cancelled
 from subscriptions.session import AccessRevoked, Session
 
 log = structlog.get_logger(__name__)
 _decoder = msgspec.json.Decoder(dict[str, Any])
 BATCH = 512
-IDLE_WAIT_SECONDS = 5.0
+IDLE_WAIT_SECONDS = 5.0  # a caught-up feed's lingering fetch; shorter when the feed pauses sooner
 RETRY_SECONDS = 0.5
-PAUSE_AFTER_SECONDS = 10.0
 
 
 class PartitionFeed:
     """Follows the partition's stream subjects and dispatches to `Session.offer`."""
 
     def __init__(self, nc: NATS, stream: str, prefix: str, partition: int,
-                 on_revoked: Callable[[Session, int], None]):
+                 on_revoked: Callable[[Session, int], None], settings: GatewaySettings):
         self.nc = nc
+        self.pause_after = settings.feed_pause_after_seconds
+        self.idle_wait = min(IDLE_WAIT_SECONDS, self.pause_after)
         self.js = nc.jetstream()
         self.stream = stream
         self.subject = f"{prefix}.ledger.p{partition}.>"
@@ -111,12 +113,12 @@ class PartitionFeed:
                     deletion.add_done_callback(self._deleting.discard)
 
     async def _follow(self, pull: Any) -> None:
-        """Dispatch until no subscription has wanted the feed for PAUSE_AFTER_SECONDS."""
+        """Dispatch until no subscription has wanted the feed for `pause_after` seconds."""
         busy = False
         while True:
             try:
                 # Caught up: one lingering request answered the moment an event lands; behind: batches.
-                msgs = await pull.fetch(BATCH if busy else 1, timeout=0.05 if busy else IDLE_WAIT_SECONDS)
+                msgs = await pull.fetch(BATCH if busy else 1, timeout=0.05 if busy else self.idle_wait)
             except asyncio.TimeoutError:
                 reraise_if_cancelled()
                 busy = False
@@ -132,8 +134,8 @@ class PartitionFeed:
                 return
 
     def _unwanted(self) -> bool:
-        """No push subscription for PAUSE_AFTER_SECONDS: time to pause."""
-        return not self.wanted.is_set() and time.monotonic() - self.last_wanted > PAUSE_AFTER_SECONDS
+        """No push subscription for `pause_after` seconds: time to pause."""
+        return not self.wanted.is_set() and time.monotonic() - self.last_wanted > self.pause_after
 
     async def _dispatch(self, msg: Any) -> None:
         sequence = msg.metadata.sequence.stream

@@ -51,7 +51,6 @@ _DECODERS: dict[str, Any] = {
     "poll": msgspec.json.Decoder(PollRequest), "resume": msgspec.json.Decoder(ResumeRequest),
     "close": msgspec.json.Decoder(CloseRequest), "status": msgspec.json.Decoder(SubscriptionRef),
 }
-FLUSH_SECONDS = 0.5  # how often acknowledged positions go to Postgres (a crash re-delivers at most this)
 
 
 class Gateway:
@@ -63,7 +62,8 @@ class Gateway:
         self.prefix = settings.subject_prefix
         self.sessions: dict[str, Session] = {}
         self.writer = MemoryClient(nc, self.prefix, timeout=10.0)
-        self.feed = PartitionFeed(nc, settings.stream_name, self.prefix, settings.partition, self._revoked)
+        self.feed = PartitionFeed(nc, settings.stream_name, self.prefix, settings.partition, self._revoked,
+                                  settings.gateway)
         self._subs: list[Any] = []
         self._background: set[asyncio.Task[Any]] = set()
         # Closes decided but not yet in the ledger: subscription_id -> (request, reason, last delivered).
@@ -286,13 +286,13 @@ class Gateway:
             await stop_task(task)
 
     async def _flush_forever(self) -> None:
-        """Store positions and finish pending closes every FLUSH_SECONDS; check the database session when
+        """Store positions and finish pending closes every `flush_seconds`; check the database session when
         nothing was written for `database_check_seconds`. A lost session is replaced in place (the lock
         taken again): requests that need the database answer service_unavailable meanwhile, and polls and
         pushes, which need only NATS, go on."""
         checked = time.monotonic()
         while True:
-            await asyncio.sleep(FLUSH_SECONDS)
+            await asyncio.sleep(self.settings.gateway.flush_seconds)
             try:
                 flushed = await self._flush_positions()
                 if self._closing:
@@ -381,7 +381,7 @@ class Gateway:
 
     def _session(self, subscription_id: str, request: SubscribeRequest, start: int) -> Session:
         session = Session(subscription_id, request, start, self.nc, self.settings.stream_name, self.prefix,
-                          self.settings.partition, self.authorizer)
+                          self.settings.partition, self.authorizer, self.settings.gateway)
         self.sessions[subscription_id] = session
         return session
 

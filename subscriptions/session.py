@@ -15,7 +15,7 @@ overflows is dropped and the reader simply reads on.
 
 Positions: `scanned` (every event up to it was delivered or filtered out), `last_delivered` (the last
 event pushed), `client_acked` (the subscriber processed everything up to it). The gateway stores
-`client_acked` in Postgres every half second; after a crash delivery resumes from there (at least once:
+`client_acked` in Postgres every `gateway.flush_seconds` (infra.settings); after a crash delivery resumes from there (at least once:
 subscribers deduplicate by event_id / ledger_sequence).
 """
 
@@ -35,6 +35,7 @@ import structlog
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from infra.settings import GatewaySettings
 from infra.subjects import scope_token
 from infra.tasks import reraise_if_cancelled
 from schemas.canonical import canonical_bytes
@@ -44,8 +45,6 @@ from subscriptions.filters import Authorizer, matches
 
 log = structlog.get_logger(__name__)
 _decoder = msgspec.json.Decoder(dict[str, Any])
-BUFFER_LIMIT = 20_000  # live events held while reading or while the subscriber is at max_unacked
-READER_IDLE_SECONDS = 120.0  # JetStream deletes a reader nobody pulled from for this long
 READ_BATCH = 256
 
 
@@ -74,8 +73,9 @@ class Session:
     """Everything the gateway keeps about one open subscription."""
 
     def __init__(self, subscription_id: str, request: SubscribeRequest, position: int, nc: NATS,
-                 stream: str, prefix: str, partition: int, authorizer: Authorizer):
+                 stream: str, prefix: str, partition: int, authorizer: Authorizer, settings: GatewaySettings):
         self.id = subscription_id
+        self.settings = settings
         self.request = request
         self.nc = nc
         self.js = nc.jetstream()
@@ -129,7 +129,7 @@ class Session:
         if self.live and not self.buffer and not self.draining and self.room() > 0:
             await self.deliver(sequence, event, raw)
             return
-        if len(self.buffer) >= BUFFER_LIMIT:
+        if len(self.buffer) >= self.settings.live_buffer_events:
             # Too far behind to hold live events: drop them and read them from the stream later.
             self.buffer.clear()
             self.buffer_epoch += 1
@@ -223,7 +223,7 @@ class Session:
         self.reader_name = f"{reader_prefix(self.id)}_{uuid.uuid4().hex[:8]}"
         config = ConsumerConfig(
             name=self.reader_name, ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=self.scanned + 1, inactive_threshold=READER_IDLE_SECONDS, mem_storage=True,
+            opt_start_seq=self.scanned + 1, inactive_threshold=self.settings.reader_idle_seconds, mem_storage=True,
             filter_subjects=[f"{base}.{c}" for c in classes] if classes else [f"{base}.>"],
         )
         await self.js.add_consumer(self.stream, config)

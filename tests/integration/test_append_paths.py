@@ -8,9 +8,7 @@ from typing import Any
 
 import msgspec
 import psycopg
-import pytest
 
-import command_handler.store as store_module
 from command_handler.chain import GENESIS_HASH
 from command_handler.intake import parse
 from command_handler.planner import Plan, PlanInputs, plan_batch
@@ -60,9 +58,9 @@ def planned_batches() -> list[Batch]:
     return [one.batch, two.batch]
 
 
-async def _append_all(url: str, batches: list[Batch]) -> dict[str, list[tuple[Any, ...]]]:
+async def _append_all(url: str, batches: list[Batch], single_statement_rows: int) -> dict[str, list[tuple[Any, ...]]]:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        store = PostgresLedgerStore(conn)
+        store = PostgresLedgerStore(conn, single_statement_rows=single_statement_rows)
         for batch in batches:
             await store.append(batch)
         out = {}
@@ -72,13 +70,11 @@ async def _append_all(url: str, batches: list[Batch]) -> dict[str, list[tuple[An
         return out
 
 
-async def test_one_statement_and_copy_write_the_same_rows(servers: Servers, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_one_statement_and_copy_write_the_same_rows(servers: Servers) -> None:
     batches = planned_batches()
     assert len(batches[0].ledger) == 61 and batches[1].erase, "the batches cover creates, an entry and erasure"
-    monkeypatch.setattr(store_module, "SINGLE_STATEMENT_ROWS", 10**6)
-    by_statement = await _append_all(fresh_database(servers, "paths_stmt"), batches)
-    monkeypatch.setattr(store_module, "SINGLE_STATEMENT_ROWS", 0)
-    by_copy = await _append_all(fresh_database(servers, "paths_copy"), batches)
+    by_statement = await _append_all(fresh_database(servers, "paths_stmt"), batches, single_statement_rows=10**6)
+    by_copy = await _append_all(fresh_database(servers, "paths_copy"), batches, single_statement_rows=0)
     assert by_statement == by_copy
     assert len(by_statement["ledger"]) == 61 + 9
     assert len(by_statement["idempotency_records"]) == 30 + 1 + 3

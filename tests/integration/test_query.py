@@ -10,7 +10,9 @@ import pytest
 
 from infra.subjects import query_subject
 from memory_client.client import MemoryClient, PamspecError
-from tests.conftest import ACTOR, PROVENANCE, Env, wait_for
+from tests.conftest import (
+    ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, running_service, wait_for,
+)
 
 SCOPE = "workspace:query"
 OTHER = "workspace:query-other"
@@ -133,22 +135,24 @@ async def test_a_query_waiting_for_the_projection_holds_up_no_other(client: Memo
     assert result["min_sequence_reached"] is False
 
 
-async def test_past_the_in_flight_limit_a_request_is_refused_as_retryable(client: MemoryClient, data: dict[str, Any],
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    import query.service
+async def test_past_the_in_flight_limit_a_request_is_refused_as_retryable(servers: Servers) -> None:
+    env = Env(servers, fresh_database(servers, "inflight"), fresh_settings("inflight", query={"max_in_flight": 1}))
+    async with running_service(env):
+        client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
+        await client.create_scope(SCOPE)
+        subject = query_subject(client.prefix, "query")
+        waiting = asyncio.create_task(client.query(SCOPE, min_sequence=10**9, wait_ms=3000))
+        try:
+            async def refused() -> bool:
+                reply = await client.nc.request(subject, msgspec.json.encode({"scope_id": SCOPE}), timeout=10)
+                error = msgspec.json.decode(reply.data).get("error")
+                return (error is not None and error["code"] == "service_unavailable" and error["retryable"] is True
+                        and error["details"] == {"limit": 1})
 
-    monkeypatch.setattr(query.service, "MAX_IN_FLIGHT", 1)
-    subject = query_subject(client.prefix, "query")
-    waiting = asyncio.create_task(client.query(SCOPE, min_sequence=10**9, wait_ms=3000))
-    try:
-        async def refused() -> bool:
-            reply = await client.nc.request(subject, msgspec.json.encode({"scope_id": SCOPE}), timeout=10)
-            error = msgspec.json.decode(reply.data).get("error")
-            return error is not None and error["code"] == "service_unavailable" and error["retryable"] is True
-
-        await wait_for(refused, timeout=10)  # once the waiting query is in flight
-    finally:
-        await waiting
+            await wait_for(refused, timeout=10)  # once the waiting query is in flight
+        finally:
+            await waiting
+            await client.close()
 
 
 async def test_min_sequence_beyond_the_head_answers_with_its_freshness(client: MemoryClient,

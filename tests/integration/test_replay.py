@@ -214,14 +214,13 @@ async def test_status_names_every_role_and_how_far_the_projection_trails(history
 
 
 async def test_small_json_batches_and_large_staged_batches_project_the_same_rows(
-        history: dict[str, Any], service: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+        history: dict[str, Any], service: Env) -> None:
     """The live projector writes small batches as one JSON-parameter statement, large ones through a COPY stage:
     both paths, and both orders of arrival, must leave identical rows."""
-    import projector.store
     from projector.rows import current_row
     from projector.store import apply_rows
 
-    monkeypatch.setattr(projector.store, "SMALL_BATCH", 10)  # chunks of 7: JSON path; all: stage
+    small = 10  # chunks of 7: JSON path; all: stage
     async with await psycopg.AsyncConnection.connect(service.database_url, autocommit=True) as conn:
         cur = await conn.execute("SELECT ledger_sequence, event FROM ledger ORDER BY ledger_sequence")
         rows = [r for seq, event in await cur.fetchall() if (r := current_row(bytes(event), seq)) is not None]
@@ -230,10 +229,10 @@ async def test_small_json_batches_and_large_staged_batches_project_the_same_rows
             await conn.execute(f"CREATE TEMP TABLE {table} (LIKE current_objects INCLUDING ALL)")
         for start in range(0, len(rows), 7):  # many events per object: later rows replace earlier ones
             chunk = {(r[0], r[1]): r for r in rows[start:start + 7]}
-            await apply_rows(conn, list(chunk.values()), 0, "proj_small_batches")
+            await apply_rows(conn, list(chunk.values()), 0, "proj_small_batches", small)
         latest = {(r[0], r[1]): r for r in rows}
-        await apply_rows(conn, list(latest.values()), 0, "proj_one_batch")
-        await apply_rows(conn, [rows[0]], 0, "proj_one_batch")  # an old event redelivered changes nothing
+        await apply_rows(conn, list(latest.values()), 0, "proj_one_batch", small)
+        await apply_rows(conn, [rows[0]], 0, "proj_one_batch", small)  # an old event redelivered changes nothing
         for a, b in (("proj_small_batches", "proj_one_batch"), ("proj_one_batch", "proj_small_batches")):
             cur = await conn.execute(f"SELECT count(*) FROM (SELECT * FROM {a} EXCEPT SELECT * FROM {b}) d")
             assert (await cur.fetchone()) == (0,)

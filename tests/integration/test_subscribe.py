@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -204,15 +206,30 @@ async def test_the_cli_tails_a_scope_as_json_lines(client: MemoryClient, service
     assert await asyncio.wait_for(proc.wait(), 60) == 0
 
 
+@contextlib.asynccontextmanager
+async def tuned_client(servers: Any, label: str, **gateway: Any) -> AsyncIterator[MemoryClient]:
+    """A client of a service of its own, with these gateway settings (and the test scope)."""
+    env = Env(servers, fresh_database(servers, label), fresh_settings(label, gateway=gateway))
+    async with running_service(env):
+        client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
+        try:
+            await client.create_scope(SCOPE)
+            yield client
+        finally:
+            await client.close()
+
+
 async def test_a_slow_subscriber_whose_live_buffer_overflows_still_gets_every_event_once_in_order(
-        client: MemoryClient, monkeypatch: pytest.MonkeyPatch) -> None:
+        servers: Any) -> None:
     """At max_unacked (policy block) live events queue in the session's buffer; past its limit they are
     dropped and read back from the stream. The raw protocol shows no gap, duplicate or reordering."""
+    async with tuned_client(servers, "overflow", live_buffer_events=3) as client:
+        await _overflow_and_read_back(client)
+
+
+async def _overflow_and_read_back(client: MemoryClient) -> None:
     import msgspec
 
-    import subscriptions.session as session_module
-
-    monkeypatch.setattr(session_module, "BUFFER_LIMIT", 3)
     opened = await client.subscription_request("open", {
         "scope_id": SCOPE, "actor": ACTOR, "filter": {"event_classes": ["object_created"]},
         "delivery": {"mode": "push", "max_unacked": 2, "backpressure_policy": "block"}})
@@ -287,14 +304,14 @@ async def test_a_close_left_unfinished_by_a_dead_gateway_is_finished_by_the_next
         assert [r[0] for r in await cur.fetchall()] == ["subscription_opened", "subscription_closed"]
 
 
-async def test_the_feed_pauses_without_subscribers_and_a_later_subscription_misses_nothing(
-        client: MemoryClient, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_feed_pauses_without_subscribers_and_a_later_subscription_misses_nothing(servers: Any) -> None:
     """With no push subscription the gateway stops reading the stream; a subscription opened later catches
     up over what was written meanwhile and joins the restarted feed without a gap."""
-    import subscriptions.feed as feed_module
+    async with tuned_client(servers, "pause", feed_pause_after_seconds=0.2) as client:
+        await _pause_and_resume(client)
 
-    monkeypatch.setattr(feed_module, "PAUSE_AFTER_SECONDS", 0.2)
-    monkeypatch.setattr(feed_module, "IDLE_WAIT_SECONDS", 0.2)
+
+async def _pause_and_resume(client: MemoryClient) -> None:
     first = await client.subscribe(SCOPE, ACTOR, filter={"event_classes": ["object_created"]})
     await make(client, 1)
     await take(first, 1)

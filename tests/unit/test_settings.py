@@ -1,0 +1,81 @@
+"""The tunables an operator sets: read from PAMLEDGER_<GROUP>__<NAME>, refused out of range, defaults kept.
+
+Why: these were module constants only a test could change; now they are settings, and a typo'd or absurd
+value must stop the process at start rather than surface as a stall later."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from infra.settings import Settings
+
+TUNABLES = {  # environment variable -> (group, field, a valid value other than the default)
+    "PAMLEDGER_WRITER__TAIL_CHECK_ROWS": ("writer", "tail_check_rows", 64),
+    "PAMLEDGER_QUERY__MAX_REQUEST_BYTES": ("query", "max_request_bytes", 131_072),
+    "PAMLEDGER_QUERY__MAX_IN_FLIGHT": ("query", "max_in_flight", 32),
+    "PAMLEDGER_QUERY__STOP_GRACE_SECONDS": ("query", "stop_grace_seconds", 5.0),
+    "PAMLEDGER_FOLLOWER__LINGER_SECONDS": ("follower", "linger_seconds", 0.05),
+    "PAMLEDGER_FOLLOWER__MAX_ACK_PENDING": ("follower", "max_ack_pending", 1000),
+    "PAMLEDGER_FOLLOWER__ACK_EVERY_SECONDS": ("follower", "ack_every_seconds", 0.5),
+    "PAMLEDGER_FOLLOWER__IDLE_CHECK_SECONDS": ("follower", "idle_check_seconds", 10.0),
+    "PAMLEDGER_GATEWAY__FLUSH_SECONDS": ("gateway", "flush_seconds", 2.0),
+    "PAMLEDGER_GATEWAY__LIVE_BUFFER_EVENTS": ("gateway", "live_buffer_events", 500),
+    "PAMLEDGER_GATEWAY__READER_IDLE_SECONDS": ("gateway", "reader_idle_seconds", 30.0),
+    "PAMLEDGER_GATEWAY__FEED_PAUSE_AFTER_SECONDS": ("gateway", "feed_pause_after_seconds", 60.0),
+}
+OUT_OF_RANGE = {
+    "PAMLEDGER_WRITER__TAIL_CHECK_ROWS": "0",
+    "PAMLEDGER_QUERY__MAX_REQUEST_BYTES": "2000000",  # past NATS's own 1 MiB message limit
+    "PAMLEDGER_QUERY__MAX_IN_FLIGHT": "0",
+    "PAMLEDGER_QUERY__STOP_GRACE_SECONDS": "-1",
+    "PAMLEDGER_FOLLOWER__LINGER_SECONDS": "5",
+    "PAMLEDGER_FOLLOWER__MAX_ACK_PENDING": "1",
+    "PAMLEDGER_FOLLOWER__ACK_EVERY_SECONDS": "0",
+    "PAMLEDGER_FOLLOWER__IDLE_CHECK_SECONDS": "0",
+    "PAMLEDGER_GATEWAY__FLUSH_SECONDS": "0",
+    "PAMLEDGER_GATEWAY__LIVE_BUFFER_EVENTS": "0",
+    "PAMLEDGER_GATEWAY__READER_IDLE_SECONDS": "0.5",
+    "PAMLEDGER_GATEWAY__FEED_PAUSE_AFTER_SECONDS": "-3",
+}
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [*TUNABLES, "PAMLEDGER_QUERY__MAX_INFLIGHT"]:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize("variable", sorted(TUNABLES))
+def test_each_tunable_is_read_from_its_nested_environment_variable(variable: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    group, field, value = TUNABLES[variable]
+    assert getattr(getattr(Settings(), group), field) != value, "pick a value other than the default"
+    monkeypatch.setenv(variable, str(value))
+    assert getattr(getattr(Settings(), group), field) == value
+
+
+@pytest.mark.parametrize("variable", sorted(OUT_OF_RANGE))
+def test_a_tunable_out_of_range_is_refused_at_start(variable: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(variable, OUT_OF_RANGE[variable])
+    with pytest.raises(ValidationError) as err:
+        Settings()
+    assert TUNABLES[variable][1] in str(err.value)
+
+
+def test_the_defaults_are_the_values_the_service_was_tuned_with() -> None:
+    settings = Settings()
+    assert (settings.query.max_in_flight, settings.query.max_request_bytes, settings.query.stop_grace_seconds) == (
+        256, 65_536, 2.0)
+    assert (settings.follower.linger_seconds, settings.follower.max_ack_pending, settings.follower.ack_every_seconds,
+            settings.follower.idle_check_seconds) == (0.01, 20_000, 1.0, 2.0)
+    assert (settings.gateway.flush_seconds, settings.gateway.live_buffer_events, settings.gateway.reader_idle_seconds,
+            settings.gateway.feed_pause_after_seconds) == (0.5, 20_000, 120.0, 10.0)
+    assert settings.writer.tail_check_rows == 16
+
+
+def test_a_misspelt_tunable_is_refused_rather_than_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAMLEDGER_QUERY__MAX_INFLIGHT", "10")
+    with pytest.raises(ValidationError) as err:
+        Settings()
+    assert "max_inflight" in str(err.value)

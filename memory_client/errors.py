@@ -5,6 +5,7 @@ Apart from the client so the connection helpers and the CLI raise and render the
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from schemas.errors import RETRYABLE, ErrorCode
@@ -28,8 +29,9 @@ class PamspecError(Exception):
 
     @classmethod
     def of(cls, code: ErrorCode, message: str, details: dict[str, Any] | None = None) -> PamspecError:
-        """An error made on the client side, retryable as the code's row in the PAMSPEC table says."""
-        return cls(code, message, RETRYABLE[code], details)
+        """An error made on the client side, retryable as the code's row in the PAMSPEC table says; its
+        operation id is minted here (no request reached the service), so the envelope is always whole."""
+        return cls(code, message, RETRYABLE[code], details, f"op:{uuid.uuid4()}")
 
     def envelope(self) -> dict[str, Any]:
         """The PAMSPEC error envelope (what the service would have answered)."""

@@ -48,6 +48,7 @@ def error_of(stderr: str) -> dict[str, Any]:
     assert len(lines) == 1, stderr
     error: dict[str, Any] = lines[0]["error"]
     assert set(error) == {"code", "message", "retryable", "operation_id", "details"}
+    assert error["operation_id"].startswith("op:"), error  # minted client-side when no request got through
     return error
 
 

@@ -37,6 +37,13 @@ create_venv() {
     fi
 }
 
+# A venv's scripts name its interpreter by absolute path: after the checkout moved they point at the old
+# place (`pamledger: cannot execute`), and the editable install at the old sources. Rebuild it then.
+if [ -x "$VENV/bin/python" ] && [ -f "$VENV/bin/pamledger" ] \
+        && [ "$(head -n 1 "$VENV/bin/pamledger")" != "#!$(pwd -P)/$VENV/bin/python" ]; then
+    say "$VENV was made for another folder ($(head -n 1 "$VENV/bin/pamledger" | cut -c3-)): rebuilding it here"
+    rm -rf "$VENV"
+fi
 if [ ! -x "$VENV/bin/python" ]; then
     create_venv
 fi

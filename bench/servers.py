@@ -1,6 +1,6 @@
 """Where the benchmark's NATS and Postgres come from: private servers on free loopback ports, or env URLs.
 
-Private servers live under one temp dir and are always torn down (Postgres data and its /var/tmp mirror
+Private servers live under one temp dir and are always torn down (Postgres data and its mirror
 included), even when a scenario fails or the run is interrupted. With PAMLEDGER_NATS_URL and
 PAMLEDGER_DATABASE_URL both set, those servers are used instead; the database URL must be allowed to
 CREATE DATABASE, because every scenario gets a fresh database of its own, dropped when it ends.
@@ -93,7 +93,7 @@ def bench_servers() -> Iterator[Servers]:
         for handle in reversed(handles):
             with contextlib.suppress(Exception):
                 handle.stop()
-            if hasattr(handle, "layout"):  # Postgres: also remove its data and any /var/tmp mirror
+            if hasattr(handle, "layout"):  # Postgres: also remove its data and any mirror
                 from infra.local_postgres import remove_postgres_data
 
                 remove_postgres_data(handle.layout)

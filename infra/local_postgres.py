@@ -160,7 +160,7 @@ class PostgresServer:
 
     @property
     def data_dir(self) -> Path:
-        """The real PGDATA (inside the /var/tmp mirror when running as root)."""
+        """The real PGDATA (inside the mirror when running as root)."""
         return self.layout.pgdata
 
     def is_running(self) -> bool:
@@ -182,7 +182,7 @@ class PostgresServer:
         log.info("postgres.stopped", pid=self.pid, port=self.port)
 
     def destroy(self) -> None:
-        """Stop, then delete the cluster and any /var/tmp mirror: for tests and `pamledger clean` only."""
+        """Stop, then delete the cluster and any mirror: for tests and `pamledger clean` only."""
         self.stop()
         remove_postgres_data(self.layout)
 

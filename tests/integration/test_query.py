@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import msgspec
@@ -141,7 +142,9 @@ async def test_past_the_in_flight_limit_a_request_is_refused_as_retryable(server
         client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
         await client.create_scope(SCOPE)
         subject = query_subject(client.prefix, "query")
-        waiting = asyncio.create_task(client.query(SCOPE, min_sequence=10**9, wait_ms=3000))
+        # The waiting query holds the one slot for 8 s (under the SDK's 10 s request timeout), so a loaded machine
+        # has time to send the probe; it is cancelled once the probe was refused.
+        waiting = asyncio.create_task(client.query(SCOPE, min_sequence=10**9, wait_ms=8_000))
         try:
             async def refused() -> bool:
                 reply = await client.nc.request(subject, msgspec.json.encode({"scope_id": SCOPE}), timeout=10)
@@ -151,7 +154,9 @@ async def test_past_the_in_flight_limit_a_request_is_refused_as_retryable(server
 
             await wait_for(refused, timeout=10)  # once the waiting query is in flight
         finally:
-            await waiting
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
             await client.close()
 
 

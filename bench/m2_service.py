@@ -20,7 +20,7 @@ from bench.procs import Child
 from bench import service
 from bench.servers import Servers
 from infra.subjects import command_subject, query_subject
-from subscriptions.relay import ensure_stream_config
+from command_handler.relay import ensure_stream_config
 
 
 async def connect(url: str) -> NATS:

@@ -31,7 +31,7 @@ from schemas.canonical import canonical_bytes
 from schemas.commands import CreateScope, TransitionState
 from schemas.errors import PamledgerError, ServiceUnavailable
 from schemas.registry import TypeRegistry, default_registry
-from subscriptions.relay import Relay
+from command_handler.relay import Relay
 
 log = structlog.get_logger(__name__)
 

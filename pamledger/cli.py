@@ -1,5 +1,9 @@
-"""The `pamledger` command line. Every command prints JSON on stdout; errors ({"error": {...}}, the PAMSPEC
-envelope) and logs go to stderr, with a non-zero exit."""
+"""The `pamledger` command line: the server and admin commands, and every client command of the SDK's CLI.
+
+run / serve / up / down / clean / status / verify / stream / replay / audit live here, in the composition
+root, because they assemble or inspect roles; client commands (create, read, query, subscribe ...) are
+memory_client.cli's. Every command prints JSON on stdout; errors ({"error": {...}}, the PAMSPEC envelope)
+and logs go to stderr, with a non-zero exit."""
 
 from __future__ import annotations
 
@@ -10,18 +14,14 @@ import signal
 import sys
 from typing import Any
 
-import psycopg
-
 from infra.endpoints import NoServers, resolve
 from infra.logging import configure_logging
 from infra.settings import Settings
-from memory_client.cli_audit import add_audit_parsers, add_query_parser, cmd_audit, cmd_replay, query_filters
-from memory_client.cli_common import Parser, connect, emit_error, json_content, pam_id, print_json
-from memory_client.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report
-from memory_client.cli_subscribe import add_subscribe_parser, cmd_subscribe, cmd_subscriptions
+from memory_client.cli import Handler, add_client_parsers, dispatch, handler_for
+from memory_client.cli_common import Parser, print_json
 from memory_client.client import MemoryClient, PamspecError
-from schemas.common import DIMENSION_STATES
-from schemas.errors import PamledgerError
+from pamledger.cli_audit import add_audit_parsers, cmd_audit, cmd_replay
+from pamledger.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report
 
 _print = print_json
 
@@ -58,7 +58,7 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     """Start local servers unless URLs are set, migrate, then serve: one process per role (default) or
     every role in this process (`--single-process` / PAMLEDGER_PROCESSES=single)."""
     from infra.migrations import migrate
-    from infra.supervisor import child_environment, parse_roles, supervise
+    from pamledger.supervisor import child_environment, parse_roles, supervise
 
     roles = parse_roles(args.roles)
     stack = None
@@ -86,7 +86,7 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     """One process serving the given roles on servers named by the settings (what `run` spawns)."""
-    from infra.supervisor import parse_roles
+    from pamledger.supervisor import parse_roles
 
     endpoints = resolve(settings)
     settings = settings.model_copy(update={"nats_url": endpoints.nats_url, "database_url": endpoints.database_url})
@@ -95,7 +95,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _serve(settings: Settings, roles: tuple[str, ...]) -> None:
-    from infra.runtime import run_service
+    from pamledger.runtime import run_service
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -171,63 +171,6 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
     return out
 
 
-def cmd_client(settings: Settings, args: argparse.Namespace) -> int:
-    """create / read / history / update / transition / delete / scope-create / query through the SDK."""
-    _print(asyncio.run(_client_call(settings, args)))
-    return 0
-
-
-async def _client_call(settings: Settings, args: argparse.Namespace) -> Any:
-    content = json_content(args.content) if hasattr(args, "content") else None  # before connecting: stdin
-    client = await connect(settings)
-    actor = {"actor_id": args.actor_id, "actor_kind": args.actor_kind} if hasattr(args, "actor_id") else {}
-    provenance = {"provenance_id": getattr(args, "provenance_id", None) or "prov:cli", "actor": actor,
-                  "activity": getattr(args, "activity", "cli")}
-    try:
-        match args.command:
-            case "scope-create":
-                return await client.create_scope(args.scope_id, args.scope_kind)
-            case "create":
-                optional = {k: v for k, v in (("object_id", args.object_id),
-                                              ("idempotency_key", args.idempotency_key)) if v}
-                return await client.create(args.scope_id, args.object_type, content, actor, provenance,
-                                           **optional)
-            case "update":
-                return await client.update(args.scope_id, args.object_id, args.expected_version_id,
-                                           content, actor, provenance)
-            case "transition":
-                return await client.transition(args.scope_id, args.object_id, args.expected_version_id,
-                                               args.dimension, args.target_state, actor, provenance)
-            case "delete":
-                return await client.delete(args.scope_id, args.object_id, args.expected_version_id, actor,
-                                           provenance)
-            case "read":
-                return await client.read(args.scope_id, args.object_id, args.version_id)
-            case "history":
-                return await client.history(args.scope_id, args.object_id)
-            case "query":
-                return await client.query(args.scope_id, **query_filters(args))
-    finally:
-        await client.close()
-    raise SystemExit(f"unknown command {args.command}")
-
-
-def cmd_conformance(settings: Settings, args: argparse.Namespace) -> int:
-    from memory_client.conformance import run_adapter
-
-    return run_adapter(settings)
-
-
-CONTENT_HELP = "canonical content as JSON; @PATH reads it from a file, - from stdin"
-
-
-def _writer_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--actor-id", default="actor:cli:user")
-    p.add_argument("--actor-kind", default="human")
-    p.add_argument("--provenance-id", default=None)
-    p.add_argument("--activity", default="cli")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="pamledger", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -242,51 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve some roles in this process on running servers (what run spawns)")
     serve.add_argument("--roles", default="all", help="comma-separated subset of writer,query,projector,gateway")
     add_ledger_parsers(sub)
-    sub.add_parser("conformance-adapter", help="PAMSPEC conformance harness protocol v1 on stdin/stdout")
-    sc = sub.add_parser("scope-create", help="register a memory scope")
-    sc.add_argument("scope_id", type=pam_id)
-    sc.add_argument("--scope-kind", default="workspace")
-    create = sub.add_parser("create", help="create a memory object")
-    create.add_argument("scope_id", type=pam_id)
-    create.add_argument("object_type")
-    create.add_argument("content", help=CONTENT_HELP)
-    create.add_argument("--object-id", type=pam_id)
-    create.add_argument("--idempotency-key")
-    _writer_args(create)
-    update = sub.add_parser("update", help="write new content as a new version")
-    for name in ("scope_id", "object_id", "expected_version_id"):
-        update.add_argument(name, type=pam_id)
-    update.add_argument("content", help=CONTENT_HELP)
-    _writer_args(update)
-    transition = sub.add_parser("transition", help="move one state dimension")
-    for name in ("scope_id", "object_id", "expected_version_id"):
-        transition.add_argument(name, type=pam_id)
-    transition.add_argument("dimension", choices=sorted(DIMENSION_STATES), help="one of %(choices)s")
-    transition.add_argument("target_state", help="; ".join(
-        f"{dimension}: {', '.join(sorted(states))}" for dimension, states in sorted(DIMENSION_STATES.items())))
-    _writer_args(transition)
-    delete = sub.add_parser("delete", help="tombstone an object and erase its content")
-    for name in ("scope_id", "object_id", "expected_version_id"):
-        delete.add_argument(name, type=pam_id)
-    _writer_args(delete)
-    read = sub.add_parser("read", help="read the current (or a given) version")
-    read.add_argument("scope_id", type=pam_id)
-    read.add_argument("object_id", type=pam_id)
-    read.add_argument("--version-id", type=pam_id)
-    hist = sub.add_parser("history", help="versions oldest first and the object's ledger events")
-    hist.add_argument("scope_id", type=pam_id)
-    hist.add_argument("object_id", type=pam_id)
-    add_query_parser(sub)
+    add_client_parsers(sub)
     add_audit_parsers(sub)
-    add_subscribe_parser(sub)
     return parser
 
 
-HANDLERS = {
+HANDLERS: dict[str, Handler] = {
     "up": cmd_up, "down": cmd_down, "clean": cmd_clean, "run": cmd_run, "serve": cmd_serve, "status": cmd_status,
-    "verify": cmd_verify, "stream": cmd_stream,
-    "conformance-adapter": cmd_conformance, "replay": cmd_replay, "audit": cmd_audit,
-    "subscribe": cmd_subscribe, "subscriptions": cmd_subscriptions,
+    "verify": cmd_verify, "stream": cmd_stream, "replay": cmd_replay, "audit": cmd_audit,
 }
 
 
@@ -294,18 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = Settings()
     configure_logging(settings.log_format, settings.log_level)
-    handler = HANDLERS.get(args.command, cmd_client)
-    try:
-        return handler(settings, args)
-    except PamspecError as exc:
-        return emit_error(exc)
-    except PamledgerError as exc:
-        return emit_error(PamspecError.of(exc.code, exc.message, exc.details))
-    except NoServers as exc:
-        return emit_error(PamspecError.of("service_unavailable", str(exc), {"state_dir": str(settings.state_dir)}))
-    except psycopg.OperationalError as exc:  # replay, audit, verify, subscriptions read Postgres directly
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return emit_error(PamspecError.of("service_unavailable", f"cannot reach Postgres: {reason}"))
+    return dispatch(HANDLERS.get(args.command) or handler_for(args.command), settings, args)
 
 
 if __name__ == "__main__":

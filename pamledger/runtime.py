@@ -29,7 +29,7 @@ from infra.settings import Settings
 from infra.role_failures import RoleFailures
 from infra.stuck import StuckState
 from infra.subjects import status_subject
-from infra.supervisor import ROLES
+from pamledger.supervisor import ROLES
 from infra.tasks import stop_task
 from projector.runner import EventFailed, Projector, projector_lock_key
 from query.search import CheckpointWatcher
@@ -37,7 +37,7 @@ from query.service import QueryService
 from schemas.canonical import canonical_bytes
 from subscriptions.filters import AllowAll, Authorizer
 from subscriptions.gateway import Gateway
-from subscriptions.relay import Relay
+from command_handler.relay import Relay
 from subscriptions.store import LeadershipLost, SubscriptionStore
 
 log = structlog.get_logger(__name__)

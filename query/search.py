@@ -19,7 +19,7 @@ from infra.pg_pipeline import pipelined_transaction
 from projector.store import NOTIFY_CHANNEL, checkpoint
 from query.cursor import decode_cursor, encode_cursor
 from query.plan import build
-from query.request import QueryRequest
+from schemas.queries import QueryRequest
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.errors import InvalidRequest, ScopeNotFound
 

@@ -23,7 +23,7 @@ from infra.nats_raw import RawClient, parse_headers
 from infra.settings import QuerySettings
 from infra.subjects import QUERIES, query_subject, status_subject
 from query.reads import history, read_envelope
-from query.request import decode_query
+from schemas.queries import decode_query
 from query.search import CheckpointWatcher, run_query
 from schemas.canonical import canonical_bytes
 from schemas.common import Id

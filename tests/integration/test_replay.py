@@ -182,7 +182,7 @@ async def test_audit_at_n_is_stable_after_later_writes(history: dict[str, Any], 
 def run_cli(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "PAMLEDGER_NATS_URL": env.nats_url, "PAMLEDGER_DATABASE_URL": env.database_url,
                    "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix, "PAMLEDGER_LOG_FORMAT": "json"}
-    return subprocess.run([sys.executable, "-m", "memory_client", *args], cwd=ROOT, env=environment,
+    return subprocess.run([sys.executable, "-m", "pamledger", *args], cwd=ROOT, env=environment,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -1,0 +1,169 @@
+"""The client side of the `pamledger` command line: commands that speak to the service through the SDK.
+
+create / read / history / update / transition / delete / scope-create / query / subscribe / subscriptions
+and the conformance adapter. The composition root's CLI (pamledger.cli) adds the server and admin
+commands and hands these to `handler_for`; `python -m memory_client` runs them alone. Every command prints
+JSON on stdout; errors ({"error": {...}}, the PAMSPEC envelope) and logs go to stderr, with a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from infra.endpoints import NoServers
+from infra.logging import configure_logging
+from infra.settings import Settings
+from memory_client.cli_common import Parser, connect, emit_error, json_content, pam_id, print_json
+from memory_client.cli_query import add_query_parser, query_filters
+from memory_client.cli_subscribe import add_subscribe_parser, cmd_subscribe, cmd_subscriptions
+from memory_client.client import PamspecError
+from schemas.common import DIMENSION_STATES
+from schemas.errors import PamledgerError
+
+Handler = Callable[[Settings, argparse.Namespace], int]
+_print = print_json
+
+
+def cmd_client(settings: Settings, args: argparse.Namespace) -> int:
+    """create / read / history / update / transition / delete / scope-create / query through the SDK."""
+    _print(asyncio.run(_client_call(settings, args)))
+    return 0
+
+
+async def _client_call(settings: Settings, args: argparse.Namespace) -> Any:
+    content = json_content(args.content) if hasattr(args, "content") else None  # before connecting: stdin
+    client = await connect(settings)
+    actor = {"actor_id": args.actor_id, "actor_kind": args.actor_kind} if hasattr(args, "actor_id") else {}
+    provenance = {"provenance_id": getattr(args, "provenance_id", None) or "prov:cli", "actor": actor,
+                  "activity": getattr(args, "activity", "cli")}
+    try:
+        match args.command:
+            case "scope-create":
+                return await client.create_scope(args.scope_id, args.scope_kind)
+            case "create":
+                optional = {k: v for k, v in (("object_id", args.object_id),
+                                              ("idempotency_key", args.idempotency_key)) if v}
+                return await client.create(args.scope_id, args.object_type, content, actor, provenance,
+                                           **optional)
+            case "update":
+                return await client.update(args.scope_id, args.object_id, args.expected_version_id,
+                                           content, actor, provenance)
+            case "transition":
+                return await client.transition(args.scope_id, args.object_id, args.expected_version_id,
+                                               args.dimension, args.target_state, actor, provenance)
+            case "delete":
+                return await client.delete(args.scope_id, args.object_id, args.expected_version_id, actor,
+                                           provenance)
+            case "read":
+                return await client.read(args.scope_id, args.object_id, args.version_id)
+            case "history":
+                return await client.history(args.scope_id, args.object_id)
+            case "query":
+                return await client.query(args.scope_id, **query_filters(args))
+    finally:
+        await client.close()
+    raise SystemExit(f"unknown command {args.command}")
+
+
+def cmd_conformance(settings: Settings, args: argparse.Namespace) -> int:
+    from memory_client.conformance import run_adapter
+
+    return run_adapter(settings)
+
+
+CONTENT_HELP = "canonical content as JSON; @PATH reads it from a file, - from stdin"
+
+
+def _writer_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--actor-id", default="actor:cli:user")
+    p.add_argument("--actor-kind", default="human")
+    p.add_argument("--provenance-id", default=None)
+    p.add_argument("--activity", default="cli")
+
+
+def add_client_parsers(sub: Any) -> None:
+    """The client commands' parsers, added to `sub` (the subparsers of either CLI)."""
+    sub.add_parser("conformance-adapter", help="PAMSPEC conformance harness protocol v1 on stdin/stdout")
+    sc = sub.add_parser("scope-create", help="register a memory scope")
+    sc.add_argument("scope_id", type=pam_id)
+    sc.add_argument("--scope-kind", default="workspace")
+    create = sub.add_parser("create", help="create a memory object")
+    create.add_argument("scope_id", type=pam_id)
+    create.add_argument("object_type")
+    create.add_argument("content", help=CONTENT_HELP)
+    create.add_argument("--object-id", type=pam_id)
+    create.add_argument("--idempotency-key")
+    _writer_args(create)
+    update = sub.add_parser("update", help="write new content as a new version")
+    for name in ("scope_id", "object_id", "expected_version_id"):
+        update.add_argument(name, type=pam_id)
+    update.add_argument("content", help=CONTENT_HELP)
+    _writer_args(update)
+    transition = sub.add_parser("transition", help="move one state dimension")
+    for name in ("scope_id", "object_id", "expected_version_id"):
+        transition.add_argument(name, type=pam_id)
+    transition.add_argument("dimension", choices=sorted(DIMENSION_STATES), help="one of %(choices)s")
+    transition.add_argument("target_state", help="; ".join(
+        f"{dimension}: {', '.join(sorted(states))}" for dimension, states in sorted(DIMENSION_STATES.items())))
+    _writer_args(transition)
+    delete = sub.add_parser("delete", help="tombstone an object and erase its content")
+    for name in ("scope_id", "object_id", "expected_version_id"):
+        delete.add_argument(name, type=pam_id)
+    _writer_args(delete)
+    read = sub.add_parser("read", help="read the current (or a given) version")
+    read.add_argument("scope_id", type=pam_id)
+    read.add_argument("object_id", type=pam_id)
+    read.add_argument("--version-id", type=pam_id)
+    hist = sub.add_parser("history", help="versions oldest first and the object's ledger events")
+    hist.add_argument("scope_id", type=pam_id)
+    hist.add_argument("object_id", type=pam_id)
+    add_query_parser(sub)
+    add_subscribe_parser(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="pamledger", description=__doc__)
+    add_client_parsers(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+CLIENT_HANDLERS: dict[str, Handler] = {
+    "conformance-adapter": cmd_conformance, "subscribe": cmd_subscribe, "subscriptions": cmd_subscriptions,
+}
+
+
+def handler_for(command: str) -> Handler:
+    """The handler of a client command (the SDK calls behind create, read, query ... share one)."""
+    return CLIENT_HANDLERS.get(command, cmd_client)
+
+
+def dispatch(handler: Handler, settings: Settings, args: argparse.Namespace) -> int:
+    """Run one command; every failure becomes the PAMSPEC error envelope on stderr and exit status 1."""
+    try:
+        return handler(settings, args)
+    except PamspecError as exc:
+        return emit_error(exc)
+    except PamledgerError as exc:
+        return emit_error(PamspecError.of(exc.code, exc.message, exc.details))
+    except NoServers as exc:
+        return emit_error(PamspecError.of("service_unavailable", str(exc), {"state_dir": str(settings.state_dir)}))
+    except psycopg.OperationalError as exc:  # replay, audit, verify, subscriptions read Postgres directly
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return emit_error(PamspecError.of("service_unavailable", f"cannot reach Postgres: {reason}"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = Settings()
+    configure_logging(settings.log_format, settings.log_level)
+    return dispatch(handler_for(args.command), settings, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -31,7 +31,7 @@ from bench.procs import python_child
 from bench.scenarios import Config, other_cpu
 from bench.servers import Servers
 from bench.service import service_process
-from command_handler.store import LedgerRow
+from infra.ledger import LedgerRow
 from command_handler.relay import Relay, ensure_stream
 
 TICK = 0.002  # how often the pacer hands the relay what is due (the writer commits a batch every few ms)

@@ -1,4 +1,4 @@
-"""The real service (`python -m memory_client run`) on an already loaded database, and a writer probe.
+"""The real service (`python -m pamledger run`) on an already loaded database, and a writer probe.
 
 A loaded ledger has no JetStream replica yet; started as is, the relay would first republish every
 ledger row. The stream is therefore created empty with `first_seq = head + 1` (a replica whose older

@@ -1,4 +1,4 @@
-"""The one way benchmarks run the real service: `python -m memory_client run` in its own process.
+"""The one way benchmarks run the real service: `python -m pamledger run` in its own process.
 
 Every suite (writer, M2, M3) starts it here, with private subject prefix and stream names, waits until
 it answers, and always stops it and deletes its stream afterwards.

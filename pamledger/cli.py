@@ -135,15 +135,13 @@ def _problems(report: dict[str, Any]) -> list[str]:
 async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[str, Any]:
     import psycopg
 
-    from projector.store import checkpoint
+    from infra.ledger import ledger_head
+    from infra.projections import checkpoint
 
     out: dict[str, Any] = {"nats": {"answers": False}, "postgres": {"answers": False}}
     try:
         async with await psycopg.AsyncConnection.connect(database_url, connect_timeout=3) as conn:
-            cur = await conn.execute("SELECT coalesce(max(ledger_sequence), 0) FROM ledger WHERE partition = %s",
-                                     (settings.partition,))
-            row = await cur.fetchone()
-            head = row[0] if row else 0
+            head = await ledger_head(conn, settings.partition)
             projected = await checkpoint(conn)
             # How far Query's current-version tables trail the ledger (0: every committed event is queryable).
             out["postgres"] = {"answers": True, "ledger_sequence": head, "projection_checkpoint": projected,

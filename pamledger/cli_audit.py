@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 
 from infra.endpoints import resolve
+from infra.ledger import ledger_head
 from infra.settings import Settings
 from memory_client.cli_common import invalid, pam_id, sequence
 
@@ -35,7 +36,7 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     from projector.replay import ReplayOptions, replay
 
     options = ReplayOptions(scope_id=args.scope_id, to_sequence=args.to_sequence, verify=args.verify,
-                            swap=args.swap, keep=args.keep)
+                            swap=args.swap, keep=args.keep, partition=settings.partition)
     database_url = resolve(settings).database_url
     asyncio.run(_check_replay_arguments(database_url, settings.partition, args.scope_id, args.to_sequence))
     try:
@@ -51,14 +52,13 @@ def cmd_audit(settings: Settings, args: argparse.Namespace) -> int:
 
     async def run() -> dict[str, Any]:
         async with await psycopg.AsyncConnection.connect(resolve(settings).database_url) as conn:
-            return await audit(conn, args.scope_id, args.at)
+            return await audit(conn, args.scope_id, args.at, settings.partition)
 
     print(json.dumps(asyncio.run(run()), indent=2, sort_keys=True))  # errors: main() prints the envelope
     return 0
 
 
 SCOPE_EXISTS_SQL = "SELECT 1 FROM scopes WHERE scope_id = %s"
-HEAD_SQL = "SELECT coalesce(max(ledger_sequence), 0) FROM ledger WHERE partition = %s"
 
 
 async def _check_replay_arguments(database_url: str, partition: int, scope_id: str | None,
@@ -69,7 +69,6 @@ async def _check_replay_arguments(database_url: str, partition: int, scope_id: s
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         if scope_id is not None and await (await conn.execute(SCOPE_EXISTS_SQL, (scope_id,))).fetchone() is None:
             raise PamspecError.of("scope_not_found", "scope not found", {"scope_id": scope_id})
-        row = await (await conn.execute(HEAD_SQL, (partition,))).fetchone()
-        head = int(row[0]) if row else 0
+        head = await ledger_head(conn, partition)
         if to_sequence is not None and to_sequence > head:
             raise invalid("--to-sequence is beyond the ledger head", to_sequence=to_sequence, ledger_head=head)

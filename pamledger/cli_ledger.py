@@ -83,7 +83,7 @@ async def identity_report(settings: Settings, nc: Any, database_url: str) -> dic
     from infra.ledger_identity import (
         checkpoint_disagreement, ledger_identity, stream_disagreement, subscriptions_disagreement,
     )
-    from projector.store import PROJECTION
+    from infra.projections import PROJECTION
 
     partition = settings.partition
     try:

@@ -77,7 +77,8 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
                                        kwargs={"autocommit": True}, check=AsyncConnectionPool.check_connection)
             await pool.open()
             watcher = CheckpointWatcher()
-            query = QueryService(await connection("query"), pool, settings.subject_prefix, watcher, settings.query)
+            query = QueryService(await connection("query"), pool, settings.subject_prefix, watcher, settings.query,
+                                 settings.partition)
             await query.start()
             tasks.append(asyncio.create_task(watcher.run(database_url)))
         if "writer" in roles:
@@ -137,7 +138,7 @@ async def _lead_once(settings: Settings, nc: RawClient, database_url: str, failu
                       settings.writer.relay_publish_timeout_seconds)
         relay_task = asyncio.create_task(relay.run())
         try:
-            await Writer(settings, nc, store, relay).serve()
+            await Writer(settings, nc, store, relay.submit, relay.status).serve()
         finally:
             await stop_task(relay_task)
 
@@ -197,7 +198,8 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
                 key = gateway_lock_key(settings.partition)
                 await _wait_for_lock(conn, key, settings, "gateway")
                 failures.serving()
-                store = SubscriptionStore(conn, database_url, key, settings.writer.lock_poll_seconds)
+                store = SubscriptionStore(conn, database_url, key, settings.partition,
+                                          settings.writer.lock_poll_seconds)
                 try:
                     await Gateway(settings, nc, store, authorizer).serve()  # answers status.gateway once serving
                 finally:

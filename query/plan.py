@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg import sql
 
-from projector.store import SEARCH_EXPRESSION
+from infra.projections import SEARCH_EXPRESSION
 from schemas.queries import QueryRequest
 
 _FILTERS = (

@@ -17,7 +17,7 @@ from pamledger.runtime import run_service
 from pamledger.cli_ledger import identity_report, rebuild_stream
 from memory_client.client import MemoryClient, PamspecError
 from projector.replay import ReplayOptions, replay
-from projector.store import PROJECTION, checkpoint
+from infra.projections import PROJECTION, checkpoint
 from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, running_service, wait_for
 
 SCOPE = "workspace:identity"

@@ -24,7 +24,7 @@ import psycopg
 from pamledger.runtime import run_service
 from memory_client.client import MemoryClient, PamspecError
 from projector.replay import ReplayOptions, replay
-from projector.store import checkpoint
+from infra.projections import checkpoint
 from tests.conftest import ACTOR, PROVENANCE, Env, wait_for
 
 SCOPE = "workspace:stuck"

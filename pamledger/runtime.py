@@ -1,7 +1,7 @@
 """Running service roles in this process: query answers from every instance; the writer, projector and
 gateway each lead only while this process holds their partition's advisory lock.
 
-`pamledger run` gives each role its own process (infra/supervisor.py); tests run them all in one.
+`pamledger run` gives each role its own process (pamledger/supervisor.py); tests run them all in one.
 A second instance of a role is a hot standby: it polls the lock, and when the leader's database
 session ends (crash, SIGKILL, network loss) Postgres releases the lock and the standby takes over
 within `lock_poll_seconds`.

@@ -1,6 +1,6 @@
 """Crashes under load: SIGKILL the leading writer, fail over to the standby, lose the stream, restart NATS.
 
-Service instances run as real subprocesses (`python -m memory_client run`), so a kill is a real kill.
+Service instances run as real subprocesses (`python -m pamledger run`), so a kill is a real kill.
 """
 
 from __future__ import annotations

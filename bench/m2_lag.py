@@ -1,6 +1,6 @@
 """M2 projector lag: open-loop paced creates through the real service; reply-to-queryable time per create.
 
-The service (`python -m memory_client run`: writer + relay + projector + query) runs in its own process
+The service (`python -m pamledger run`: writer + relay + projector + query) runs in its own process
 on a fresh database (bench.scenarios.pamledger_service). The bench sends creates on a fixed schedule
 (open loop: a slow reply never delays the next send) and records, per create, the monotonic time its
 reply arrived (after COMMIT) and its ledger_sequence. A separate process (bench.m2_listen) LISTENs on

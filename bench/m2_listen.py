@@ -16,7 +16,7 @@ import time
 
 import psycopg
 
-from projector.store import NOTIFY_CHANNEL
+from infra.projections import NOTIFY_CHANNEL
 
 
 def main() -> int:

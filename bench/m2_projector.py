@@ -3,7 +3,7 @@
 On these 2-core machines the whole service cannot take 5,000 creates/s (bench.m2_lag measures its
 capacity and the lag at what it sustains), so that step cannot tell whether the projector could. This
 step answers that part alone: the ledger rows of `rate x (warmup + duration)` creates are committed in
-bulk first (bench.ledger_loader, creates only), then the real relay (`subscriptions.relay.Relay.follow`,
+bulk first (bench.ledger_loader, creates only), then the real relay (`command_handler.relay.Relay.follow`,
 in this process) is handed them on a fixed schedule, as the writer hands it each committed batch, every
 TICK seconds; the real projector (`pamledger run --roles projector`, its own processes) follows the
 stream into `current_objects`. A row's "commit" time is its scheduled time.
@@ -31,8 +31,8 @@ from bench.procs import python_child
 from bench.scenarios import Config, other_cpu
 from bench.servers import Servers
 from bench.service import service_process
-from command_handler.store import LedgerRow
-from subscriptions.relay import Relay, ensure_stream
+from infra.ledger import LedgerRow
+from command_handler.relay import Relay, ensure_stream
 
 TICK = 0.002  # how often the pacer hands the relay what is due (the writer commits a batch every few ms)
 # A pacer this far behind its schedule stops: the run would not be at the rate. Less is only counted: a row

@@ -27,7 +27,7 @@ from bench.load import REQUEST_TIMEOUT, BadReply, Result
 from bench.m2_content import search_text
 from query.cursor import decode_cursor
 from query.plan import build
-from query.request import decode_query
+from schemas.queries import decode_query
 from infra.subjects import query_subject
 
 Sample = tuple[float, str, bytes]  # (seconds, variant, request payload)

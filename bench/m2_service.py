@@ -1,4 +1,4 @@
-"""The real service (`python -m memory_client run`) on an already loaded database, and a writer probe.
+"""The real service (`python -m pamledger run`) on an already loaded database, and a writer probe.
 
 A loaded ledger has no JetStream replica yet; started as is, the relay would first republish every
 ledger row. The stream is therefore created empty with `first_seq = head + 1` (a replica whose older
@@ -20,7 +20,7 @@ from bench.procs import Child
 from bench import service
 from bench.servers import Servers
 from infra.subjects import command_subject, query_subject
-from subscriptions.relay import ensure_stream_config
+from command_handler.relay import ensure_stream_config
 
 
 async def connect(url: str) -> NATS:

@@ -1,6 +1,6 @@
 """M3 plumbing: the real service on a given database, waiting for relay and projector, the echo baseline.
 
-`service_on` starts `python -m memory_client run` (writer + relay + projector + query + Subscribe gateway)
+`service_on` starts `python -m pamledger run` (writer + relay + projector + query + Subscribe gateway)
 on a database that may already hold a bulk-loaded ledger and has no JetStream replica yet: the relay
 then creates the stream and republishes every ledger row from Postgres, exactly as after losing the
 stream. `wait_settled` waits (bounded) until the writer reports `relayed_sequence` at the head and the

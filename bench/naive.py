@@ -29,8 +29,8 @@ from nats.aio.msg import Msg
 
 from command_handler.chain import row_hash
 from command_handler.core import decide
-from command_handler.intake import Parsed, error_reply, parse
-from command_handler.planner import result_bytes
+from command_handler.intake import Parsed, parse
+from schemas.replies import error_reply, result_bytes
 from command_handler.state import Stamp
 from command_handler.store import PostgresLedgerStore
 from infra.db_errors import map_db_error

@@ -1,4 +1,4 @@
-"""The one way benchmarks run the real service: `python -m memory_client run` in its own process.
+"""The one way benchmarks run the real service: `python -m pamledger run` in its own process.
 
 Every suite (writer, M2, M3) starts it here, with private subject prefix and stream names, waits until
 it answers, and always stops it and deletes its stream afterwards.
@@ -64,7 +64,7 @@ async def service_process(servers: Servers, database_url: str, label: str, extra
     """(nc, prefix, stream, child) for the service on `database_url`. `prepare(nc, prefix, stream)` runs
     before the process starts; `answering` names the status subjects to wait for; `roles` is `run --roles`."""
     prefix, stream = service_names(label)
-    child = python_child(f"pamledger-{label}", "memory_client", {
+    child = python_child(f"pamledger-{label}", "pamledger", {
         "PAMLEDGER_NATS_URL": servers.nats_url, "PAMLEDGER_DATABASE_URL": database_url,
         "PAMLEDGER_SUBJECT_PREFIX": prefix, "PAMLEDGER_STREAM_NAME": stream, "PAMLEDGER_LOG_FORMAT": "json",
         **(extra_env or {}),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import uuid
 from typing import Any
 
 import msgspec
@@ -19,14 +18,13 @@ import msgspec
 from schemas.canonical import canonical_bytes
 from schemas.commands import DECODERS, IDEMPOTENCY_KEY_MAX, Command, CreateScope
 from schemas.common import is_valid_id
-from schemas.errors import InvalidObject, InvalidRequest, PamledgerError
+from schemas.errors import InvalidObject, InvalidRequest
+from schemas.replies import IDEMPOTENCY_HEADER, OPERATION_HEADER
 from schemas.values import ENVELOPE_FIELDS, MAX_DEPTH, BadValue, check_text, check_value, nests_deeper, top_field
 
 _MSGSPEC_PATH = re.compile(r" - at `\$(.*)`\Z")
 _PATH_STEP = re.compile(r"\.([^.\[]+)|\[([^\]]*)\]")
 _INF_DECODER = msgspec.json.Decoder(float_hook=float)
-IDEMPOTENCY_HEADER = "Pam-Idempotency-Key"
-OPERATION_HEADER = "Pam-Operation-Id"
 
 
 class Parsed(msgspec.Struct, frozen=True, kw_only=True):
@@ -158,11 +156,3 @@ def _field(message: str, data: bytes) -> str:
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             pass
     return field
-
-
-def error_reply(error: PamledgerError, operation_id: str | None) -> bytes:
-    """The wire form of a failure: {"error": <PAMSPEC error envelope>}. An operation id that is not a valid
-    id (it may be the very input being refused) is not echoed: the reply gets a fresh one."""
-    if operation_id is None or not is_valid_id(operation_id):
-        operation_id = f"op:{uuid.uuid4()}"
-    return canonical_bytes({"error": error.envelope(operation_id)})

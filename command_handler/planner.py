@@ -18,7 +18,8 @@ from command_handler.chain import row_hash
 from command_handler.core import decide
 from command_handler.intake import Parsed
 from command_handler.state import Decision, ObjectHead, Stamp
-from command_handler.store import Batch, ContentRow, IdempotencyRow, LedgerRow, VersionRow
+from infra.ledger import IdempotencyRow, LedgerRow
+from command_handler.store import Batch, ContentRow, VersionRow
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateScope
 from schemas.errors import DuplicateOperation, PamledgerError, ScopeNotFound
@@ -204,33 +205,3 @@ def _add_rows(
 
 def _new_records(batch: Batch) -> dict[tuple[str, str], IdempotencyRow]:
     return {(r.scope_id, r.idempotency_key): r for r in batch.idempotency}
-
-
-def result_bytes(head: ObjectHead, ledger_sequence: int, event_id: str, content: bytes | None) -> bytes:
-    """The success reply: ids, sequences and the committed envelope in canonical bytes."""
-    return canonical_bytes({"result": {
-        "object_id": head.object_id,
-        "version_id": head.version_id,
-        "sequence": head.sequence,
-        "ledger_sequence": ledger_sequence,
-        "event_id": event_id,
-        "envelope": msgspec.Raw(envelope_bytes(head.meta, content)),
-    }})
-
-
-def entry_result_bytes(ledger_sequence: int, event_id: str, replayed: bool = False) -> bytes:
-    """The success reply of an event-only entry (no object, no version); `replayed` marks an idempotent
-    replay of it."""
-    result: dict[str, Any] = {"ledger_sequence": ledger_sequence, "event_id": event_id}
-    if replayed:
-        result["idempotency_result"] = "replayed_original_result"
-    return canonical_bytes({"result": result})
-
-
-def envelope_bytes(meta: dict[str, Any], content: bytes | None) -> bytes:
-    """A version's canonical envelope: its metadata plus content (tombstone marker, or null once erased)."""
-    if meta.get("availability_state") == "deleted":
-        raw = msgspec.Raw(canonical_bytes({"tombstone": True}))
-    else:
-        raw = msgspec.Raw(content if content is not None else b"null")
-    return canonical_bytes({**meta, "canonical_content": raw})

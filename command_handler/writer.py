@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
@@ -17,21 +18,21 @@ import psycopg
 import structlog
 from nats.aio.msg import Msg
 
-from command_handler.intake import OPERATION_HEADER, Parsed, error_reply, parse
-from command_handler.planner import Outcome, Plan, PlanInputs, entry_result_bytes, plan_batch, result_bytes
+from command_handler.intake import Parsed, parse
+from command_handler.planner import Outcome, Plan, PlanInputs, plan_batch
 from command_handler.state import ObjectHead, Stamp
-from command_handler.store import IdempotencyRow, PostgresLedgerStore
+from command_handler.store import PostgresLedgerStore
 from infra.db_errors import map_db_error
+from infra.ledger import IdempotencyRow, LedgerRow, fetch_replay
 from infra.lru import LRU
 from infra.nats_raw import RawClient, parse_headers
 from infra.settings import Settings
 from infra.subjects import command_subject, status_subject
-from query.reads import fetch_replay
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateScope, TransitionState
 from schemas.errors import PamledgerError, ServiceUnavailable
 from schemas.registry import TypeRegistry, default_registry
-from subscriptions.relay import Relay
+from schemas.replies import OPERATION_HEADER, entry_result_bytes, error_reply, result_bytes
 
 log = structlog.get_logger(__name__)
 
@@ -40,13 +41,17 @@ class Writer:
     """Serves the command subjects while it holds the partition lock."""
 
     def __init__(
-        self, settings: Settings, nc: RawClient, store: PostgresLedgerStore, relay: Relay,
+        self, settings: Settings, nc: RawClient, store: PostgresLedgerStore,
+        committed: Callable[[list[LedgerRow]], None], relay_status: Callable[[], dict[str, Any]],
         registry: TypeRegistry | None = None,
     ):
         self.settings = settings
         self.nc = nc
         self.store = store
-        self.relay = relay
+        # After COMMIT the rows go to `committed` (the relay's queue, command_handler.relay); the writer never
+        # waits for replication. `relay_status` says how far replication got, for the writer's status reply.
+        self.committed = committed
+        self.relay_status = relay_status
         # Built once, never per command: the core reads its type and transition tables from this value.
         self.registry = registry if registry is not None else default_registry()
         self.inbox: asyncio.Queue[Command] = asyncio.Queue()
@@ -87,9 +92,7 @@ class Writer:
     async def _status(self, msg: Msg) -> None:
         await msg.respond(canonical_bytes({"result": {
             "role": "leader", "partition": self.store.partition, "ledger_sequence": self.tail[0],
-            "relayed_sequence": self.relay.published, "pid": os.getpid(),
-            "chain_broken": self.chain_broken,
-            "relay_refused": self.relay.refusal.reason.message() if self.relay.refusal.reason else None,
+            "pid": os.getpid(), "chain_broken": self.chain_broken, **self.relay_status(),
         }}))
 
     async def _check_tail(self) -> None:
@@ -143,7 +146,7 @@ class Writer:
         self._advance(plan)
         await self._reply(msgs, items, plan)
         if plan.batch.ledger:
-            self.relay.submit(plan.batch.ledger)
+            self.committed(plan.batch.ledger)
 
     async def _plan_and_append(self, items: list[Parsed | PamledgerError], parsed: list[Parsed]) -> Plan:
         """Plan and append. Idempotency keys are checked optimistically: the records' primary key refuses a
@@ -250,7 +253,7 @@ class Writer:
         if outcome.same_as is not None:
             return replies[outcome.same_as] or b""
         assert outcome.replay_of is not None
-        return await fetch_replay(self.store.conn, outcome.replay_of)
+        return await fetch_replay(self.store.conn, outcome.replay_of, self.store.partition)
 
     async def _fail_all(self, msgs: list[Command], items: list[Any], error: PamledgerError) -> None:
         for msg, item in zip(msgs, items):

@@ -31,7 +31,7 @@ from infra.local_postgres import (
     postgres_answers,
     remove_postgres_data,
 )
-from infra.supervisor import ServerWatch
+from infra.processes import ServerWatch
 
 __all__ = [
     "LocalStack", "NatsServer", "PostgresServer", "ServerHandle", "StackStatus", "StoreInUse", "clean",

@@ -1,0 +1,5 @@
+"""The projector (service): a follower of the ledger stream keeping the current-version tables.
+
+What lives here: rows (pure projection), store (writing rows and checkpoint in one transaction), runner
+(the durable consumer), replay and audit. It may import only projector/, infra/ and schemas/.
+"""

@@ -12,16 +12,15 @@ from typing import Any
 
 import psycopg
 
-from command_handler.store import HEAD_SQL
+from infra.ledger import ledger_head
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.errors import InvalidRequest, ScopeNotFound
 
 _STATE_FIELDS = ("object_type", "lifecycle_state", "availability_state", "retention_state", "validation_state")
 
 
-async def audit(conn: psycopg.AsyncConnection[Any], scope_id: str, at: int) -> dict[str, Any]:
-    head_row = await (await conn.execute(HEAD_SQL)).fetchone()
-    head = int(head_row[0]) if head_row else 0
+async def audit(conn: psycopg.AsyncConnection[Any], scope_id: str, at: int, partition: int) -> dict[str, Any]:
+    head = await ledger_head(conn, partition)
     if at > head:
         raise InvalidRequest("--at is beyond the ledger head", details={"at": at, "ledger_head": head})
     if await (await conn.execute("SELECT 1 FROM scopes WHERE scope_id = %s", (scope_id,))).fetchone() is None:

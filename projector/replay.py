@@ -23,12 +23,13 @@ import msgspec
 import psycopg
 from psycopg import sql
 
-from command_handler.store import HEAD_SQL
+from infra.ledger import ledger_head
 from infra.ledger_identity import ledger_identity
+from infra.projections import PROJECTION
 from infra.tasks import stop_task
 from projector.replay_diagnosis import DATA_ERRORS, replay_failed
 from projector.rows import COLUMNS, newest_row
-from projector.store import PROJECTION, comment_table, drop_table, merge, precompute_search, staging
+from projector.store import comment_table, drop_table, merge, precompute_search, staging
 from schemas.canonical import canonical_bytes
 
 Progress = Callable[[dict[str, Any]], None]
@@ -40,6 +41,7 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     verify: bool = False
     swap: bool = False
     keep: bool = False
+    partition: int = 0  # the ledger partition whose projection is rebuilt
 
 
 async def replay(database_url: str, options: ReplayOptions, progress: Progress | None = None) -> dict[str, Any]:
@@ -48,7 +50,7 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
     try:
         return await _replay(database_url, options, progress)
     except DATA_ERRORS as exc:
-        raise await replay_failed(database_url, options.scope_id, options.to_sequence, exc) from exc
+        raise await replay_failed(database_url, options.partition, options.scope_id, options.to_sequence, exc) from exc
 
 
 async def _replay(database_url: str, options: ReplayOptions, progress: Progress | None) -> dict[str, Any]:
@@ -65,7 +67,7 @@ async def _replay(database_url: str, options: ReplayOptions, progress: Progress 
         dropped = await drop_leftovers(conn)
         if dropped and progress:
             progress({"phase": "cleaning", "dropped_leftover_tables": dropped})
-        head = options.to_sequence if options.to_sequence is not None else await _ledger_head(conn)
+        head = options.to_sequence if options.to_sequence is not None else await ledger_head(conn, options.partition)
         started = time.perf_counter()
         owner = _OWNER_MARK.format(pid=conn.info.backend_pid)
         # A rebuild that is only digested or compared, then dropped, need not be crash-safe: UNLOGGED skips
@@ -80,7 +82,7 @@ async def _replay(database_url: str, options: ReplayOptions, progress: Progress 
         vectors = asyncio.create_task(precompute_search(side, search_table, options.scope_id, owner))
         try:
             with _gc_paused():
-                events, digest = await _rebuild(conn, reader, table, options.scope_id, 0, head, progress,
+                events, digest = await _rebuild(conn, reader, table, options.partition, options.scope_id, 0, head, progress,
                                                 Helper(vectors, search_table))
             report: dict[str, Any] = {"table": table, "through_sequence": head, "events": events,
                                       "scope_id": options.scope_id}
@@ -164,7 +166,7 @@ def _gc_paused() -> Iterator[None]:
 
 
 async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConnection[Any], table: str,
-                   scope_id: str | None, after: int, through: int, progress: Progress | None,
+                   partition: int, scope_id: str | None, after: int, through: int, progress: Progress | None,
                    helper: Helper | None = None) -> tuple[int, tuple[str, int] | None]:
     """Fold events (after, through] into `table`: `reader` streams them newest first and each object's row
     goes into `conn`'s COPY stage the moment its latest event is found (rows.newest_row), so Postgres
@@ -172,10 +174,10 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConn
     then merged with the search vectors (`helper`'s precomputed ones, else computed in the insert).
     Returns how many events were read and, for a first load (after == 0), the digest of its rows."""
     lines: dict[tuple[str, str], bytes] = {}  # (scope_id, object_id) -> row_hash (first load): the objects seen
-    query = ("SELECT ledger_sequence, scope_id, object_id, event FROM ledger WHERE partition = 0"
+    query = ("SELECT ledger_sequence, scope_id, object_id, event FROM ledger WHERE partition = {partition}"
              " AND ledger_sequence > {after} AND ledger_sequence <= {through}{scope} ORDER BY ledger_sequence DESC")
     scope = sql.SQL(" AND scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
-    statement = sql.SQL(query).format(after=sql.Literal(after), through=sql.Literal(through), scope=scope)
+    statement = sql.SQL(query).format(partition=sql.Literal(partition), after=sql.Literal(after), through=sql.Literal(through), scope=scope)
     a, b, c, d, e = _KEY
     first = after == 0
     count, last_report = 0, time.perf_counter()
@@ -216,12 +218,12 @@ async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConne
                                  " WHERE projection = %s FOR UPDATE", (PROJECTION,))
         row = await cur.fetchone()
         live = int(row[0]) if row else 0
-        ledger_id = await ledger_identity(conn, 0)
+        ledger_id = await ledger_identity(conn, options.partition)
         # A checkpoint of another ledger, or ahead of this one, has nothing to catch up with: a swap replaces
         # it by the rebuild's own (the live projector refuses to follow it until then).
-        foreign = row is not None and (row[1] not in (None, ledger_id) or live > await _ledger_head(conn))
+        foreign = row is not None and (row[1] not in (None, ledger_id) or live > await ledger_head(conn, options.partition))
         if live > head and not foreign:
-            await _rebuild(conn, reader, table, options.scope_id, head, live, progress)
+            await _rebuild(conn, reader, table, options.partition, options.scope_id, head, live, progress)
         outcome: dict[str, Any] = {"live_checkpoint": live}
         if options.verify:
             outcome["verify"] = await _compare(conn, table, options.scope_id)
@@ -321,8 +323,3 @@ async def projection_digest(conn: psycopg.AsyncConnection[Any], table: str, scop
         async for scope, object_id, ledger_sequence, content_digest, meta in copy.rows():
             row_hashes[(scope, object_id)] = row_hash(scope, object_id, ledger_sequence, content_digest, meta)
     return combined_digest(row_hashes)
-
-
-async def _ledger_head(conn: psycopg.AsyncConnection[Any]) -> int:
-    row = await (await conn.execute(HEAD_SQL)).fetchone()
-    return int(row[0]) if row else 0

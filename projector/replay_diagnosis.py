@@ -36,12 +36,12 @@ DATA_ERRORS: tuple[type[Exception], ...] = (psycopg.DataError, psycopg.Integrity
                                             psycopg.InternalError, msgspec.MsgspecError)
 
 
-async def replay_failed(database_url: str, scope_id: str | None, through: int | None,
+async def replay_failed(database_url: str, partition: int, scope_id: str | None, through: int | None,
                         cause: Exception) -> ReplayFailed:
     """The error to raise for a replay that failed with `cause`: naming the first event that cannot be
     projected (up to `through`, None: the head), or saying that no single event reproduces it."""
     try:
-        found = await first_unprojectable(database_url, scope_id, through)
+        found = await first_unprojectable(database_url, partition, scope_id, through)
     except psycopg.Error:  # the search itself failed (the database went away, no projection table): say so
         found = None
     if found is None:
@@ -52,7 +52,7 @@ async def replay_failed(database_url: str, scope_id: str | None, through: int | 
                         details={"ledger_sequence": sequence, "reason": reason})
 
 
-async def first_unprojectable(database_url: str, scope_id: str | None, through: int | None,
+async def first_unprojectable(database_url: str, partition: int, scope_id: str | None, through: int | None,
                               ) -> tuple[int, str] | None:
     """(ledger sequence, reason) of the first event whose row cannot be built or written, or None."""
     async with await psycopg.AsyncConnection.connect(database_url) as reader, \
@@ -62,7 +62,7 @@ async def first_unprojectable(database_url: str, scope_id: str | None, through: 
                                .format(sql.Identifier(_SCRATCH)))
             async with reader.transaction():
                 cursor = reader.cursor(name="replay_diagnosis")
-                await cursor.execute(_events(scope_id, through))
+                await cursor.execute(_events(partition, scope_id, through))
                 while chunk := await cursor.fetchmany(CHUNK):
                     found = await _first_failing(conn, [(int(seq), bytes(event)) for seq, event in chunk])
                     if found is not None:
@@ -70,11 +70,11 @@ async def first_unprojectable(database_url: str, scope_id: str | None, through: 
     return None
 
 
-def _events(scope_id: str | None, through: int | None) -> sql.Composed:
+def _events(partition: int, scope_id: str | None, through: int | None) -> sql.Composed:
     scope = sql.SQL(" AND scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
     upto = sql.SQL(" AND ledger_sequence <= {}").format(sql.Literal(through)) if through is not None else sql.SQL("")
-    return sql.SQL("SELECT ledger_sequence, event FROM ledger WHERE partition = 0{}{} ORDER BY ledger_sequence"
-                   ).format(scope, upto)
+    return sql.SQL("SELECT ledger_sequence, event FROM ledger WHERE partition = {}{}{} ORDER BY ledger_sequence"
+                   ).format(sql.Literal(partition), scope, upto)
 
 
 async def _first_failing(conn: psycopg.AsyncConnection[Any], events: list[tuple[int, bytes]],

@@ -39,9 +39,10 @@ from infra.ledger_identity import projector_disagreement, wait_for_agreement
 from infra.nats_raw import RawClient, stream_sequence
 from infra.settings import FollowerSettings
 from infra.stuck import StuckState, describe, traceback_text
+from infra.projections import PROJECTION, checkpoint
 from infra.tasks import reraise_if_cancelled
 from projector.rows import Row, current_row, fold
-from projector.store import PROJECTION, apply_rows, checkpoint
+from projector.store import apply_rows
 
 log = structlog.get_logger(__name__)
 _PROJECTOR_LOCK_BASE = 0x70616D70_00  # 'pamp' + partition

@@ -15,30 +15,15 @@ import psycopg
 from psycopg import sql
 
 from infra.pg_pipeline import pipelined_transaction
+from infra.projections import NOTIFY_CHANNEL, PROJECTION, SEARCH_EXPRESSION
 from projector.rows import COLUMNS, Row
 
-PROJECTION = "current_objects"
-NOTIFY_CHANNEL = "pamledger_projection"
-# Which content counts for full text: every JSON string value in canonical_content, recursively (keys,
-# numbers, booleans and null are not indexed), with the 'english' configuration. Content that was erased
-# (delete, redaction) has no row in content_store, so its vector is NULL.
-SEARCH_EXPRESSION = (
-    "CASE WHEN c.content IS NULL THEN NULL"
-    " ELSE jsonb_to_tsvector('english', convert_from(c.content, 'UTF8')::jsonb, '[\"string\"]') END"
-)
 _STAGE = "projection_stage"
 _json = msgspec.json.Encoder()
 SMALL_BATCH = 1000  # up to this many rows (every live batch): one JSON-parameter statement; more: COPY stage
 COLUMN_TYPES = ("text", "text", "text", "int4", "int8", "text", "text", "text", "text", "text", "text", "text",
                 "text", "timestamptz", "timestamptz", "timestamptz", "timestamptz", "timestamptz", "timestamptz",
                 "text", "bytea")
-
-
-async def checkpoint(conn: psycopg.AsyncConnection[Any], projection: str = PROJECTION) -> int:
-    cur = await conn.execute("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s",
-                             (projection,))
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
 
 
 async def apply_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], through: int,

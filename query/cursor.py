@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from query.plan import sort_key
-from query.request import QueryRequest
+from schemas.queries import QueryRequest
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.common import Timestamp
 from schemas.errors import InvalidRequest

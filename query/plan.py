@@ -15,8 +15,8 @@ from typing import Any
 
 from psycopg import sql
 
-from projector.store import SEARCH_EXPRESSION
-from query.request import QueryRequest
+from infra.projections import SEARCH_EXPRESSION
+from schemas.queries import QueryRequest
 
 _FILTERS = (
     ("object_types", "object_type"), ("schema_ids", "schema_id"), ("lifecycle_states", "lifecycle_state"),

@@ -11,10 +11,9 @@ from typing import Any
 import msgspec
 import psycopg
 
-from command_handler.planner import entry_result_bytes, envelope_bytes
-from command_handler.store import IdempotencyRow
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.errors import ObjectDeleted, ObjectNotFound, ObjectRedacted, ScopeNotFound
+from schemas.replies import envelope_bytes
 
 _VERSIONS = (
     "SELECT v.version_id, v.sequence, v.meta, c.content, v.ledger_sequence"
@@ -72,35 +71,6 @@ async def history(conn: psycopg.AsyncConnection[Any], scope_id: str, object_id: 
     ]
     return canonical_bytes({"result": {"object_id": object_id, "scope_id": scope_id,
                                        "versions": envelopes, "events": events}})
-
-
-async def fetch_replay(conn: psycopg.AsyncConnection[Any], record: IdempotencyRow) -> bytes:
-    """The original result of an idempotent command, rebuilt from the version it committed (or, for an
-    event-only entry, from its ledger row)."""
-    if record.version_id is None:
-        cur = await conn.execute("SELECT event_id FROM ledger WHERE partition = 0 AND ledger_sequence = %s"
-                                 " AND scope_id = %s", (record.ledger_sequence, record.scope_id))
-        entry = await cur.fetchone()
-        assert entry is not None, "idempotency record without its ledger entry"
-        return entry_result_bytes(record.ledger_sequence, entry[0], replayed=True)
-    cur = await conn.execute(
-        "SELECT v.sequence, v.meta, c.content, l.event_id FROM memory_versions v"
-        " LEFT JOIN content_store c ON c.content_digest = v.content_digest"
-        " JOIN ledger l ON l.ledger_sequence = v.ledger_sequence"
-        " WHERE v.version_id = %s",
-        (record.version_id,),
-    )
-    row = await cur.fetchone()
-    assert row is not None, "idempotency record without its version"
-    return canonical_bytes({"result": {
-        "object_id": record.object_id,
-        "version_id": record.version_id,
-        "sequence": row[0],
-        "ledger_sequence": record.ledger_sequence,
-        "event_id": row[3],
-        "envelope": msgspec.Raw(envelope_bytes(decode_json(bytes(row[1])), bytes(row[2]) if row[2] else None)),
-        "idempotency_result": "replayed_original_result",
-    }})
 
 
 async def _require_scope(conn: psycopg.AsyncConnection[Any], scope_id: str) -> None:

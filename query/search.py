@@ -14,22 +14,22 @@ import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from command_handler.planner import envelope_bytes
 from infra.pg_pipeline import pipelined_transaction
-from projector.store import NOTIFY_CHANNEL, checkpoint
+from infra.projections import NOTIFY_CHANNEL, PROJECTION, checkpoint
 from query.cursor import decode_cursor, encode_cursor
 from query.plan import build
-from query.request import QueryRequest
+from schemas.queries import QueryRequest
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.errors import InvalidRequest, ScopeNotFound
+from schemas.replies import envelope_bytes
 
 
 
 _BEGIN_SNAPSHOT = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 _STATE = (
     "SELECT EXISTS (SELECT 1 FROM scopes WHERE scope_id = %s),"
-    " coalesce((SELECT ledger_sequence FROM projection_checkpoints WHERE projection = 'current_objects'), 0),"
-    " coalesce((SELECT max(ledger_sequence) FROM ledger WHERE partition = 0), 0)"
+    " coalesce((SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s), 0),"
+    " coalesce((SELECT max(ledger_sequence) FROM ledger WHERE partition = %s), 0)"
 )
 
 
@@ -67,7 +67,8 @@ class CheckpointWatcher:
         return True
 
 
-async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, request: QueryRequest) -> bytes:
+async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, request: QueryRequest,
+                    partition: int) -> bytes:
     after, pinned = decode_cursor(request)
     as_of = request.as_of_sequence if request.as_of_sequence is not None else pinned
     reached = True
@@ -78,7 +79,7 @@ async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, 
         # One snapshot for the scope check, the checkpoint and the rows; pipelined, so the whole
         # transaction costs one round trip. Rows of an unknown scope are empty and never returned.
         async with pipelined_transaction(conn, _BEGIN_SNAPSHOT):
-            state = await conn.execute(_STATE, (request.scope_id,))
+            state = await conn.execute(_STATE, (request.scope_id, PROJECTION, partition))
             found = await conn.execute(statement, params)
         known, projected, head = await state.fetchone() or (False, 0, 0)
         rows = await found.fetchall()

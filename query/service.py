@@ -17,17 +17,17 @@ import structlog
 from nats.aio.msg import Msg
 from psycopg_pool import AsyncConnectionPool
 
-from command_handler.intake import OPERATION_HEADER, error_reply
 from infra.db_errors import map_db_error
 from infra.nats_raw import RawClient, parse_headers
 from infra.settings import QuerySettings
 from infra.subjects import QUERIES, query_subject, status_subject
 from query.reads import history, read_envelope
-from query.request import decode_query
+from schemas.queries import decode_query
 from query.search import CheckpointWatcher, run_query
 from schemas.canonical import canonical_bytes
 from schemas.common import Id
 from schemas.errors import InvalidRequest, PamledgerError, ServiceUnavailable
+from schemas.replies import OPERATION_HEADER, error_reply
 
 log = structlog.get_logger(__name__)
 
@@ -53,8 +53,9 @@ class QueryService:
     """Answers read/history/query requests from any number of instances (queue group `pamledger-query`)."""
 
     def __init__(self, nc: RawClient, pool: AsyncConnectionPool[Any], prefix: str, watcher: CheckpointWatcher,
-                 settings: QuerySettings):
+                 settings: QuerySettings, partition: int):
         self.nc = nc
+        self.partition = partition
         self.settings = settings
         self.pool = pool
         self.prefix = prefix
@@ -123,7 +124,7 @@ class QueryService:
                 async with self.pool.connection() as conn:
                     return await history(conn, hreq.scope_id, hreq.object_id)
             if name == "query":
-                return await run_query(self.pool, self.watcher, decode_query(data))
+                return await run_query(self.pool, self.watcher, decode_query(data), self.partition)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidRequest(f"malformed {name} request: {exc}", details={"reason": str(exc)}) from None
         raise InvalidRequest(f"unknown query {name!r}")

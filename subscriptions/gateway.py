@@ -27,15 +27,15 @@ import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from command_handler.intake import error_reply
 from infra.db_errors import map_db_error
 from infra.ledger_identity import gateway_disagreement, wait_for_agreement
+from infra.requester import CommandRequester
 from infra.settings import Settings
 from infra.subjects import status_subject
 from infra.tasks import reraise_if_cancelled, stop_task
-from memory_client.client import MemoryClient, PamspecError
 from schemas.canonical import canonical_bytes
 from schemas.errors import DuplicateOperation, InvalidRequest, PamledgerError, ScopeNotFound, ServiceUnavailable
+from schemas.replies import error_reply
 from schemas.subscriptions import (
     AckRequest, CloseRequest, PollRequest, ResumeRequest, SubscribeRequest, SubscriptionRef, descriptor,
 )
@@ -61,7 +61,7 @@ class Gateway:
         self.authorizer = authorizer
         self.prefix = settings.subject_prefix
         self.sessions: dict[str, Session] = {}
-        self.writer = MemoryClient(nc, self.prefix, timeout=10.0)
+        self.writer = CommandRequester(nc, self.prefix, timeout=10.0)
         self.feed = PartitionFeed(nc, settings.stream_name, self.prefix, settings.partition, self._revoked,
                                   settings.gateway)
         self._subs: list[Any] = []
@@ -136,8 +136,6 @@ class Gateway:
             body = error_reply(exc, getattr(request, "operation_id", None))
         except psycopg.Error as exc:
             body = error_reply(map_db_error(exc), None)
-        except PamspecError as exc:
-            body = error_reply(PamledgerError(exc.message, details=exc.details, code=exc.code), None)  # type: ignore[arg-type]
         except nats.js.errors.APIError as exc:  # JetStream answered and refused: say what it said
             body = error_reply(PamledgerError(f"JetStream refused: {exc.description}", details={
                 "err_code": exc.err_code, "description": exc.description}), None)
@@ -361,7 +359,7 @@ class Gateway:
                 "scope_id": request.scope_id, "subscription_id": subscription_id,
                 "actor": msgspec.to_builtins(request.actor), "reason": reason, "last_delivered_sequence": last,
                 "idempotency_key": f"gateway:close:{subscription_id}"})
-        except PamspecError as exc:
+        except PamledgerError as exc:
             if exc.code == "service_unavailable":
                 log.warning("subscription.close_pending", subscription_id=subscription_id, error=exc.message)
                 return False

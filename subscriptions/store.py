@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import structlog
 
-from command_handler.store import HEAD_SQL
+from infra.ledger import HEAD_SQL
 
 log = structlog.get_logger(__name__)
 LOST_CONNECTION = (psycopg.OperationalError, psycopg.InterfaceError)
@@ -52,9 +52,10 @@ class LeadershipLost(Exception):
 class SubscriptionStore:
     """The leader's connection and every statement the gateway runs on it."""
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any], database_url: str, lock_key: int,
+    def __init__(self, conn: psycopg.AsyncConnection[Any], database_url: str, lock_key: int, partition: int,
                  retry_seconds: float = 0.5):
         self.conn = conn
+        self.partition = partition
         self.database_url = database_url
         self.lock_key = lock_key
         self.retry_seconds = retry_seconds
@@ -71,7 +72,7 @@ class SubscriptionStore:
 
     async def head_of(self, scope_id: str) -> tuple[bool, int]:
         """Whether the scope exists, and the ledger head, in one round trip."""
-        cur = await self.conn.execute(HEAD_OF_SQL, (scope_id,))
+        cur = await self.conn.execute(HEAD_OF_SQL, (scope_id, self.partition))
         known, head = await cur.fetchone() or (False, 0)
         return bool(known), int(head)
 

@@ -102,7 +102,7 @@ def env(servers: Servers, request: pytest.FixtureRequest) -> Env:
 @contextlib.asynccontextmanager
 async def running_service(env: Env, authorizer: Any = None) -> AsyncIterator[None]:
     """The whole service (query, writer, relay, projector, gateway) as a task in this event loop."""
-    from infra.runtime import run_service
+    from pamledger.runtime import run_service
     from memory_client.client import MemoryClient
 
     stop = asyncio.Event()

@@ -250,7 +250,7 @@ async def test_ids_with_a_trailing_newline_are_invalid(client: MemoryClient, ser
 
 def forged_cursor(query: dict[str, Any], key: Any, as_of: Any = None) -> str:
     from query.cursor import query_digest
-    from query.request import decode_query
+    from schemas.queries import decode_query
     from schemas.canonical import canonical_bytes
 
     body = canonical_bytes({"q": query_digest(decode_query(msgspec.json.encode(query))), "k": key, "a": as_of})

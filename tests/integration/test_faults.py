@@ -1,6 +1,6 @@
 """Crashes under load: SIGKILL the leading writer, fail over to the standby, lose the stream, restart NATS.
 
-Service instances run as real subprocesses (`python -m memory_client run`), so a kill is a real kill.
+Service instances run as real subprocesses (`python -m pamledger run`), so a kill is a real kill.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class ServiceProcess:
             "PAMLEDGER_WRITER__LOCK_POLL_SECONDS": "0.2",
         }
         self.log = open(log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "memory_client", "run"], cwd=ROOT, env=environment,
+        self.proc = subprocess.Popen([sys.executable, "-m", "pamledger", "run"], cwd=ROOT, env=environment,
                                      stdout=self.log, stderr=self.log)
 
     def stop(self) -> None:

@@ -13,11 +13,11 @@ import psycopg
 from infra.ledger_identity import (
     STREAM_KEY, checkpoint_disagreement, ledger_identity, subscriptions_disagreement,
 )
-from infra.runtime import run_service
-from memory_client.cli_ledger import identity_report, rebuild_stream
+from pamledger.runtime import run_service
+from pamledger.cli_ledger import identity_report, rebuild_stream
 from memory_client.client import MemoryClient, PamspecError
 from projector.replay import ReplayOptions, replay
-from projector.store import PROJECTION, checkpoint
+from infra.projections import PROJECTION, checkpoint
 from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, running_service, wait_for
 
 SCOPE = "workspace:identity"
@@ -144,7 +144,7 @@ async def test_a_checkpoint_or_subscription_of_another_ledger_disagrees(servers:
 async def test_a_stream_made_before_identities_is_adopted_when_it_is_this_ledgers(servers: Servers) -> None:
     """A stream without the metadata (made before this release) is stamped when its last message is the
     ledger's row at that sequence, and refused when it holds more than the ledger."""
-    from subscriptions.relay import ensure_stream
+    from command_handler.relay import ensure_stream
     from infra.ledger_identity import stream_disagreement
 
     settings = fresh_settings("identity_legacy")

@@ -276,7 +276,7 @@ def test_stack_restarts_stale_servers_on_same_data(state_dir: Path) -> None:
 
 
 def test_only_clean_deletes_the_ledger_and_its_mirror(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from memory_client.cli import main
+    from pamledger.cli import main
 
     stack = LocalStack.up(state_dir)
     pgdata, mirror = stack.postgres.data_dir, stack.postgres.layout.mirror

@@ -20,7 +20,7 @@ import structlog
 from infra.logging import configure_logging
 
 configure_logging(sys.argv[1])
-log = structlog.get_logger("infra.runtime")
+log = structlog.get_logger("pamledger.runtime")
 try:
     {}["missing"]
 except KeyError:

@@ -166,15 +166,15 @@ async def test_audit_at_n_is_stable_after_later_writes(history: dict[str, Any], 
     target = history[f"{scope}/5"]
     at = client.last_sequence
     async with await psycopg.AsyncConnection.connect(service.database_url) as conn:
-        before = await audit(conn, scope, at)
+        before = await audit(conn, scope, at, 0)
     assert {o["object_id"] for o in before["objects"]} >= {target["object_id"]}
     moved = await client.transition(scope, target["object_id"], target["version_id"], "lifecycle", "active",
                                     ACTOR, PROVENANCE)
     await client.delete(scope, moved["object_id"], moved["version_id"], ACTOR, PROVENANCE)
     await client.create(scope, "claim", {"statement": "later"}, ACTOR, PROVENANCE)
     async with await psycopg.AsyncConnection.connect(service.database_url) as conn:
-        after = await audit(conn, scope, at)
-        now = await audit(conn, scope, client.last_sequence)
+        after = await audit(conn, scope, at, 0)
+        now = await audit(conn, scope, client.last_sequence, 0)
     assert after == before
     assert now["digest"] != before["digest"]
 
@@ -182,7 +182,7 @@ async def test_audit_at_n_is_stable_after_later_writes(history: dict[str, Any], 
 def run_cli(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "PAMLEDGER_NATS_URL": env.nats_url, "PAMLEDGER_DATABASE_URL": env.database_url,
                    "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix, "PAMLEDGER_LOG_FORMAT": "json"}
-    return subprocess.run([sys.executable, "-m", "memory_client", *args], cwd=ROOT, env=environment,
+    return subprocess.run([sys.executable, "-m", "pamledger", *args], cwd=ROOT, env=environment,
                           capture_output=True, text=True, timeout=120)
 
 

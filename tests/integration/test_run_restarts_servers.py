@@ -34,7 +34,7 @@ def run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, Path]]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("PAMLEDGER_")}
     env.update(PAMLEDGER_STATE_DIR=str(state), PAMLEDGER_LOG_FORMAT="json")
     with log_path.open("ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "memory_client", "run"], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "pamledger", "run"], cwd=ROOT, env=env,
                                 stdout=log, stderr=log)
     try:
         yield proc, state, log_path

@@ -21,10 +21,10 @@ from typing import Any
 
 import psycopg
 
-from infra.runtime import run_service
+from pamledger.runtime import run_service
 from memory_client.client import MemoryClient, PamspecError
 from projector.replay import ReplayOptions, replay
-from projector.store import checkpoint
+from infra.projections import checkpoint
 from tests.conftest import ACTOR, PROVENANCE, Env, wait_for
 
 SCOPE = "workspace:stuck"
@@ -60,7 +60,7 @@ def projector_process(env: Env, log_path: Path) -> Iterator[None]:
     environment = {**os.environ, **_environment(env), "PAMLEDGER_LOG_FORMAT": "json",
                    "PAMLEDGER_FOLLOWER__RETRY_FIRST_SECONDS": "0.2", "PAMLEDGER_FOLLOWER__RETRY_MAX_SECONDS": "1"}
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "memory_client", "serve", "--roles", "projector"], cwd=ROOT,
+        proc = subprocess.Popen([sys.executable, "-m", "pamledger", "serve", "--roles", "projector"], cwd=ROOT,
                                 env=environment, stdout=log, stderr=log)
         try:
             yield
@@ -171,7 +171,7 @@ def _status_cli(env: Env) -> dict[str, Any]:
     """`pamledger status` as a user runs it (in a thread: the service answers from this test's event loop):
     JSON on stdout, a sentence per problem on stderr, exit 1."""
     environment = {**_environment(env), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "memory_client", "status"], cwd=ROOT, env=environment,
+    done = subprocess.run([sys.executable, "-m", "pamledger", "status"], cwd=ROOT, env=environment,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr
     report: dict[str, Any] = json.loads(done.stdout)

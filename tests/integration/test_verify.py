@@ -150,7 +150,7 @@ def run_cli(env: Env, database_url: str, *args: str) -> subprocess.CompletedProc
     environment = {**os.environ, "PAMLEDGER_NATS_URL": env.nats_url, "PAMLEDGER_DATABASE_URL": database_url,
                    "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix,
                    "PAMLEDGER_STREAM_NAME": env.settings.stream_name, "PAMLEDGER_LOG_FORMAT": "json"}
-    return subprocess.run([sys.executable, "-m", "memory_client", *args], env=environment, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "pamledger", *args], env=environment, capture_output=True,
                           text=True, timeout=120)
 
 

@@ -7,7 +7,8 @@ import time
 import pytest
 from structlog.testing import capture_logs
 
-from infra.supervisor import ROLES, ServerWatch, _revive_if_dead, parse_roles
+from infra.processes import ServerWatch
+from pamledger.supervisor import ROLES, _revive_if_dead, parse_roles
 
 
 def test_all_means_every_role_in_a_fixed_order() -> None:

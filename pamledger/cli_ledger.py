@@ -50,7 +50,7 @@ async def rebuild_stream(settings: Settings, nats_url: str, database_url: str) -
     from nats.js.errors import NotFoundError
 
     from infra.ledger_identity import close_foreign_subscriptions, ledger_head, ledger_identity, stream_ledger_id
-    from subscriptions.relay import Relay
+    from command_handler.relay import Relay
 
     nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=3)
     try:
@@ -83,7 +83,7 @@ async def identity_report(settings: Settings, nc: Any, database_url: str) -> dic
     from infra.ledger_identity import (
         checkpoint_disagreement, ledger_identity, stream_disagreement, subscriptions_disagreement,
     )
-    from projector.store import PROJECTION
+    from infra.projections import PROJECTION
 
     partition = settings.partition
     try:

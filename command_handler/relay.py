@@ -19,7 +19,7 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
-from command_handler.store import LedgerRow
+from infra.ledger import LedgerRow
 from infra.ledger_identity import (
     STREAM_KEY, Refusal, ledger_identity, stream_description, stream_disagreement, wait_for_agreement,
 )
@@ -78,6 +78,11 @@ class Relay:
         self.queue: asyncio.Queue[list[LedgerRow]] = asyncio.Queue()
         self.caught_up = asyncio.Event()
         self.refusal = Refusal()  # why the relay refuses the stream (another ledger's, or ahead), if it does
+
+    def status(self) -> dict[str, Any]:
+        """How far replication got, and why the stream is refused if it is (the writer's status reports it)."""
+        return {"relayed_sequence": self.published,
+                "relay_refused": self.refusal.reason.message() if self.refusal.reason else None}
 
     def submit(self, rows: list[LedgerRow]) -> None:
         self.queue.put_nowait(rows)

@@ -10,30 +10,24 @@ a dead nats-server or Postgres is restarted in place (same data dir, same port) 
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
 import structlog
 
+from infra.processes import ServerWatch, die_with_parent
+
 log = structlog.get_logger(__name__)
 
 ROLES = ("writer", "query", "projector", "gateway")
-_PR_SET_PDEATHSIG = 1
 RESTART_BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
 STOP_TIMEOUT = 15.0
-
-
-def die_with_parent() -> None:
-    """Runs in a child between fork and exec: ask the kernel for SIGTERM when the parent dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def parse_roles(text: str) -> tuple[str, ...]:
@@ -47,7 +41,7 @@ def parse_roles(text: str) -> tuple[str, ...]:
 
 @dataclass
 class RoleProcess:
-    """One `python -m memory_client serve --roles R` child and its restart bookkeeping."""
+    """One `python -m pamledger serve --roles R` child and its restart bookkeeping."""
 
     role: str
     env: dict[str, str]
@@ -58,26 +52,13 @@ class RoleProcess:
     exits: list[int] = field(default_factory=list)
 
     def start(self) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "memory_client", "serve", "--roles", self.role],
+        self.process = subprocess.Popen([sys.executable, "-m", "pamledger", "serve", "--roles", self.role],
                                         env=self.env, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         self.started_at = time.monotonic()
         log.info("supervisor.started", role=self.role, pid=self.process.pid, restarts=self.restarts)
 
     def poll(self) -> int | None:
         return None if self.process is None else self.process.poll()
-
-
-@dataclass
-class ServerWatch:
-    """A server `run` started: `alive` is asked every poll, `revive` brings it back in place."""
-
-    name: str
-    alive: Callable[[], bool]
-    revive: Callable[[], None]
-    down_since: float | None = None
-    attempts: int = 0
-    not_before: float = 0.0
-    last_error: str | None = None
 
 
 def supervise(env: dict[str, str], roles: Sequence[str] = ROLES, poll_seconds: float = 0.1,

@@ -1,7 +1,7 @@
 """Running service roles in this process: query answers from every instance; the writer, projector and
 gateway each lead only while this process holds their partition's advisory lock.
 
-`pamledger run` gives each role its own process (infra/supervisor.py); tests run them all in one.
+`pamledger run` gives each role its own process (pamledger/supervisor.py); tests run them all in one.
 A second instance of a role is a hot standby: it polls the lock, and when the leader's database
 session ends (crash, SIGKILL, network loss) Postgres releases the lock and the standby takes over
 within `lock_poll_seconds`.
@@ -29,7 +29,7 @@ from infra.settings import Settings
 from infra.role_failures import RoleFailures
 from infra.stuck import StuckState
 from infra.subjects import status_subject
-from infra.supervisor import ROLES
+from pamledger.supervisor import ROLES
 from infra.tasks import stop_task
 from projector.runner import EventFailed, Projector, projector_lock_key
 from query.search import CheckpointWatcher
@@ -37,7 +37,7 @@ from query.service import QueryService
 from schemas.canonical import canonical_bytes
 from subscriptions.filters import AllowAll, Authorizer
 from subscriptions.gateway import Gateway
-from subscriptions.relay import Relay
+from command_handler.relay import Relay
 from subscriptions.store import LeadershipLost, SubscriptionStore
 
 log = structlog.get_logger(__name__)
@@ -77,7 +77,8 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
                                        kwargs={"autocommit": True}, check=AsyncConnectionPool.check_connection)
             await pool.open()
             watcher = CheckpointWatcher()
-            query = QueryService(await connection("query"), pool, settings.subject_prefix, watcher, settings.query)
+            query = QueryService(await connection("query"), pool, settings.subject_prefix, watcher, settings.query,
+                                 settings.partition)
             await query.start()
             tasks.append(asyncio.create_task(watcher.run(database_url)))
         if "writer" in roles:
@@ -137,7 +138,7 @@ async def _lead_once(settings: Settings, nc: RawClient, database_url: str, failu
                       settings.writer.relay_publish_timeout_seconds)
         relay_task = asyncio.create_task(relay.run())
         try:
-            await Writer(settings, nc, store, relay).serve()
+            await Writer(settings, nc, store, relay.submit, relay.status).serve()
         finally:
             await stop_task(relay_task)
 
@@ -197,7 +198,8 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
                 key = gateway_lock_key(settings.partition)
                 await _wait_for_lock(conn, key, settings, "gateway")
                 failures.serving()
-                store = SubscriptionStore(conn, database_url, key, settings.writer.lock_poll_seconds)
+                store = SubscriptionStore(conn, database_url, key, settings.partition,
+                                          settings.writer.lock_poll_seconds)
                 try:
                     await Gateway(settings, nc, store, authorizer).serve()  # answers status.gateway once serving
                 finally:

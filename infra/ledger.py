@@ -1,0 +1,82 @@
+"""The ledger vocabulary every service shares: its row types, the head read, the idempotent-replay read.
+
+Why in the kernel: the writer appends these rows, the relay replicates them, the query service, the
+projector's audits and the gateway read the head; each used to import them from another service. Every
+read names its partition (the ledger is partitioned from day one; one machine runs partition 0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import psycopg
+
+from schemas.canonical import canonical_bytes, decode_json
+from schemas.replies import entry_result_bytes, envelope_bytes
+
+# The ledger head through the (partition, ledger_sequence) key: one index probe, whatever the ledger size.
+HEAD_SQL = "SELECT coalesce(max(ledger_sequence), 0) FROM ledger WHERE partition = %s"
+
+
+class LedgerRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One ledger row as written and as replicated to JetStream."""
+
+    ledger_sequence: int
+    event_id: str
+    operation_id: str
+    scope_id: str
+    object_id: str | None
+    version_id: str | None
+    event_type: str
+    recorded_at: Any
+    event: bytes
+    prev_hash: bytes
+    row_hash: bytes
+
+
+class IdempotencyRow(msgspec.Struct, frozen=True, kw_only=True):
+    """What a command with an idempotency key committed: its version, or (object_id and version_id None)
+    the event-only ledger entry at ledger_sequence."""
+
+    scope_id: str
+    idempotency_key: str
+    request_digest: str
+    object_id: str | None
+    version_id: str | None
+    ledger_sequence: int
+
+
+async def ledger_head(conn: psycopg.AsyncConnection[Any], partition: int) -> int:
+    """The last ledger sequence of the partition (0 for an empty ledger)."""
+    row = await (await conn.execute(HEAD_SQL, (partition,))).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def fetch_replay(conn: psycopg.AsyncConnection[Any], record: IdempotencyRow, partition: int) -> bytes:
+    """The original result of an idempotent command, rebuilt from the version it committed (or, for an
+    event-only entry, from its ledger row)."""
+    if record.version_id is None:
+        cur = await conn.execute("SELECT event_id FROM ledger WHERE partition = %s AND ledger_sequence = %s"
+                                 " AND scope_id = %s", (partition, record.ledger_sequence, record.scope_id))
+        entry = await cur.fetchone()
+        assert entry is not None, "idempotency record without its ledger entry"
+        return entry_result_bytes(record.ledger_sequence, entry[0], replayed=True)
+    cur = await conn.execute(
+        "SELECT v.sequence, v.meta, c.content, l.event_id FROM memory_versions v"
+        " LEFT JOIN content_store c ON c.content_digest = v.content_digest"
+        " JOIN ledger l ON l.partition = %s AND l.ledger_sequence = v.ledger_sequence"
+        " WHERE v.version_id = %s",
+        (partition, record.version_id),
+    )
+    row = await cur.fetchone()
+    assert row is not None, "idempotency record without its version"
+    return canonical_bytes({"result": {
+        "object_id": record.object_id,
+        "version_id": record.version_id,
+        "sequence": row[0],
+        "ledger_sequence": record.ledger_sequence,
+        "event_id": row[3],
+        "envelope": msgspec.Raw(envelope_bytes(decode_json(bytes(row[1])), bytes(row[2]) if row[2] else None)),
+        "idempotency_result": "replayed_original_result",
+    }})

@@ -1,0 +1,30 @@
+"""The projection tables' names and shapes, and the checkpoint read: what readers of a projection share.
+
+Why in the kernel: the projector writes `current_objects` and its checkpoint, the query service reads
+both (and waits on the notify channel for read-your-writes), the CLI's status reports the checkpoint;
+none of them may import another service for a table name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+PROJECTION = "current_objects"
+NOTIFY_CHANNEL = "pamledger_projection"
+# Which content counts for full text: every JSON string value in canonical_content, recursively (keys,
+# numbers, booleans and null are not indexed), with the 'english' configuration. Content that was erased
+# (delete, redaction) has no row in content_store, so its vector is NULL.
+SEARCH_EXPRESSION = (
+    "CASE WHEN c.content IS NULL THEN NULL"
+    " ELSE jsonb_to_tsvector('english', convert_from(c.content, 'UTF8')::jsonb, '[\"string\"]') END"
+)
+
+
+async def checkpoint(conn: psycopg.AsyncConnection[Any], projection: str = PROJECTION) -> int:
+    """How far the projection has applied the ledger (0 before its first batch)."""
+    cur = await conn.execute("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s",
+                             (projection,))
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0

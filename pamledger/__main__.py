@@ -1,0 +1,5 @@
+import sys
+
+from pamledger.cli import main
+
+sys.exit(main())

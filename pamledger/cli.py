@@ -1,0 +1,205 @@
+"""The `pamledger` command line: the server and admin commands, and every client command of the SDK's CLI.
+
+run / serve / up / down / clean / status / verify / stream / replay / audit live here, in the composition
+root, because they assemble or inspect roles; client commands (create, read, query, subscribe ...) are
+memory_client.cli's. Every command prints JSON on stdout; errors ({"error": {...}}, the PAMSPEC envelope)
+and logs go to stderr, with a non-zero exit."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from typing import Any
+
+from infra.endpoints import NoServers, resolve
+from infra.logging import configure_logging
+from infra.settings import Settings
+from memory_client.cli import Handler, add_client_parsers, dispatch, handler_for
+from memory_client.cli_common import Parser, print_json
+from memory_client.client import MemoryClient, PamspecError
+from pamledger.cli_audit import add_audit_parsers, cmd_audit, cmd_replay
+from pamledger.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report
+
+_print = print_json
+
+
+def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.local_servers import LocalStack
+    from infra.migrations import migrate
+
+    stack = LocalStack.up(settings.state_dir)
+    applied = migrate(stack.postgres.url)
+    _print({"nats_url": stack.nats.url, "database_url": stack.postgres.url, "started": sorted(stack.started),
+            "migrations_applied": applied, "state_dir": str(settings.state_dir)})
+    return 0
+
+
+def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.local_servers import stop_from_file
+
+    stop_from_file(settings.state_dir)
+    _print({"stopped": True, "state_dir": str(settings.state_dir)})
+    return 0
+
+
+def cmd_clean(settings: Settings, args: argparse.Namespace) -> int:
+    """Stop the local servers and delete the state dir and its Postgres data: the only command that does."""
+    from infra.local_servers import clean
+
+    clean(settings.state_dir)
+    _print({"cleaned": True, "state_dir": str(settings.state_dir)})
+    return 0
+
+
+def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
+    """Start local servers unless URLs are set, migrate, then serve: one process per role (default) or
+    every role in this process (`--single-process` / PAMLEDGER_PROCESSES=single)."""
+    from infra.migrations import migrate
+    from pamledger.supervisor import child_environment, parse_roles, supervise
+
+    roles = parse_roles(args.roles)
+    stack = None
+    if not (settings.nats_url and settings.database_url):
+        from infra.local_servers import LocalStack
+
+        stack = LocalStack.up(settings.state_dir)
+        settings = settings.model_copy(update={"nats_url": stack.nats.url, "database_url": stack.postgres.url})
+    assert settings.nats_url and settings.database_url
+    single = args.single_process or settings.processes == "single"
+    try:
+        migrate(settings.database_url)
+        print(json.dumps({"serving": True, "nats_url": settings.nats_url, "database_url": settings.database_url,
+                          "roles": list(roles), "processes": "single" if single else "split"}), file=sys.stderr)
+        if single:
+            asyncio.run(_serve(settings, roles))
+        else:
+            watches = stack.watches() if stack is not None else []
+            supervise(child_environment(settings.nats_url, settings.database_url), roles, watches=watches)
+    finally:
+        if stack is not None:
+            stack.stop_started()
+    return 0
+
+
+def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    """One process serving the given roles on servers named by the settings (what `run` spawns)."""
+    from pamledger.supervisor import parse_roles
+
+    endpoints = resolve(settings)
+    settings = settings.model_copy(update={"nats_url": endpoints.nats_url, "database_url": endpoints.database_url})
+    asyncio.run(_serve(settings, parse_roles(args.roles)))
+    return 0
+
+
+async def _serve(settings: Settings, roles: tuple[str, ...]) -> None:
+    from pamledger.runtime import run_service
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    assert settings.nats_url and settings.database_url
+    await run_service(settings, settings.nats_url, settings.database_url, stop, roles=roles)
+
+
+def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    report: dict[str, Any] = {"state_dir": str(settings.state_dir)}
+    try:
+        endpoints = resolve(settings)
+    except NoServers as exc:
+        _print({**report, "ok": False, "error": str(exc)})
+        return 1
+    report.update(nats_url=endpoints.nats_url, database_url=endpoints.database_url, source=endpoints.source)
+    report.update(asyncio.run(_probe(settings, endpoints.nats_url, endpoints.database_url)))
+    report["problems"] = _problems(report)
+    _print(report)
+    for problem in report["problems"]:  # the same, for a person at a terminal (stdout stays one JSON value)
+        print(f"pamledger status: {problem}", file=sys.stderr)
+    return 0 if report["nats"]["answers"] and report["postgres"]["answers"] and not report["problems"] else 1
+
+
+def _problems(report: dict[str, Any]) -> list[str]:
+    """One sentence per role that reports itself stuck (a follower retrying an event it cannot apply)."""
+    problems = []
+    for role in ("writer", "query", "projector", "gateway"):
+        stuck = report.get(role, {}).get("stuck")
+        if stuck:
+            problems.append(f"{role} stuck at ledger sequence {stuck['sequence']} since {stuck['since']}"
+                            f" ({stuck['attempts']} attempts): {stuck['reason']}")
+    return problems
+
+
+async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[str, Any]:
+    import psycopg
+
+    from infra.ledger import ledger_head
+    from infra.projections import checkpoint
+
+    out: dict[str, Any] = {"nats": {"answers": False}, "postgres": {"answers": False}}
+    try:
+        async with await psycopg.AsyncConnection.connect(database_url, connect_timeout=3) as conn:
+            head = await ledger_head(conn, settings.partition)
+            projected = await checkpoint(conn)
+            # How far Query's current-version tables trail the ledger (0: every committed event is queryable).
+            out["postgres"] = {"answers": True, "ledger_sequence": head, "projection_checkpoint": projected,
+                               "projection_behind": head - projected}
+    except psycopg.Error as exc:
+        out["postgres"] = {"answers": False, "error": type(exc).__name__}
+    try:
+        client = await MemoryClient.connect(nats_url, settings.subject_prefix, timeout=2.0)
+    except Exception as exc:  # noqa: BLE001 - any connect failure means "does not answer"
+        out["nats"] = {"answers": False, "error": type(exc).__name__}
+        return out
+    out["nats"] = {"answers": True}
+    if out["postgres"]["answers"]:
+        out["ledger"] = await identity_report(settings, client.nc, database_url)
+    client.retries = 0
+    async def ask(component: str) -> dict[str, Any]:
+        try:
+            return {"answers": True, **await client.status(component)}
+        except PamspecError as exc:
+            return {"answers": False, "error": exc.code}
+
+    components = ("writer", "query", "projector", "gateway")  # asked at once: one timeout, not four
+    out.update(zip(components, await asyncio.gather(*(ask(c) for c in components))))
+    await client.close()
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="pamledger", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", help="start local NATS and Postgres in the background and migrate")
+    sub.add_parser("down", help="stop the servers `up` started")
+    sub.add_parser("clean", help="stop the local servers and DELETE their data (the ledger) in the state dir")
+    sub.add_parser("status", help="URLs in use, whether servers and services answer, the ledger head")
+    run = sub.add_parser("run", help="serve in the foreground (starts local servers unless URLs are set)")
+    run.add_argument("--local", action="store_true", help="accepted for clarity; local servers are the default")
+    run.add_argument("--single-process", action="store_true", help="every role in one process (default: one each)")
+    run.add_argument("--roles", default="all", help="comma-separated subset of writer,query,projector,gateway")
+    serve = sub.add_parser("serve", help="serve some roles in this process on running servers (what run spawns)")
+    serve.add_argument("--roles", default="all", help="comma-separated subset of writer,query,projector,gateway")
+    add_ledger_parsers(sub)
+    add_client_parsers(sub)
+    add_audit_parsers(sub)
+    return parser
+
+
+HANDLERS: dict[str, Handler] = {
+    "up": cmd_up, "down": cmd_down, "clean": cmd_clean, "run": cmd_run, "serve": cmd_serve, "status": cmd_status,
+    "verify": cmd_verify, "stream": cmd_stream, "replay": cmd_replay, "audit": cmd_audit,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = Settings()
+    configure_logging(settings.log_format, settings.log_level)
+    return dispatch(HANDLERS.get(args.command) or handler_for(args.command), settings, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

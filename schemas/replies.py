@@ -1,0 +1,71 @@
+"""Reply rendering and header names: the bytes every service answers with, defined once.
+
+Why here: the writer, the query service and the Subscribe gateway all answer with these shapes (the
+PAMSPEC error envelope, the committed envelope, a command's result), and a client in any language reads
+them; pure bytes, no I/O.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Protocol
+
+import msgspec
+
+from schemas.canonical import canonical_bytes
+from schemas.common import is_valid_id
+from schemas.errors import PamledgerError
+
+IDEMPOTENCY_HEADER = "Pam-Idempotency-Key"
+OPERATION_HEADER = "Pam-Operation-Id"
+
+
+class Head(Protocol):
+    """What a success reply needs of the version a command committed."""
+
+    @property
+    def object_id(self) -> str: ...
+    @property
+    def version_id(self) -> str: ...
+    @property
+    def sequence(self) -> int: ...
+    @property
+    def meta(self) -> dict[str, Any]: ...
+
+
+def error_reply(error: PamledgerError, operation_id: str | None) -> bytes:
+    """The wire form of a failure: {"error": <PAMSPEC error envelope>}. An operation id that is not a valid
+    id (it may be the very input being refused) is not echoed: the reply gets a fresh one."""
+    if operation_id is None or not is_valid_id(operation_id):
+        operation_id = f"op:{uuid.uuid4()}"
+    return canonical_bytes({"error": error.envelope(operation_id)})
+
+
+def result_bytes(head: Head, ledger_sequence: int, event_id: str, content: bytes | None) -> bytes:
+    """The success reply: ids, sequences and the committed envelope in canonical bytes."""
+    return canonical_bytes({"result": {
+        "object_id": head.object_id,
+        "version_id": head.version_id,
+        "sequence": head.sequence,
+        "ledger_sequence": ledger_sequence,
+        "event_id": event_id,
+        "envelope": msgspec.Raw(envelope_bytes(head.meta, content)),
+    }})
+
+
+def entry_result_bytes(ledger_sequence: int, event_id: str, replayed: bool = False) -> bytes:
+    """The success reply of an event-only entry (no object, no version); `replayed` marks an idempotent
+    replay of it."""
+    result: dict[str, Any] = {"ledger_sequence": ledger_sequence, "event_id": event_id}
+    if replayed:
+        result["idempotency_result"] = "replayed_original_result"
+    return canonical_bytes({"result": result})
+
+
+def envelope_bytes(meta: dict[str, Any], content: bytes | None) -> bytes:
+    """A version's canonical envelope: its metadata plus content (tombstone marker, or null once erased)."""
+    if meta.get("availability_state") == "deleted":
+        raw = msgspec.Raw(canonical_bytes({"tombstone": True}))
+    else:
+        raw = msgspec.Raw(content if content is not None else b"null")
+    return canonical_bytes({**meta, "canonical_content": raw})

@@ -1,0 +1,106 @@
+"""The import rules between layers hold: no service imports another service, the SDK or the composition root.
+
+Why a test: the rules are what keeps the services replaceable (they meet only through NATS and the ledger);
+an AST walk over every import (module level, function bodies, TYPE_CHECKING blocks) catches the lazy
+imports that import-linter's static graph also sees, without adding a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = frozenset({"command_handler", "projector", "indexer", "query", "subscriptions"})
+KERNEL = frozenset({"schemas", "infra"})
+SDK = "memory_client"
+COMPOSITION_ROOT = "pamledger"
+# What each layer may import among our own packages (third-party packages are not ruled here).
+ALLOWED: dict[str, frozenset[str]] = {
+    "schemas": frozenset({"schemas"}),
+    "infra": KERNEL,
+    SDK: KERNEL | {SDK},
+    COMPOSITION_ROOT: KERNEL | SERVICES | {SDK, COMPOSITION_ROOT},
+    **{service: KERNEL | {service} for service in SERVICES},
+}
+OURS = frozenset(ALLOWED) | {"bench", "tests"}
+
+
+def imports_of(source: str) -> list[tuple[int, str]]:
+    """(line, top-level package) of every absolute import in the module, wherever it stands."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module.split(".")[0]))
+    return found
+
+
+def crossings(root: Path) -> list[str]:
+    """Every import under `root` that breaks a layer rule, as 'path:line -> package'."""
+    broken = []
+    for package, allowed in sorted(ALLOWED.items()):
+        for path in sorted((root / package).rglob("*.py")):
+            for line, target in imports_of(path.read_text()):
+                if target in OURS and target not in allowed:
+                    broken.append(f"{path.relative_to(root)}:{line} -> {target}")
+    return broken
+
+
+def test_no_import_crosses_a_layer() -> None:
+    assert crossings(ROOT) == []
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_the_checker_allows_the_kernel_and_own_package(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "query/a.py": "import msgspec\nfrom infra.settings import Settings\nfrom query import b\nimport schemas.errors\n",
+        "infra/x.py": "from schemas.canonical import canonical_bytes\n",
+        "memory_client/c.py": "from infra.subjects import command_subject\n",
+        "pamledger/r.py": "from query.service import QueryService\nfrom memory_client import cli\n",
+    })
+    assert crossings(root) == []
+
+
+def test_the_checker_finds_a_service_importing_another_even_inside_a_function(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"query/a.py": "def f():\n    from projector.store import checkpoint\n"})
+    assert crossings(root) == ["query/a.py:2 -> projector"]
+
+
+def test_the_checker_finds_imports_under_type_checking(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"subscriptions/g.py": (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import memory_client.client\n")})
+    assert crossings(root) == ["subscriptions/g.py:3 -> memory_client"]
+
+
+def test_the_checker_holds_the_kernel_and_the_sdk_to_their_rules(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "schemas/s.py": "from infra.settings import Settings\n",
+        "infra/runtime.py": "from command_handler.writer import Writer\n",
+        "memory_client/cli.py": "from pamledger.cli import main\nfrom query.request import QueryRequest\n",
+    })
+    assert crossings(root) == [
+        "infra/runtime.py:1 -> command_handler", "memory_client/cli.py:1 -> pamledger",
+        "memory_client/cli.py:2 -> query", "schemas/s.py:1 -> infra",
+    ]
+
+
+def test_the_relay_sits_beside_the_writer_and_gets_committed_rows_through_a_callback() -> None:
+    """The relay is part of the write path (command_handler/relay.py), but the writer's core path does not
+    import it: the composition root hands the writer the relay's `submit` as its `committed` callback."""
+    assert (ROOT / "command_handler" / "relay.py").is_file()
+    writer_imports = {module for module in _modules((ROOT / "command_handler" / "writer.py").read_text())}
+    assert not any(module.endswith("relay") for module in writer_imports), writer_imports
+
+
+def _modules(source: str) -> list[str]:
+    return [alias.name for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Import)
+            for alias in node.names] + [node.module for node in ast.walk(ast.parse(source))
+                                        if isinstance(node, ast.ImportFrom) and node.module]

@@ -27,7 +27,7 @@ from infra.nats_log import ConnectionLog
 from infra.nats_raw import RawClient, connect_raw
 from infra.settings import Settings
 from infra.role_failures import RoleFailures
-from infra.stuck import StuckState
+from infra.stuck import StuckState, describe
 from infra.subjects import status_subject
 from infra.supervisor import ROLES
 from infra.tasks import stop_task
@@ -95,7 +95,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
         for task in tasks:
             failure = await stop_task(task)
             if failure is not None:
-                log.error("service.role_failed_at_stop", error=repr(failure))
+                log.error("service.role_failed_at_stop", reason=describe(failure))  # first line only: no DETAIL data
         if query is not None:
             await query.stop()
         if pool is not None:

@@ -48,13 +48,17 @@ async def test_a_role_failing_right_after_its_lock_backs_off_and_logs_one_traceb
     proc = Serve(env, "projector,gateway", tmp_path / "serve.log")
     serving.append(proc)
     await wait_for(lambda: attempts(env.database_url), timeout=120)
-    await asyncio.sleep(WINDOW_SECONDS)  # the fault lasts: the outage itself, not a wait for a condition
+    # The fault lasts: these are the fault's duration, not waits for a condition.
+    await asyncio.sleep(WINDOW_SECONDS / 2)
+    earlier = await attempts(env.database_url)
+    await asyncio.sleep(WINDOW_SECONDS / 2)
     tried = await attempts(env.database_url)
     assert proc.proc.poll() is None, "the process serves on"
 
-    # Two roles, each doubling its wait from 0.2 s up to 2 s: about 7 attempts each in 8 s. Without a real
-    # backoff each retries every 0.2 s (about 40 each).
+    # Two roles, each doubling its wait from 0.2 s up to 2 s: about 5 attempts each in the first 4 s and 2
+    # in the next. Without a real backoff each retries every 0.2 s (about 20 each in both halves).
     assert 4 <= tried <= 24, f"{tried} attempts in {WINDOW_SECONDS}s"
+    assert tried - earlier < earlier, f"no backoff: {earlier} attempts, then {tried - earlier} more"
     records = proc.records()
     crashed = [r for r in records if r["event"].endswith(".crashed")]
     assert sorted(r["event"] for r in crashed) == ["gateway.crashed", "projector.crashed"], crashed

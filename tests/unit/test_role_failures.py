@@ -70,5 +70,7 @@ async def test_a_run_that_lasts_serves_again_once() -> None:
         with failures.running():
             await asyncio.sleep(0.3)
         delay = failures.failed(ConnectionError("down"), expected=True)
-    assert [e["event"] for e in logs] == ["writer.lost_database", "writer.recovered", "writer.lost_database"]
+    # Only this role's lines: the event loop may be shared with tasks other tests left running.
+    assert [e["event"] for e in logs if e["event"].startswith("writer.")] == [
+        "writer.lost_database", "writer.recovered", "writer.lost_database"]
     assert delay == 0.5

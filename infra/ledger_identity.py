@@ -205,16 +205,23 @@ class Refusal:
 async def wait_for_agreement(role: str, check: Callable[[], Awaitable[Disagreement | None]],
                              refusal: Refusal | None = None, retry_seconds: float = RETRY_SECONDS) -> None:
     """Return once `check` finds nothing to disagree with; until then retry, logging one line each time
-    the reason changes (no traceback: it is the operator's move, not a bug)."""
+    the reason changes (no traceback: it is the operator's move, not a bug). A check that cannot run (NATS
+    away) is said once per kind of error, not once per retry: an outage's log does not grow with its length."""
     refusal = refusal or Refusal()
+    failing: set[str] = set()  # the kinds of error the check failed with since it last ran
     while True:
         try:
             reason = await check()
         except (nats.errors.Error, asyncio.TimeoutError) as exc:
             reraise_if_cancelled()
-            log.warning(f"{role}.identity_check_failed", error=type(exc).__name__)
+            error = type(exc).__name__
+            (log.debug if error in failing else log.warning)(f"{role}.identity_check_failed", error=error)
+            failing.add(error)
             await asyncio.sleep(retry_seconds)
             continue
+        if failing:
+            log.info(f"{role}.identity_checked", after_errors=sorted(failing))
+            failing.clear()
         if reason is None:
             if refusal.reason is not None:
                 log.info(f"{role}.ledger_agreed")

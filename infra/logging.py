@@ -3,6 +3,9 @@
 Why one renderer for everything: a JSON log must be JSON on every line, so the records of libraries that
 log through the standard library (psycopg, nats, asyncio) go through the same processors as our own, and
 exceptions are rendered (a traceback string under `exception`), never left as `"exc_info": true`.
+Every exception, on every path and in every format, is rendered by one redacting function
+(infra.stuck.traceback_text): each message is cut to its first line, since Postgres' DETAIL and CONTEXT
+lines ("Failing row contains (...)") quote the data and memory content never goes into a log.
 """
 
 from __future__ import annotations
@@ -10,8 +13,11 @@ from __future__ import annotations
 import logging
 import sys
 from types import TracebackType
+from typing import Any
 
 import structlog
+
+from infra.stuck import traceback_text
 
 _SHARED: list[structlog.typing.Processor] = [
     structlog.contextvars.merge_contextvars,
@@ -23,11 +29,11 @@ _SHARED: list[structlog.typing.Processor] = [
 def configure_logging(fmt: str = "auto", level: str = "info") -> None:
     """fmt is 'json', 'console' or 'auto' (console when stderr is a terminal)."""
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
-    # The console renderer prints exceptions itself (with the traceback); JSON needs them as text first.
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
     )
-    tracebacks: list[structlog.typing.Processor] = [] if use_console else [structlog.processors.format_exc_info]
+    # Both renderers get exceptions as redacted text (the console one prints an `exception` string as is).
+    tracebacks: list[structlog.typing.Processor] = [redact_exc_info]
     numeric_level = logging.getLevelName(level.upper())
     structlog.configure(
         processors=[*_SHARED, *tracebacks, renderer],
@@ -37,6 +43,18 @@ def configure_logging(fmt: str = "auto", level: str = "info") -> None:
     )
     _route_stdlib(renderer, tracebacks, numeric_level)
     sys.excepthook = _log_uncaught
+
+
+def redact_exc_info(logger: Any, name: str, event_dict: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    """A structlog processor: `exc_info` (an exception, a sys.exc_info() tuple, or True for the one being
+    handled) becomes `exception`, its traceback with every message cut to its first line."""
+    exc_info = event_dict.pop("exc_info", None)
+    if exc_info is True:
+        exc_info = sys.exc_info()
+    exc = exc_info[1] if isinstance(exc_info, tuple) else exc_info
+    if isinstance(exc, BaseException):
+        event_dict["exception"] = traceback_text(exc)
+    return event_dict
 
 
 def _log_uncaught(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:

@@ -4,9 +4,17 @@ Why: a role that cannot reach Postgres, or that hits the same bug on every resta
 full traceback on every attempt, every 0.5 s (an outage of minutes filled megabytes of log). The loop now
 waits with capped backoff, logs when the reason changes (with the traceback for an unexpected error, none
 for a lost database) and once when the role serves again.
+
+"Serves again" means it has run for `healthy_seconds` without failing, not that it took its lock: a role
+that failed right after the lock (a Subscribe row it cannot read, a statement Postgres refuses every time)
+was counted as recovered on every attempt, so it retried every 0.5 s with a traceback each time.
 """
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
 
 import structlog
 
@@ -18,10 +26,11 @@ log = structlog.get_logger(__name__)
 class RoleFailures:
     """One role's run of failures: the reason last logged, how many in a row, and the wait before retrying."""
 
-    def __init__(self, role: str, first_delay: float, max_delay: float):
+    def __init__(self, role: str, first_delay: float, max_delay: float, healthy_seconds: float = 30.0):
         self.role = role
         self.first_delay = first_delay
         self.max_delay = max_delay
+        self.healthy_seconds = healthy_seconds
         self.reason: str | None = None
         self.attempts = 0
 
@@ -37,6 +46,16 @@ class RoleFailures:
             else:
                 log.error(f"{self.role}.crashed", reason=reason, attempts=self.attempts, exc_info=exc)
         return min(self.max_delay, self.first_delay * 2.0 ** min(self.attempts - 1, 16))
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Around one run of the role (from taking its lock): if it lasts `healthy_seconds`, the role
+        serves again (`serving`); a run that fails sooner keeps counting failures and backing off."""
+        handle = asyncio.get_running_loop().call_later(self.healthy_seconds, self.serving)
+        try:
+            yield
+        finally:
+            handle.cancel()
 
     def serving(self) -> None:
         """The role reached its serving state again: say so once and start the backoff afresh."""

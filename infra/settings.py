@@ -23,6 +23,9 @@ class WriterSettings(_Group):
     head_cache_size: int = Field(default=100_000, ge=1)
     max_payload_bytes: int = Field(default=524_288, ge=1024)
     lock_poll_seconds: float = Field(default=0.5, gt=0)
+    # Every leading role (writer, projector, gateway): a run that fails is retried after a wait doubling from
+    # lock_poll_seconds up to 10x it; only a run that lasts this long counts as serving again (backoff afresh).
+    role_healthy_seconds: float = Field(default=30.0, gt=0)
     # The relay's wait for JetStream to acknowledge a run; past it (or on a reconnect) it resyncs.
     relay_publish_timeout_seconds: float = Field(default=5.0, gt=0)
     # The chain rows it checks link and recompute before it appends (on start, and while broken).

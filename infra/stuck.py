@@ -75,7 +75,30 @@ def describe(exc: BaseException) -> str:
     return text[:REASON_CHARS]
 
 
+_CAUSE = "\n\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT = "\n\nDuring handling of the above exception, another exception occurred:\n\n"
+
+
 def traceback_text(exc: BaseException) -> str:
-    """The traceback of `exc` ending in `describe(exc)`: where it failed, without the lines after the
-    message's first (Postgres' DETAIL and CONTEXT quote the data, e.g. the JSON it could not take)."""
-    return "Traceback (most recent call last):\n" + "".join(traceback.format_tb(exc.__traceback__)) + describe(exc)
+    """The traceback of `exc` (and of its causes, as Python chains them), each ending in `describe`: where
+    it failed, without the lines after a message's first (Postgres' DETAIL and CONTEXT quote the data,
+    e.g. the JSON it could not take or the row a constraint refused). Every log record's exception is
+    rendered so (infra.logging), so the unit of redaction is the same on every path."""
+    blocks: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        blocks.append("Traceback (most recent call last):\n"
+                      + "".join(traceback.format_tb(current.__traceback__)) + describe(current))
+        if current.__cause__ is not None:
+            blocks.append(_CAUSE)
+            current = current.__cause__
+        elif current.__context__ is not None and not current.__suppress_context__:
+            blocks.append(_CONTEXT)
+            current = current.__context__
+        else:
+            current = None
+    if len(blocks) % 2 == 0:  # a cycle ended the chain after a link: drop the dangling link
+        blocks.pop()
+    return "".join(reversed(blocks))

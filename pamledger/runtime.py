@@ -27,7 +27,7 @@ from infra.nats_log import ConnectionLog
 from infra.nats_raw import RawClient, connect_raw
 from infra.settings import Settings
 from infra.role_failures import RoleFailures
-from infra.stuck import StuckState
+from infra.stuck import StuckState, describe
 from infra.subjects import status_subject
 from pamledger.supervisor import ROLES
 from infra.tasks import stop_task
@@ -96,7 +96,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
         for task in tasks:
             failure = await stop_task(task)
             if failure is not None:
-                log.error("service.role_failed_at_stop", error=repr(failure))
+                log.error("service.role_failed_at_stop", reason=describe(failure))  # first line only: no DETAIL data
         if query is not None:
             await query.stop()
         if pool is not None:
@@ -125,20 +125,24 @@ async def lead_forever(settings: Settings, nc: RawClient, database_url: str) -> 
 
 
 def role_failures(settings: Settings, role: str) -> RoleFailures:
-    """A role loop's failure log and backoff: from the lock poll interval up to 10x it."""
-    return RoleFailures(role, settings.writer.lock_poll_seconds, 10 * settings.writer.lock_poll_seconds)
+    """A role loop's failure log and backoff: from the lock poll interval up to 10x it, afresh once a run
+    has lasted `role_healthy_seconds`."""
+    poll = settings.writer.lock_poll_seconds
+    return RoleFailures(role, poll, 10 * poll, settings.writer.role_healthy_seconds)
 
 
 async def _lead_once(settings: Settings, nc: RawClient, database_url: str, failures: RoleFailures) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         store = PostgresLedgerStore(conn, settings.partition)
-        await _wait_for_lock(conn, writer_lock_key(settings.partition), settings, "writer")
-        failures.serving()
+        # A retry after a failure takes the lock again: said once, by the failure, not per attempt.
+        await _wait_for_lock(conn, writer_lock_key(settings.partition), settings, "writer",
+                             quiet=failures.attempts > 0)
         relay = Relay(nc, database_url, settings.stream_name, settings.subject_prefix, settings.partition,
                       settings.writer.relay_publish_timeout_seconds)
         relay_task = asyncio.create_task(relay.run())
         try:
-            await Writer(settings, nc, store, relay.submit, relay.status).serve()
+            with failures.running():
+                await Writer(settings, nc, store, relay.submit, relay.status).serve()
         finally:
             await stop_task(relay_task)
 
@@ -157,12 +161,12 @@ async def project_forever(settings: Settings, nc: RawClient, database_url: str) 
                 await conn.execute("SET synchronous_commit = off")
                 # A retry of a stuck event takes the lock again: said once, when the state changed.
                 await _wait_for_lock(conn, projector_lock_key(settings.partition), settings, "projector",
-                                     quiet=stuck.current is not None)
-                failures.serving()
+                                     quiet=stuck.current is not None or failures.attempts > 0)
                 async with answering_status(nc, settings, "projector", lambda: {"stuck": stuck.report()}):
                     try:
-                        await Projector(nc, conn, settings.stream_name, settings.subject_prefix,
-                                        settings.partition, settings.follower, stuck=stuck).run()
+                        with failures.running():
+                            await Projector(nc, conn, settings.stream_name, settings.subject_prefix,
+                                            settings.partition, settings.follower, stuck=stuck).run()
                     except EventFailed:  # logged once per state change; wait (still leading), then retry
                         await asyncio.sleep(stuck.delay())
                         continue
@@ -196,12 +200,12 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
                 key = gateway_lock_key(settings.partition)
-                await _wait_for_lock(conn, key, settings, "gateway")
-                failures.serving()
+                await _wait_for_lock(conn, key, settings, "gateway", quiet=failures.attempts > 0)
                 store = SubscriptionStore(conn, database_url, key, settings.partition,
                                           settings.writer.lock_poll_seconds)
                 try:
-                    await Gateway(settings, nc, store, authorizer).serve()  # answers status.gateway once serving
+                    with failures.running():
+                        await Gateway(settings, nc, store, authorizer).serve()  # answers status.gateway once serving
                 finally:
                     await store.close()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from structlog.testing import capture_logs
 
 from infra.role_failures import RoleFailures
@@ -45,4 +47,30 @@ def test_serving_again_is_said_once_and_restarts_the_backoff() -> None:
     assert [e["event"] for e in logs] == ["projector.lost_database", "projector.recovered",
                                           "projector.lost_database"]
     assert logs[1]["after_attempts"] == 3
+    assert delay == 0.5
+
+
+async def test_a_run_that_fails_soon_after_its_lock_keeps_backing_off() -> None:
+    """Taking the lock is not serving: a role that fails right after it must not start its backoff afresh
+    (it retried every 0.5 s, a traceback each time)."""
+    failures = RoleFailures("gateway", 0.5, 5.0, healthy_seconds=30.0)
+    with capture_logs() as logs:
+        delays = []
+        for _ in range(5):
+            with failures.running():
+                delays.append(failures.failed(boom("bad row"), expected=False))
+    assert delays == [0.5, 1.0, 2.0, 4.0, 5.0]
+    assert [e["event"] for e in logs] == ["gateway.crashed"]
+
+
+async def test_a_run_that_lasts_serves_again_once() -> None:
+    failures = RoleFailures("writer", 0.5, 5.0, healthy_seconds=0.05)
+    with capture_logs() as logs:
+        failures.failed(ConnectionError("down"), expected=True)
+        with failures.running():
+            await asyncio.sleep(0.3)
+        delay = failures.failed(ConnectionError("down"), expected=True)
+    # Only this role's lines: the event loop may be shared with tasks other tests left running.
+    assert [e["event"] for e in logs if e["event"].startswith("writer.")] == [
+        "writer.lost_database", "writer.recovered", "writer.lost_database"]
     assert delay == 0.5

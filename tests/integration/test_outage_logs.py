@@ -43,7 +43,7 @@ class Serve:
         }
         self.path = log_path
         self.log = open(log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "memory_client", "serve", "--roles", roles],
+        self.proc = subprocess.Popen([sys.executable, "-m", "pamledger", "serve", "--roles", roles],
                                      cwd=ROOT, env=environment, stdout=self.log, stderr=self.log)
 
     def text(self) -> str:

@@ -18,7 +18,9 @@ import structlog
 from nats.aio.msg import Msg
 
 from command_handler.intake import OPERATION_HEADER, Parsed, error_reply, parse
-from command_handler.planner import Outcome, Plan, PlanInputs, entry_result_bytes, plan_batch, result_bytes
+from command_handler.planner import (
+    Outcome, Plan, PlanInputs, entry_result_bytes, known_result_bytes, plan_batch, result_bytes,
+)
 from command_handler.state import ObjectHead, Stamp
 from command_handler.store import IdempotencyRow, PostgresLedgerStore
 from infra.db_errors import map_db_error
@@ -229,8 +231,10 @@ class Writer:
             try:
                 body = await self._render(msg, item, outcome, replies)
             except Exception:  # noqa: BLE001 - committed or not, this command's reply must not cost the others theirs
-                log.exception("reply.crashed", command=msg.subject.rsplit(".", 1)[-1])
-                body = error_reply(PamledgerError("internal error while rendering the reply"), _op_id(msg, item))
+                known = known_result_bytes(outcome)
+                log.exception("reply.crashed", command=msg.subject.rsplit(".", 1)[-1], committed=known is not None)
+                body = known or error_reply(PamledgerError("internal error while rendering the reply"),
+                                            _op_id(msg, item))
             replies.append(body)
             if msg.reply:
                 await self.nc.publish(msg.reply, body)

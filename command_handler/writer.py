@@ -17,6 +17,7 @@ import psycopg
 import structlog
 from nats.aio.msg import Msg
 
+from command_handler.guard import AppendGuard
 from command_handler.intake import OPERATION_HEADER, Parsed, error_reply, parse
 from command_handler.planner import (
     Outcome, Plan, PlanInputs, entry_result_bytes, known_result_bytes, plan_batch, result_bytes,
@@ -31,7 +32,7 @@ from infra.subjects import command_subject, status_subject
 from query.reads import fetch_replay
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateScope, TransitionState
-from schemas.errors import PamledgerError, ServiceUnavailable
+from schemas.errors import PamledgerError
 from schemas.registry import TypeRegistry, default_registry
 from subscriptions.relay import Relay
 
@@ -57,13 +58,13 @@ class Writer:
         self.idempotency: LRU[tuple[str, str], IdempotencyRow] = LRU(cache)
         self.scopes: LRU[str, bool] = LRU(cache)
         self.tail: tuple[int, bytes] = (0, b"")
-        self.chain_broken: str | None = None  # why the chain's tail does not verify (then nothing is appended)
+        self.guard = AppendGuard(settings, store, nc)  # while it refuses, nothing is appended
         self._subs: list[Any] = []
 
     async def serve(self) -> None:
         """Subscribe and run group commits until cancelled."""
+        await self.guard.check()
         self.tail = await self.store.tail()
-        await self._check_tail()
         prefix = self.settings.subject_prefix
         # One wildcard subscription: unknown command names get an invalid_request, not silence. Raw
         # deliveries go straight into the inbox from the client's read loop (no Msg, no task hop).
@@ -90,28 +91,16 @@ class Writer:
         await msg.respond(canonical_bytes({"result": {
             "role": "leader", "partition": self.store.partition, "ledger_sequence": self.tail[0],
             "relayed_sequence": self.relay.published, "pid": os.getpid(),
-            "chain_broken": self.chain_broken,
+            **self.guard.status(),
             "relay_refused": self.relay.refusal.reason.message() if self.relay.refusal.reason else None,
         }}))
 
-    async def _check_tail(self) -> None:
-        """Check the chain's tail (again): while it is broken every command is refused, nothing appended."""
-        broken = await self.store.broken_tail(self.settings.writer.tail_check_rows)
-        if broken != self.chain_broken:
-            if broken:
-                log.error("writer.chain_broken", reason=broken, recovery="pamledger verify")
-            else:
-                log.info("writer.chain_intact")
-                self.tail = await self.store.tail()
-        self.chain_broken = broken
-
     async def _commit_batch(self, msgs: list[Command]) -> None:
-        if self.chain_broken:
-            await self._check_tail()
-        if self.chain_broken:
-            await self._fail_all(msgs, msgs, ServiceUnavailable(
-                "the ledger's hash chain is broken at its tail; the writer appends nothing until it is repaired",
-                details={"reason": self.chain_broken, "check": "pamledger verify"}))
+        if self.guard.due():
+            await self.guard.check()
+            self.tail = await self.store.tail()
+        if (refusal := self.guard.refusal()) is not None:
+            await self._fail_all(msgs, msgs, refusal)
             return
         items = [self._parse(m) for m in msgs]
         parsed = [i for i in items if isinstance(i, Parsed)]

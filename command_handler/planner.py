@@ -205,3 +205,23 @@ def _add_rows(
 
 def _new_records(batch: Batch) -> dict[tuple[str, str], IdempotencyRow]:
     return {(r.scope_id, r.idempotency_key): r for r in batch.idempotency}
+
+
+def known_result_bytes(outcome: Outcome) -> bytes | None:
+    """A committed command's result as far as it is known without rendering its envelope (None: the
+    outcome committed nothing). Why: a reply that failed to render must not tell the client that a
+    committed write failed; `reply_incomplete` says to re-send it with its idempotency key for the rest."""
+    result: dict[str, Any]
+    if outcome.accepted is not None:
+        accepted, head = outcome.accepted, outcome.accepted.decision.head
+        result = {"ledger_sequence": accepted.ledger_sequence, "event_id": accepted.decision.event.event_id}
+        if head is not None:
+            result.update(object_id=head.object_id, version_id=head.version_id, sequence=head.sequence)
+    elif outcome.replay_of is not None:
+        record = outcome.replay_of
+        result = {"ledger_sequence": record.ledger_sequence, "idempotency_result": "replayed_original_result"}
+        if record.version_id is not None:
+            result.update(object_id=record.object_id, version_id=record.version_id)
+    else:
+        return None
+    return canonical_bytes({"result": {**result, "reply_incomplete": True}})

@@ -25,12 +25,21 @@ from infra.ledger_identity import stream_ledger_id
 _decode = msgspec.json.Decoder()
 # One pass in ledger order: each row with the version it committed and, for the events that brought new
 # content (create, update), that content. Transitions share their predecessor's digest: its content is
-# checked once, with the event that wrote it.
+# checked once, with the event that wrote it. Content may be missing only once a later event erased the
+# object (delete, or redact: an availability transition always redacts): the last column says so. It is
+# computed only for new content that is missing (NULL otherwise), from the erasing rows' event_type, which
+# the same pass checks against their hashed events.
 _ROWS_SQL = """
 SELECT l.ledger_sequence, l.event, l.prev_hash, l.row_hash, l.event_id, l.operation_id, l.scope_id,
        l.object_id, l.version_id, l.event_type, l.recorded_at,
        v.version_id, v.scope_id, v.object_id, v.sequence, v.ledger_sequence, v.meta, v.content_digest,
-       c.content_digest, c.scope_id, c.object_id, c.salt, c.content
+       c.content_digest, c.scope_id, c.object_id, c.salt, c.content,
+       CASE WHEN c.content_digest IS NULL AND v.content_digest IS NOT NULL
+                 AND l.event_type IN ('object_created', 'object_updated')
+            THEN EXISTS (SELECT 1 FROM ledger e WHERE e.scope_id = l.scope_id AND e.object_id = l.object_id
+                         AND e.ledger_sequence > l.ledger_sequence AND e.partition = l.partition
+                         AND e.event_type IN ('object_deleted', 'availability_transitioned'))
+       END
 FROM ledger l
 LEFT JOIN memory_versions v ON v.version_id = l.version_id
 LEFT JOIN content_store c ON c.content_digest = v.content_digest
@@ -109,6 +118,9 @@ def check_columns(seq: int, row: tuple[Any, ...]) -> None:
         check_version(seq, event, row[11:18])
         if row[18] is not None:
             check_content(seq, row[18:23], row[12], row[13])
+        elif row[23] is False:
+            raise Bad(seq, "content_store", "the content this event stored is missing and no later event erased"
+                                            " the object")
 
 
 def check_version(seq: int, event: dict[str, Any], version: tuple[Any, ...]) -> None:
@@ -174,17 +186,36 @@ async def verify_ledger(database_url: str, nats_url: str | None = None, stream: 
     """Everything `verify_tables` checks, then the head against the JetStream replica. Without NATS the
     head is not anchored (a truncated tail would go unseen), so the answer is not ok and says why."""
     result = await asyncio.to_thread(verify_tables, database_url, partition)
-    if not result["ok"]:
-        return result
     if not (nats_url and stream):
-        return {**result, "ok": False, "check": "stream.head",
-                "reason": "the head is not anchored: verify needs NATS and the stream to see a truncated tail"}
+        return result if not result["ok"] else {
+            **result, "ok": False, "check": "stream.head",
+            "reason": "the head is not anchored: verify needs NATS and the stream to see a truncated tail"}
     try:
         anchor = await _stream_anchor(nats_url, stream)
     except (OSError, nats.errors.Error, asyncio.TimeoutError) as exc:
-        return {**result, "ok": False, "check": "stream.head",
-                "reason": f"the head is not anchored: NATS did not answer ({type(exc).__name__})"}
+        return result if not result["ok"] else {
+            **result, "ok": False, "check": "stream.head",
+            "reason": f"the head is not anchored: NATS did not answer ({type(exc).__name__})"}
+    if not result["ok"]:
+        return await asyncio.to_thread(truncation_first, database_url, partition, result, anchor)
     return await asyncio.to_thread(check_anchor, database_url, partition, result, anchor)
+
+
+def truncation_first(database_url: str, partition: int, result: dict[str, Any],
+                     anchor: dict[str, Any]) -> dict[str, Any]:
+    """A failed pass, unless the stream shows the tail was truncated: then that is named first (it explains
+    later findings, such as content erased by a delete that is gone), with the pass's finding under `also`."""
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT coalesce(max(ledger_sequence), 0), (SELECT ledger_id FROM ledger_identity"
+                           " WHERE partition = %s) FROM ledger WHERE partition = %s", (partition, partition)).fetchone()
+    head, ledger_id = (int(row[0]), row[1]) if row else (0, None)
+    last = anchor["last_sequence"]
+    if last is None or last <= head or anchor["ledger_id"] not in (None, ledger_id):
+        return result
+    also = {key: result[key] for key in ("first_bad_sequence", "check", "reason")}
+    return {**result, "first_bad_sequence": head + 1, "check": "stream.head", "also": also,
+            "reason": f"the stream holds {last} events, the ledger {head}: rows {head + 1}..{last} are missing"
+                      " from the ledger (tail truncated)"}
 
 
 async def _stream_anchor(nats_url: str, stream: str) -> dict[str, Any]:

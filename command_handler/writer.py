@@ -18,8 +18,9 @@ import psycopg
 import structlog
 from nats.aio.msg import Msg
 
+from command_handler.guard import AppendGuard
 from command_handler.intake import Parsed, parse
-from command_handler.planner import Outcome, Plan, PlanInputs, plan_batch
+from command_handler.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch
 from command_handler.state import ObjectHead, Stamp
 from command_handler.store import PostgresLedgerStore
 from infra.db_errors import map_db_error
@@ -30,7 +31,7 @@ from infra.settings import Settings
 from infra.subjects import command_subject, status_subject
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateScope, TransitionState
-from schemas.errors import PamledgerError, ServiceUnavailable
+from schemas.errors import PamledgerError
 from schemas.registry import TypeRegistry, default_registry
 from schemas.replies import OPERATION_HEADER, entry_result_bytes, error_reply, result_bytes
 
@@ -60,13 +61,13 @@ class Writer:
         self.idempotency: LRU[tuple[str, str], IdempotencyRow] = LRU(cache)
         self.scopes: LRU[str, bool] = LRU(cache)
         self.tail: tuple[int, bytes] = (0, b"")
-        self.chain_broken: str | None = None  # why the chain's tail does not verify (then nothing is appended)
+        self.guard = AppendGuard(settings, store, nc)  # while it refuses, nothing is appended
         self._subs: list[Any] = []
 
     async def serve(self) -> None:
         """Subscribe and run group commits until cancelled."""
+        await self.guard.check()
         self.tail = await self.store.tail()
-        await self._check_tail()
         prefix = self.settings.subject_prefix
         # One wildcard subscription: unknown command names get an invalid_request, not silence. Raw
         # deliveries go straight into the inbox from the client's read loop (no Msg, no task hop).
@@ -92,27 +93,15 @@ class Writer:
     async def _status(self, msg: Msg) -> None:
         await msg.respond(canonical_bytes({"result": {
             "role": "leader", "partition": self.store.partition, "ledger_sequence": self.tail[0],
-            "pid": os.getpid(), "chain_broken": self.chain_broken, **self.relay_status(),
+            "pid": os.getpid(), **self.guard.status(), **self.relay_status(),
         }}))
 
-    async def _check_tail(self) -> None:
-        """Check the chain's tail (again): while it is broken every command is refused, nothing appended."""
-        broken = await self.store.broken_tail(self.settings.writer.tail_check_rows)
-        if broken != self.chain_broken:
-            if broken:
-                log.error("writer.chain_broken", reason=broken, recovery="pamledger verify")
-            else:
-                log.info("writer.chain_intact")
-                self.tail = await self.store.tail()
-        self.chain_broken = broken
-
     async def _commit_batch(self, msgs: list[Command]) -> None:
-        if self.chain_broken:
-            await self._check_tail()
-        if self.chain_broken:
-            await self._fail_all(msgs, msgs, ServiceUnavailable(
-                "the ledger's hash chain is broken at its tail; the writer appends nothing until it is repaired",
-                details={"reason": self.chain_broken, "check": "pamledger verify"}))
+        if self.guard.due():
+            await self.guard.check()
+            self.tail = await self.store.tail()
+        if (refusal := self.guard.refusal()) is not None:
+            await self._fail_all(msgs, msgs, refusal)
             return
         items = [self._parse(m) for m in msgs]
         parsed = [i for i in items if isinstance(i, Parsed)]
@@ -232,8 +221,10 @@ class Writer:
             try:
                 body = await self._render(msg, item, outcome, replies)
             except Exception:  # noqa: BLE001 - committed or not, this command's reply must not cost the others theirs
-                log.exception("reply.crashed", command=msg.subject.rsplit(".", 1)[-1])
-                body = error_reply(PamledgerError("internal error while rendering the reply"), _op_id(msg, item))
+                known = known_result_bytes(outcome)
+                log.exception("reply.crashed", command=msg.subject.rsplit(".", 1)[-1], committed=known is not None)
+                body = known or error_reply(PamledgerError("internal error while rendering the reply"),
+                                            _op_id(msg, item))
             replies.append(body)
             if msg.reply:
                 await self.nc.publish(msg.reply, body)

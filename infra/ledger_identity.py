@@ -97,19 +97,76 @@ async def stream_disagreement(conn: psycopg.AsyncConnection[Any], js: JetStreamC
         return refuse("belongs to another ledger")
     if last > head:
         return refuse("is ahead of the ledger")
+    if last and not await same_event(conn, js, stream, partition, last):
+        return refuse("holds events that are not this ledger's" if found is None
+                      else f"holds another event than the ledger at sequence {last}")
     if found is None:
-        if last and await _last_event_id(js, stream, last) != await event_id_at(conn, partition, last):
-            return refuse("holds events that are not this ledger's")
         await stamp_stream(js, info, ledger_id)
     return None
 
 
-async def _last_event_id(js: JetStreamContext, stream: str, sequence: int) -> str | None:
+async def same_event(conn: psycopg.AsyncConnection[Any], js: JetStreamContext, stream: str, partition: int,
+                     sequence: int) -> bool:
+    """Whether the stream's message at `sequence` is the ledger's row there (its event id and, when the
+    message carries one, its row hash)."""
     try:
         msg = await js.get_msg(stream, sequence)
     except NotFoundError:
+        return False
+    headers = msg.headers or {}
+    cur = await conn.execute("SELECT event_id, row_hash FROM ledger WHERE partition = %s AND ledger_sequence = %s",
+                             (partition, sequence))
+    row = await cur.fetchone()
+    return row is not None and headers.get("Nats-Msg-Id") == row[0] and (
+        headers.get("Pam-Row-Hash") in (None, bytes(row[1]).hex()))
+
+
+async def stream_reuse(conn: psycopg.AsyncConnection[Any], js: JetStreamContext, stream: str,
+                       partition: int) -> Disagreement | None:
+    """Why appending now would reuse sequences readers already saw (None: it would not): this ledger's
+    stream is ahead of the ledger head, or holds another event at its last sequence. A stream stamped for
+    another ledger is another sequence space (the relay refuses it; appending reuses nothing of it); one
+    made before identities counts as this ledger's when its message at the ledger head is the ledger's."""
+    ledger_id = await ledger_identity(conn, partition)
+    try:
+        info = await js.stream_info(stream)
+    except NotFoundError:
         return None
-    return (msg.headers or {}).get("Nats-Msg-Id")
+    head, last, found = await ledger_head(conn, partition), int(info.state.last_seq), stream_ledger_id(info)
+    if found not in (None, ledger_id) or not last:
+        return None
+    if found is None and not (head and await same_event(conn, js, stream, partition, min(head, last))):
+        return None
+    if last > head:
+        problem = "is ahead of the ledger"
+    elif not await same_event(conn, js, stream, partition, last):
+        problem = f"holds another event than the ledger at sequence {last}"
+    else:
+        return None
+    return Disagreement(what="stream", problem=problem, ledger_id=ledger_id, found_ledger_id=found,
+                        ledger_head=head, found_sequence=last, recovery=f"{REBUILD_STREAM} --force")
+
+
+async def stream_discards(conn: psycopg.AsyncConnection[Any], js: JetStreamContext, stream: str, partition: int,
+                          limit: int = 1000) -> list[dict[str, Any]]:
+    """The stream's messages that are not the ledger's rows (past its head, or other events at the same
+    sequences), oldest first, from the newest back to the first that agrees (at most `limit`): what a
+    rebuild throws away."""
+    info = await js.stream_info(stream)
+    head = await ledger_head(conn, partition)
+    found: list[dict[str, Any]] = []
+    sequence = int(info.state.last_seq)
+    while sequence > 0 and len(found) < limit:
+        if sequence <= head and await same_event(conn, js, stream, partition, sequence):
+            break
+        try:
+            msg = await js.get_msg(stream, sequence)
+            event_id = (msg.headers or {}).get("Nats-Msg-Id")
+        except NotFoundError:
+            event_id = None
+        found.append({"sequence": sequence, "event_id": event_id})
+        sequence -= 1
+    return found[::-1]
 
 
 async def stamp_stream(js: JetStreamContext, info: Any, ledger_id: str) -> None:

@@ -30,6 +30,10 @@ class WriterSettings(_Group):
     relay_publish_timeout_seconds: float = Field(default=5.0, gt=0)
     # The chain rows it checks link and recompute before it appends (on start, and while broken).
     tail_check_rows: int = Field(default=16, ge=1, le=100_000)
+    # How long it waits for JetStream when it checks that the stream holds no sequence the ledger lacks (on
+    # start, and while refused or unchecked); past it, it appends (Postgres decides) and checks again after
+    # as long, before a later batch.
+    stream_check_seconds: float = Field(default=2.0, gt=0, le=60)
 
 
 class QuerySettings(_Group):

@@ -20,8 +20,13 @@ def add_ledger_parsers(sub: Any) -> None:
                                   " the JetStream stream (needs NATS); names the first bad row and check")
     stream = sub.add_parser("stream", help="the JetStream replica of the ledger")
     actions = stream.add_subparsers(dest="stream_action", required=True)
-    actions.add_parser("rebuild", help="delete the stream, re-create it for this ledger and republish every"
-                                       " ledger row; close subscriptions whose positions are another ledger's")
+    rebuild = actions.add_parser("rebuild", help="delete the stream, re-create it for this ledger and republish"
+                                                 " every ledger row; close subscriptions whose positions are another"
+                                                 " ledger's. Refuses when the stream is this ledger's and holds"
+                                                 " events the ledger lacks (a cut-off tail), listing them")
+    rebuild.add_argument("--force", action="store_true",
+                         help="rebuild even so, throwing those events away (they are the only record of the cut;"
+                              " run `pamledger verify` first)")
 
 
 def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
@@ -36,20 +41,24 @@ def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
     endpoints = resolve(settings)
-    report = asyncio.run(rebuild_stream(settings, endpoints.nats_url, endpoints.database_url))
+    report = asyncio.run(rebuild_stream(settings, endpoints.nats_url, endpoints.database_url, force=args.force))
     print(json.dumps(report, indent=2, sort_keys=True))
     return 0
 
 
-async def rebuild_stream(settings: Settings, nats_url: str, database_url: str) -> dict[str, Any]:
+async def rebuild_stream(settings: Settings, nats_url: str, database_url: str, force: bool = False) -> dict[str, Any]:
     """Replace the stream by one made from this ledger. A running relay, projector and gateway see their
     stream go, re-check it and follow the new one (the projector from its checkpoint: after a checkpoint
-    of another ledger, `pamledger replay --swap` resets it)."""
+    of another ledger, `pamledger replay --swap` resets it). This ledger's stream holding events the
+    ledger lacks is the proof that the ledger's tail was cut off: without `force` it is kept, and the
+    refusal lists what a rebuild would throw away."""
     import nats
     import psycopg
     from nats.js.errors import NotFoundError
 
-    from infra.ledger_identity import close_foreign_subscriptions, ledger_head, ledger_identity, stream_ledger_id
+    from infra.ledger_identity import (
+        close_foreign_subscriptions, ledger_head, ledger_identity, stream_ledger_id, stream_reuse,
+    )
     from command_handler.relay import Relay
 
     nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=3)
@@ -61,6 +70,9 @@ async def rebuild_stream(settings: Settings, nats_url: str, database_url: str) -
             try:
                 info = await js.stream_info(settings.stream_name)
                 previous = {"ledger_id": stream_ledger_id(info), "last_sequence": info.state.last_seq}
+                reuse = await stream_reuse(conn, js, settings.stream_name, settings.partition)
+                if reuse is not None:
+                    previous["discarded"] = await _refuse_unless_forced(conn, js, settings, reuse, force)
                 await js.delete_stream(settings.stream_name)
             except NotFoundError:
                 pass
@@ -72,6 +84,24 @@ async def rebuild_stream(settings: Settings, nats_url: str, database_url: str) -
         await nc.close()
     return {"stream": settings.stream_name, "ledger_id": ledger_id, "previous": previous,
             "republished_through": relay.published, "ledger_head": head, "closed_subscriptions": closed}
+
+
+async def _refuse_unless_forced(conn: Any, js: Any, settings: Settings, reuse: Any, force: bool) -> list[Any]:
+    """The stream's events that are not the ledger's (what a rebuild throws away); without `force`, the
+    refusal that lists them."""
+    from infra.ledger_identity import stream_discards
+    from memory_client.errors import PamspecError
+
+    discards = await stream_discards(conn, js, settings.stream_name, settings.partition)
+    if not force:
+        raise PamspecError.of(
+            "invalid_request",
+            f"this ledger's stream {reuse.problem} (ledger head {reuse.ledger_head}, stream at"
+            f" {reuse.found_sequence}): rebuilding throws away {len(discards)}"
+            " event(s) the ledger lacks, the only record of its cut-off tail; check with `pamledger verify`,"
+            " then run `pamledger stream rebuild --force`",
+            {"ledger_head": reuse.ledger_head, "stream_sequence": reuse.found_sequence, "would_discard": discards})
+    return discards
 
 
 async def identity_report(settings: Settings, nc: Any, database_url: str) -> dict[str, Any]:

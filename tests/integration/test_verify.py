@@ -85,6 +85,8 @@ async def test_deleting_the_last_rows_is_seen_as_a_truncated_tail(written: Env) 
     assert not result["ok"], result
     assert (result["check"], result["first_bad_sequence"]) == ("stream.head", 6)
     assert "truncated" in result["reason"]
+    # the delete at 7 went with the tail, so the object made at 2 is live without content: named, second
+    assert (result["also"]["check"], result["also"]["first_bad_sequence"]) == ("content_store", 2), result
 
 
 @pytest.mark.parametrize(("statement", "sequence", "check"), [
@@ -107,6 +109,11 @@ async def test_deleting_the_last_rows_is_seen_as_a_truncated_tail(written: Env) 
      " WHERE content_digest = (SELECT content_digest FROM memory_versions WHERE ledger_sequence = 3)", 3,
      "content_store.content"),
     ("UPDATE idempotency_records SET ledger_sequence = 2", 2, "idempotency_records.ledger_row"),
+    # content of a live object (the delete at 7 erased only the object created at 2)
+    ("DELETE FROM content_store WHERE content_digest = (SELECT content_digest FROM memory_versions"
+     " WHERE ledger_sequence = 3)", 3, "content_store"),
+    ("DELETE FROM content_store WHERE content_digest = (SELECT content_digest FROM memory_versions"
+     " WHERE ledger_sequence = 1)", 1, "content_store"),
 ])
 async def test_a_column_outside_the_row_hash_is_checked_against_the_event(
         written: Env, statement: str, sequence: int, check: str) -> None:

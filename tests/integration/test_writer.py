@@ -74,6 +74,27 @@ async def test_same_idempotency_key_and_request_returns_the_original_result(clie
     assert err.code == "duplicate_operation" and not err.retryable
 
 
+async def test_a_committed_write_whose_reply_fails_to_render_answers_what_is_known(
+        client: MemoryClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply that cannot be rendered must not call a committed write failed: its ids and sequence come
+    back (marked incomplete), and re-sending it with its idempotency key replays the full result."""
+    import command_handler.writer
+
+    def unrenderable(*args: Any) -> bytes:
+        raise RuntimeError("rendering failed")
+
+    key = f"k:{uuid.uuid4()}"
+    monkeypatch.setattr(command_handler.writer, "result_bytes", unrenderable)
+    known = await new_claim(client, "rendered later", idempotency_key=key)
+    monkeypatch.undo()
+    assert known["reply_incomplete"] is True and known["object_id"].startswith("mem:"), known
+    assert known["version_id"].startswith("ver:") and known["event_id"].startswith("evt:")
+    full = await new_claim(client, "rendered later", idempotency_key=key)
+    assert (full["object_id"], full["version_id"], full["ledger_sequence"]) == (
+        known["object_id"], known["version_id"], known["ledger_sequence"])
+    assert full["envelope"]["canonical_content"] == {"statement": "rendered later"}
+
+
 async def test_concurrent_duplicates_in_one_batch_commit_once(client: MemoryClient, service: Env) -> None:
     key = f"k:{uuid.uuid4()}"
     results = await asyncio.gather(*[new_claim(client, "burst", idempotency_key=key) for _ in range(20)])

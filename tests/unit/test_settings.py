@@ -12,6 +12,7 @@ from infra.settings import Settings
 
 TUNABLES = {  # environment variable -> (group, field, a valid value other than the default)
     "PAMLEDGER_WRITER__TAIL_CHECK_ROWS": ("writer", "tail_check_rows", 64),
+    "PAMLEDGER_WRITER__STREAM_CHECK_SECONDS": ("writer", "stream_check_seconds", 0.5),
     "PAMLEDGER_QUERY__MAX_REQUEST_BYTES": ("query", "max_request_bytes", 131_072),
     "PAMLEDGER_QUERY__MAX_IN_FLIGHT": ("query", "max_in_flight", 32),
     "PAMLEDGER_QUERY__STOP_GRACE_SECONDS": ("query", "stop_grace_seconds", 5.0),
@@ -26,6 +27,7 @@ TUNABLES = {  # environment variable -> (group, field, a valid value other than 
 }
 OUT_OF_RANGE = {
     "PAMLEDGER_WRITER__TAIL_CHECK_ROWS": "0",
+    "PAMLEDGER_WRITER__STREAM_CHECK_SECONDS": "0",
     "PAMLEDGER_QUERY__MAX_REQUEST_BYTES": "2000000",  # past NATS's own 1 MiB message limit
     "PAMLEDGER_QUERY__MAX_IN_FLIGHT": "0",
     "PAMLEDGER_QUERY__STOP_GRACE_SECONDS": "-1",

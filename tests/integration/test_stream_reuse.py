@@ -20,8 +20,8 @@ import pytest
 from command_handler.guard import AppendGuard
 from command_handler.store import PostgresLedgerStore
 from infra.ledger_identity import stream_disagreement, stream_reuse
-from infra.runtime import run_service
-from memory_client.cli_ledger import rebuild_stream
+from pamledger.runtime import run_service
+from pamledger.cli_ledger import rebuild_stream
 from memory_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, running_service, wait_for
 
@@ -87,7 +87,7 @@ def run_cli(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "PAMLEDGER_NATS_URL": env.nats_url, "PAMLEDGER_DATABASE_URL": env.database_url,
                    "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix,
                    "PAMLEDGER_STREAM_NAME": env.settings.stream_name, "PAMLEDGER_LOG_FORMAT": "json"}
-    return subprocess.run([sys.executable, "-m", "memory_client", *args], env=environment, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "pamledger", *args], env=environment, capture_output=True,
                           text=True, timeout=120)
 
 

@@ -103,7 +103,9 @@ class PartitionFeed:
                     mem_storage=True))
                 pull = await self.js.pull_subscribe_bind(name, self.stream)
                 self.following.set()
-                log.info("feed.following", stream=self.stream, after_sequence=self.position, epoch=self.epoch)
+                # A retry of an event it cannot decode re-creates the consumer too: said once, not per retry.
+                (log.debug if self.stuck.current else log.info)(
+                    "feed.following", stream=self.stream, after_sequence=self.position, epoch=self.epoch)
                 await self._follow(pull)
                 # Paused: nobody subscribes. The next start is a new epoch at the tail.
                 self.following.clear()
@@ -132,6 +134,8 @@ class PartitionFeed:
             except asyncio.TimeoutError:
                 reraise_if_cancelled()
                 busy = False
+                if self.stuck.current is not None:  # caught up without it: the stuck event is gone
+                    self._passed(self.stuck.current.sequence)
                 if self._unwanted():
                     return
                 continue
@@ -168,6 +172,9 @@ class PartitionFeed:
                                 ledger_sequence=sequence, reason=describe(exc))
                     session.fall_back()
         self.position = sequence
+        self._passed(sequence)
+
+    def _passed(self, sequence: int) -> None:
         left = self.stuck.passed(sequence)
         if left is not None:
             log.info("feed.recovered", ledger_sequence=left.sequence, attempts=left.attempts)

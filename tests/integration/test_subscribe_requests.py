@@ -164,3 +164,31 @@ async def test_a_subscribe_request_with_a_value_no_store_can_hold_is_invalid_req
     assert reply["error"]["code"] == "invalid_request", reply
     if field is not None:
         assert reply["error"]["details"]["field"] == field, reply
+
+
+async def test_a_close_postgres_refuses_is_undone_and_delivery_goes_on_without_a_gap(
+        client: MemoryClient, service: Any) -> None:
+    """Any failure to mark the row other than a lost connection (here a real Postgres error from a trigger)
+    undoes the close: the subscription is still open, and pushes every event, none twice."""
+    import asyncio
+
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(service.database_url, autocommit=True) as conn:
+        await conn.execute(
+            "CREATE FUNCTION refuse_close() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " IF NEW.close_reason = 'refused' THEN RAISE EXCEPTION 'close refused by test trigger'; END IF;"
+            " RETURN NEW; END $$;"
+            "CREATE TRIGGER refuse_close BEFORE UPDATE ON subscriptions FOR EACH ROW EXECUTE FUNCTION refuse_close()")
+    first = (await make(client, 1))[0]
+    sub = await client.subscribe(SCOPE, ACTOR, after_sequence=first["ledger_sequence"] - 1,
+                                 filter={"event_classes": ["object_created"]})
+    events = sub.__aiter__()
+    assert (await asyncio.wait_for(events.__anext__(), 60))["event"]["object_id"] == first["object_id"]
+    with pytest.raises(PamspecError):
+        await client.subscription_request("close", {"subscription_id": sub.subscription_id, "reason": "refused"})
+    assert (await client.subscription_request("status", {"subscription_id": sub.subscription_id}))
+    made = await make(client, 3)
+    got = [await asyncio.wait_for(events.__anext__(), 60) for _ in made]
+    assert [e["event"]["object_id"] for e in got] == [m["object_id"] for m in made]
+    await sub.close()

@@ -21,31 +21,29 @@ from typing import Any
 
 import msgspec
 import nats
-import nats.js.errors
 import psycopg
 import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from command_handler.intake import error_reply
-from infra.db_errors import map_db_error
 from infra.ledger_identity import gateway_disagreement, wait_for_agreement
 from infra.settings import Settings
-from infra.subjects import status_subject
-from infra.tasks import reraise_if_cancelled, stop_task
-from memory_client.client import MemoryClient, PamspecError
-from schemas.canonical import canonical_bytes
 from infra.stuck import StuckState
-from schemas.errors import DuplicateOperation, InvalidRequest, PamledgerError, ScopeNotFound, ServiceUnavailable
+from infra.subjects import status_subject
+from infra.tasks import stop_task
+from memory_client.client import MemoryClient
+from schemas.canonical import canonical_bytes
+from schemas.errors import DuplicateOperation, InvalidRequest, ScopeNotFound, ServiceUnavailable
 from schemas.subscriptions import (
     AckRequest, CloseRequest, PollRequest, ResumeRequest, SubscribeRequest, SubscriptionRef, descriptor,
 )
 from subscriptions.closes import Closes
 from subscriptions.feed import PartitionFeed
 from subscriptions.filters import Authorizer
+from subscriptions.poll import poll
 from subscriptions.pump import pump
-from subscriptions.session import AccessRevoked, Session
-from subscriptions.requests import DECODERS, decode_request, decode_stored
+from subscriptions.requests import DECODERS, decode_request, decode_stored, error_body, result_body
+from subscriptions.session import Session
 from subscriptions.store import LOST_CONNECTION, SubscriptionStore
 
 log = structlog.get_logger(__name__)
@@ -67,7 +65,6 @@ class Gateway:
         self.closes = Closes(store, self.writer)
         self._close_lock = asyncio.Lock()  # one close at a time: a retried close never races the first
         self.unreadable: dict[str, str] = {}  # stored subscriptions whose request does not decode: id -> why
-        self._reported: set[str] = set()
 
     async def serve(self) -> None:
         """Follow the partition, take over every open subscription, then answer requests until cancelled."""
@@ -128,25 +125,11 @@ class Gateway:
         try:
             request = decode_request(name, msg.data)
         except InvalidRequest as exc:
-            return await self._answer(msg, error_reply(exc, None))
+            return await self._answer(msg, error_body(exc, None, name))
         try:
-            result = await getattr(self, f"_{name}")(request)
-            body = canonical_bytes({"result": result})
-        except PamledgerError as exc:
-            body = error_reply(exc, getattr(request, "operation_id", None))
-        except psycopg.Error as exc:
-            body = error_reply(map_db_error(exc), None)
-        except PamspecError as exc:
-            body = error_reply(PamledgerError(exc.message, details=exc.details, code=exc.code), None)  # type: ignore[arg-type]
-        except nats.js.errors.APIError as exc:  # JetStream answered and refused: say what it said
-            body = error_reply(PamledgerError(f"JetStream refused: {exc.description}", details={
-                "err_code": exc.err_code, "description": exc.description}), None)
-        except nats.errors.Error as exc:
-            reraise_if_cancelled()
-            body = error_reply(ServiceUnavailable(f"JetStream unavailable: {type(exc).__name__}"), None)
-        except Exception:  # noqa: BLE001 - a bug answers its own request, never leaves the caller waiting
-            log.exception("subscription_request.crashed", request=name)
-            body = error_reply(PamledgerError("internal error while handling the subscription request"), None)
+            body = result_body(await getattr(self, f"_{name}")(request))
+        except Exception as exc:  # noqa: BLE001 - every failure answers with its error envelope
+            body = error_body(exc, request, name)
         await self._answer(msg, body)
 
     async def _answer(self, msg: Msg, body: bytes) -> None:
@@ -220,27 +203,7 @@ class Gateway:
             raise InvalidRequest("this subscription pushes; poll needs delivery.mode 'poll'",
                                  details={"subscription_id": session.id})
         async with session.poll_lock:
-            return await self._poll_locked(session, request)
-
-    async def _poll_locked(self, session: Session, request: PollRequest) -> dict[str, Any]:
-        deadline = asyncio.get_running_loop().time() + request.wait_ms / 1000
-        events: list[Any] = []
-        while len(events) < request.max_events and not session.closing:
-            remaining = deadline - asyncio.get_running_loop().time()
-            try:
-                batch, _ = await session.read(request.max_events - len(events), max(remaining, 0.05))
-                for sequence, event, raw in batch:
-                    if session.admit(sequence, event):
-                        events.append({"ledger_sequence": sequence, "event": msgspec.Raw(raw)})
-                        session.last_delivered = sequence
-            except AccessRevoked as revoked:
-                await self._close_revoked(session, revoked.sequence)
-                break
-            session.client_acked = session.scanned  # poll acknowledges what it returns
-            if events or remaining <= 0:
-                break
-        return {"subscription_id": session.id, "events": events, "last_delivered_sequence": session.last_delivered,
-                "closed": session.closing}
+            return await poll(session, request, self._close_revoked)
 
     async def _resume(self, request: ResumeRequest) -> dict[str, Any]:
         session = self._get(request.subscription_id)
@@ -411,17 +374,9 @@ class Gateway:
 
     async def _open_rows(self) -> list[tuple[str, SubscribeRequest, int]]:
         """Open subscriptions and the position each resumes from (acknowledged, else where it started)."""
-        return self._readable(decode_stored(await self.store.open_rows(), self.unreadable))
+        return decode_stored(await self.store.open_rows(), self.unreadable)
 
     async def _closing_rows(self) -> dict[str, tuple[SubscribeRequest, str, int]]:
         """Closes an earlier leader decided but could not write to the ledger."""
-        rows = self._readable(decode_stored(await self.store.closing_rows(), self.unreadable))
+        rows = decode_stored(await self.store.closing_rows(), self.unreadable)
         return {s: (request, reason, last) for s, request, reason, last in rows}
-
-    def _readable(self, rows: list[Any]) -> list[Any]:
-        """`rows` as they are, after logging (once per gateway) each stored request that did not decode."""
-        for subscription_id, reason in self.unreadable.items():
-            if subscription_id not in self._reported:
-                self._reported.add(subscription_id)
-                log.error("subscription.unreadable", subscription_id=subscription_id, reason=reason)
-        return rows

@@ -50,7 +50,8 @@ class PartitionFeed:
     """Follows the partition's stream subjects and dispatches to `Session.offer`."""
 
     def __init__(self, nc: NATS, stream: str, prefix: str, partition: int,
-                 on_revoked: Callable[[Session, int], None], settings: GatewaySettings, stuck: StuckState):
+                 on_revoked: Callable[[Session, int], None], settings: GatewaySettings,
+                 stuck: StuckState | None = None):
         self.nc = nc
         self.pause_after = settings.feed_pause_after_seconds
         self.idle_wait = min(IDLE_WAIT_SECONDS, self.pause_after)
@@ -65,7 +66,7 @@ class PartitionFeed:
         self.wanted = asyncio.Event()  # set while push subscriptions exist
         self.last_wanted = time.monotonic()
         self._deleting: set[asyncio.Future[None]] = set()
-        self.stuck = stuck  # an event the feed cannot decode: never skipped, reported in the gateway's status
+        self.stuck = stuck if stuck is not None else StuckState(0.5, 30.0)  # an event the feed cannot decode: never skipped, reported in the gateway's status
 
     def add(self, session: Session) -> None:
         self.by_scope.setdefault(session.scope_token, set()).add(session)

@@ -299,7 +299,7 @@ class Gateway:
         then subscription_closed in the ledger (Closes). True once the row is marked: from then on a crash
         cannot resume delivery. False with the database away: delivery stays stopped, and the flusher or a
         retried close records it. Any other failure to mark the row undoes the stop."""
-        async with self._close_lock:
+        async with self._close_lock:  # held only while deciding: never across the writer's round trip
             if self.sessions.get(session.id) is not session:
                 return True  # closed meanwhile
             stopped_here = not session.closing
@@ -314,18 +314,15 @@ class Gateway:
                 if stopped_here:
                     self._reopen(session)
                 raise
-            await self._closed(session)
-            return True
-
-    async def _closed(self, session: Session) -> None:
+            self.sessions.pop(session.id, None)
         await session.close_reader()
         with contextlib.suppress(nats.errors.Error):
             await session.notify("closed", reason=session.closing)
-        self.sessions.pop(session.id, None)
         with contextlib.suppress(*LOST_CONNECTION):  # finished by the flusher after a reconnect
             await self.closes.finish(session.id)
         log.info("subscription.closed", subscription_id=session.id, reason=session.closing,
                  last_delivered_sequence=session.last_delivered)
+        return True
 
     def _reopen(self, session: Session) -> None:
         """Undo a close that could not be recorded: delivery goes on from what was scanned."""

@@ -13,9 +13,10 @@ import asyncio
 from typing import Any
 
 import psycopg
+import pytest
 
 from infra.subjects import scope_token
-from memory_client.client import MemoryClient
+from memory_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, fresh_database, fresh_settings, running_service, wait_for
 
 SCOPE = "workspace:sub-stuck"
@@ -161,4 +162,28 @@ async def test_a_stored_subscription_that_does_not_decode_is_reported_and_the_ot
         made = await make(client, "second")
         got = await client.subscription_request("poll", {"subscription_id": good["subscription_id"], "wait_ms": 10000})
         assert [e["event"]["object_id"] for e in got["events"]] == [made["object_id"]]
+        await client.close()
+
+
+async def test_a_poll_that_cannot_get_past_an_event_fails_visibly_and_the_next_poll_reads_it_again(
+        servers: Any) -> None:
+    env, authorizer = fresh_env(servers, "stuckpoll"), Buggy()
+    async with running_service(env, authorizer):
+        client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
+        await client.create_scope(SCOPE)
+        head = (await make(client, "first"))["ledger_sequence"]
+        polled = (await client.subscription_request("open", {
+            "scope_id": SCOPE, "actor": ACTOR, "after_sequence": head, "delivery": {"mode": "poll"},
+            "filter": {"event_classes": ["object_created"]}}))["subscription_id"]
+        authorizer.broken = True
+        boom = await make(client, "boom")
+        with pytest.raises(PamspecError) as err:
+            await client.subscription_request("poll", {"subscription_id": polled, "wait_ms": 10000})
+        assert err.value.code == "internal_error"
+        stuck = (await sub_status(client, polled))["stuck"]
+        assert stuck["sequence"] == boom["ledger_sequence"] and "authorizer bug" in stuck["reason"]
+        authorizer.broken = False
+        got = await client.subscription_request("poll", {"subscription_id": polled, "wait_ms": 10000})
+        assert [e["event"]["object_id"] for e in got["events"]] == [boom["object_id"]]  # not skipped
+        assert (await sub_status(client, polled))["stuck"] is None
         await client.close()

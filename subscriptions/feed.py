@@ -12,6 +12,10 @@ With no push subscription for `gateway.feed_pause_after_seconds` (infra.settings
 gateway costs nothing per event). The next subscription wakes it at the stream's tail as a new `epoch`;
 a subscription may switch to live only on a catch-up fetch issued while the current epoch was following
 (subscriptions.pump), so the pause never opens a gap.
+
+An event the feed cannot decode is never skipped and never crashes the gateway: the feed stays at it
+(infra.stuck: logged once, retried with backoff, `stuck` in the gateway's status). A subscription whose
+live delivery fails goes back to reading the stream itself (its pump reports it if it fails again).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class GatewaySettings(_Group):
 
 class FollowerSettings(_Group):
     """Stream followers (the projector): batching, acknowledgements, consumer checks, and how they retry
-    an event they cannot apply (they never skip it)."""
+    an event they cannot apply (they never skip it). The gateway's feed and pushes use the retry pair."""
 
     retry_first_seconds: float = Field(default=0.5, gt=0)
     retry_max_seconds: float = Field(default=30.0, gt=0)

@@ -12,6 +12,10 @@ With no push subscription for `gateway.feed_pause_after_seconds` (infra.settings
 gateway costs nothing per event). The next subscription wakes it at the stream's tail as a new `epoch`;
 a subscription may switch to live only on a catch-up fetch issued while the current epoch was following
 (subscriptions.pump), so the pause never opens a gap.
+
+An event the feed cannot decode is never skipped and never crashes the gateway: the feed stays at it
+(infra.stuck: logged once, retried with backoff, `stuck` in the gateway's status). A subscription whose
+live delivery fails goes back to reading the stream itself (its pump reports it if it fails again).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
@@ -30,6 +35,7 @@ from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from infra.settings import GatewaySettings
+from infra.stuck import StuckState, describe, traceback_text
 from infra.tasks import reraise_if_cancelled
 from subscriptions.session import AccessRevoked, Session
 
@@ -40,11 +46,16 @@ IDLE_WAIT_SECONDS = 5.0  # a caught-up feed's lingering fetch; shorter when the 
 RETRY_SECONDS = 0.5
 
 
+class Undecodable(Exception):
+    """The feed cannot decode the event at its next position: it stays there (stuck) and retries."""
+
+
 class PartitionFeed:
     """Follows the partition's stream subjects and dispatches to `Session.offer`."""
 
     def __init__(self, nc: NATS, stream: str, prefix: str, partition: int,
-                 on_revoked: Callable[[Session, int], None], settings: GatewaySettings):
+                 on_revoked: Callable[[Session, int], None], settings: GatewaySettings,
+                 stuck: StuckState | None = None):
         self.nc = nc
         self.pause_after = settings.feed_pause_after_seconds
         self.idle_wait = min(IDLE_WAIT_SECONDS, self.pause_after)
@@ -59,6 +70,7 @@ class PartitionFeed:
         self.wanted = asyncio.Event()  # set while push subscriptions exist
         self.last_wanted = time.monotonic()
         self._deleting: set[asyncio.Future[None]] = set()
+        self.stuck = stuck if stuck is not None else StuckState(0.5, 30.0)  # an event the feed cannot decode: never skipped, reported in the gateway's status
 
     def add(self, session: Session) -> None:
         self.by_scope.setdefault(session.scope_token, set()).add(session)
@@ -96,7 +108,9 @@ class PartitionFeed:
                     mem_storage=True))
                 pull = await self.js.pull_subscribe_bind(name, self.stream)
                 self.following.set()
-                log.info("feed.following", stream=self.stream, after_sequence=self.position, epoch=self.epoch)
+                # A retry of an event it cannot decode re-creates the consumer too: said once, not per retry.
+                (log.debug if self.stuck.current else log.info)(
+                    "feed.following", stream=self.stream, after_sequence=self.position, epoch=self.epoch)
                 await self._follow(pull)
                 # Paused: nobody subscribes. The next start is a new epoch at the tail.
                 self.following.clear()
@@ -106,6 +120,9 @@ class PartitionFeed:
                 reraise_if_cancelled()
                 log.warning("feed.retrying", error=type(exc).__name__, position=self.position)
                 await asyncio.sleep(RETRY_SECONDS)
+            except Undecodable:  # logged once per state change; read it again (from position + 1) later
+                self.following.clear()
+                await asyncio.sleep(self.stuck.delay())
             finally:
                 if name is not None:  # not awaited: this may run during a cancel
                     deletion = asyncio.ensure_future(self._delete(name))
@@ -122,6 +139,8 @@ class PartitionFeed:
             except asyncio.TimeoutError:
                 reraise_if_cancelled()
                 busy = False
+                if self.stuck.current is not None:  # caught up without it: the stuck event is gone
+                    self._passed(self.stuck.current.sequence)
                 if self._unwanted():
                     return
                 continue
@@ -143,14 +162,36 @@ class PartitionFeed:
             return
         sessions = self.by_scope.get(msg.subject.rsplit(".", 2)[1])
         if sessions:
-            event = _decoder.decode(msg.data)
+            event = self._decode(sequence, msg.data)
             for session in list(sessions):
                 try:
                     await session.offer(sequence, event, msg.data)
                 except AccessRevoked as revoked:
                     self.remove(session)
                     self.on_revoked(session, revoked.sequence)
+                except nats.errors.Error:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - one subscription's trouble stops no other
+                    # Its pump reads the event itself, and parks there (reported) if it fails again.
+                    log.warning("subscription.live_delivery_failed", subscription_id=session.id,
+                                ledger_sequence=sequence, reason=describe(exc))
+                    session.fall_back()
         self.position = sequence
+        self._passed(sequence)
+
+    def _passed(self, sequence: int) -> None:
+        left = self.stuck.passed(sequence)
+        if left is not None:
+            log.info("feed.recovered", ledger_sequence=left.sequence, attempts=left.attempts)
+
+    def _decode(self, sequence: int, data: bytes) -> dict[str, Any]:
+        try:
+            return _decoder.decode(data)
+        except Exception as exc:  # noqa: BLE001 - never crash the role, never skip: stuck, retried
+            reason = describe(exc)
+            if self.stuck.failed(sequence, reason, datetime.now(timezone.utc)):
+                log.error("feed.event_failed", ledger_sequence=sequence, reason=reason, exception=traceback_text(exc))
+            raise Undecodable(sequence) from exc
 
     async def _delete(self, name: str) -> None:
         try:

@@ -21,36 +21,32 @@ from typing import Any
 
 import msgspec
 import nats
-import nats.js.errors
 import psycopg
 import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from infra.db_errors import map_db_error
 from infra.ledger_identity import gateway_disagreement, wait_for_agreement
 from infra.requester import CommandRequester
 from infra.settings import Settings
+from infra.stuck import StuckState
 from infra.subjects import status_subject
-from infra.tasks import reraise_if_cancelled, stop_task
+from infra.tasks import stop_task
 from schemas.canonical import canonical_bytes
-from schemas.errors import DuplicateOperation, InvalidRequest, PamledgerError, ScopeNotFound, ServiceUnavailable
-from schemas.replies import error_reply
+from schemas.errors import DuplicateOperation, InvalidRequest, ScopeNotFound, ServiceUnavailable
 from schemas.subscriptions import (
     AckRequest, CloseRequest, PollRequest, ResumeRequest, SubscribeRequest, SubscriptionRef, descriptor,
 )
+from subscriptions.closes import Closes
 from subscriptions.feed import PartitionFeed
 from subscriptions.filters import Authorizer
+from subscriptions.poll import poll
 from subscriptions.pump import pump
-from subscriptions.session import AccessRevoked, Session
+from subscriptions.requests import DECODERS, decode_request, decode_stored, error_body, result_body
+from subscriptions.session import Session
 from subscriptions.store import LOST_CONNECTION, SubscriptionStore
 
 log = structlog.get_logger(__name__)
-_DECODERS: dict[str, Any] = {
-    "open": msgspec.json.Decoder(SubscribeRequest), "ack": msgspec.json.Decoder(AckRequest),
-    "poll": msgspec.json.Decoder(PollRequest), "resume": msgspec.json.Decoder(ResumeRequest),
-    "close": msgspec.json.Decoder(CloseRequest), "status": msgspec.json.Decoder(SubscriptionRef),
-}
 
 
 class Gateway:
@@ -63,12 +59,12 @@ class Gateway:
         self.sessions: dict[str, Session] = {}
         self.writer = CommandRequester(nc, self.prefix, timeout=10.0)
         self.feed = PartitionFeed(nc, settings.stream_name, self.prefix, settings.partition, self._revoked,
-                                  settings.gateway)
+                                  settings.gateway, self._stuck_state())
         self._subs: list[Any] = []
         self._background: set[asyncio.Task[Any]] = set()
-        # Closes decided but not yet in the ledger: subscription_id -> (request, reason, last delivered).
-        self._closing: dict[str, tuple[SubscribeRequest, str, int]] = {}
-        self._unmarked: dict[str, int] = {}  # closes the table does not know yet (database away): acked
+        self.closes = Closes(store, self.writer)
+        self._close_lock = asyncio.Lock()  # one close at a time: a retried close never races the first
+        self.unreadable: dict[str, str] = {}  # stored subscriptions whose request does not decode: id -> why
 
     async def serve(self) -> None:
         """Follow the partition, take over every open subscription, then answer requests until cancelled."""
@@ -79,8 +75,8 @@ class Gateway:
         try:
             for subscription_id, request, position in await self._open_rows():
                 self._start(self._session(subscription_id, request, position))
-            self._closing.update(await self._closing_rows())
-            for name in _DECODERS:
+            self.closes.pending.update(await self._closing_rows())
+            for name in DECODERS:
                 # nats-py calls a subscription's callback for one message at a time: a poll waiting up to
                 # wait_ms would hold up every other subscription's poll, so each poll gets its own task
                 # (polls of one subscription still take turns: Session.poll_lock).
@@ -113,7 +109,9 @@ class Gateway:
         await msg.respond(canonical_bytes({"result": {
             "role": "gateway", "leader": True, "partition": self.settings.partition, "pid": os.getpid(),
             "open_subscriptions": len(self.sessions), "live_subscriptions": live,
-            "feed_sequence": self.feed.position, "feed_following": self.feed.following.is_set()}}))
+            "feed_sequence": self.feed.position, "feed_following": self.feed.following.is_set(),
+            "stuck": self.feed.stuck.report(), **self.closes.report(), "unreadable_subscriptions": self.unreadable,
+            "stuck_subscriptions": {s.id: s.stuck.report() for s in self.sessions.values() if s.stuck.current}}}))
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -125,26 +123,13 @@ class Gateway:
     async def _handle(self, msg: Msg) -> None:
         name = msg.subject.rsplit(".", 1)[-1]
         try:
-            request = _DECODERS[name].decode(msg.data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            return await self._answer(msg, error_reply(InvalidRequest(f"malformed {name} request: {exc}",
-                                                                      details={"reason": str(exc)}), None))
+            request = decode_request(name, msg.data)
+        except InvalidRequest as exc:
+            return await self._answer(msg, error_body(exc, None, name))
         try:
-            result = await getattr(self, f"_{name}")(request)
-            body = canonical_bytes({"result": result})
-        except PamledgerError as exc:
-            body = error_reply(exc, getattr(request, "operation_id", None))
-        except psycopg.Error as exc:
-            body = error_reply(map_db_error(exc), None)
-        except nats.js.errors.APIError as exc:  # JetStream answered and refused: say what it said
-            body = error_reply(PamledgerError(f"JetStream refused: {exc.description}", details={
-                "err_code": exc.err_code, "description": exc.description}), None)
-        except nats.errors.Error as exc:
-            reraise_if_cancelled()
-            body = error_reply(ServiceUnavailable(f"JetStream unavailable: {type(exc).__name__}"), None)
-        except Exception:  # noqa: BLE001 - a bug answers its own request, never leaves the caller waiting
-            log.exception("subscription_request.crashed", request=name)
-            body = error_reply(PamledgerError("internal error while handling the subscription request"), None)
+            body = result_body(await getattr(self, f"_{name}")(request))
+        except Exception as exc:  # noqa: BLE001 - every failure answers with its error envelope
+            body = error_body(exc, request, name)
         await self._answer(msg, body)
 
     async def _answer(self, msg: Msg, body: bytes) -> None:
@@ -218,27 +203,7 @@ class Gateway:
             raise InvalidRequest("this subscription pushes; poll needs delivery.mode 'poll'",
                                  details={"subscription_id": session.id})
         async with session.poll_lock:
-            return await self._poll_locked(session, request)
-
-    async def _poll_locked(self, session: Session, request: PollRequest) -> dict[str, Any]:
-        deadline = asyncio.get_running_loop().time() + request.wait_ms / 1000
-        events: list[Any] = []
-        while len(events) < request.max_events and not session.closing:
-            remaining = deadline - asyncio.get_running_loop().time()
-            try:
-                batch, _ = await session.read(request.max_events - len(events), max(remaining, 0.05))
-                for sequence, event, raw in batch:
-                    if session.admit(sequence, event):
-                        events.append({"ledger_sequence": sequence, "event": msgspec.Raw(raw)})
-                        session.last_delivered = sequence
-            except AccessRevoked as revoked:
-                await self._close_revoked(session, revoked.sequence)
-                break
-            session.client_acked = session.scanned  # poll acknowledges what it returns
-            if events or remaining <= 0:
-                break
-        return {"subscription_id": session.id, "events": events, "last_delivered_sequence": session.last_delivered,
-                "closed": session.closing}
+            return await poll(session, request, self._close_revoked)
 
     async def _resume(self, request: ResumeRequest) -> dict[str, Any]:
         session = self._get(request.subscription_id)
@@ -255,16 +220,25 @@ class Gateway:
                 "resumed_after": session.client_acked, "generation": session.generation}
 
     async def _close(self, request: CloseRequest) -> dict[str, Any]:
-        session = self._get(request.subscription_id)
-        await self.close(session, request.reason)
-        return {"subscription_id": session.id, "reason": request.reason,
+        """Answered only once the close is durable; a repeated close is answered the same way."""
+        session = self.sessions.get(request.subscription_id)
+        if session is None:  # closed before (a retry whose first answer was lost): the same answer
+            ended = await self._ended_at(request.subscription_id)
+            if ended is None:
+                raise InvalidRequest("unknown subscription", details={"subscription_id": request.subscription_id})
+            return {"subscription_id": request.subscription_id, "reason": request.reason,
+                    "last_delivered_sequence": ended}
+        if not await self.close(session, request.reason):
+            raise ServiceUnavailable("delivery stopped, but the close is not recorded yet (database unavailable):"
+                                     " retry it", details={"subscription_id": session.id})
+        return {"subscription_id": session.id, "reason": session.closing,
                 "last_delivered_sequence": session.last_delivered}
 
     async def _status(self, request: SubscriptionRef) -> dict[str, Any]:
         session = self._get(request.subscription_id)
         return {"subscription_id": session.id, "last_delivered_sequence": session.last_delivered,
                 "acknowledged_sequence": session.client_acked, "unacked": len(session.unacked),
-                "live": session.live}
+                "live": session.live, "stuck": session.stuck.report()}
 
     # -- delivery -------------------------------------------------------------------------------
 
@@ -293,8 +267,10 @@ class Gateway:
             await asyncio.sleep(self.settings.gateway.flush_seconds)
             try:
                 flushed = await self._flush_positions()
-                if self._closing:
-                    await self._finish_pending_closes()
+                for session in list(self.closes.unmarked.values()):  # closes the database missed
+                    await self.close(session, session.closing or "unsubscribed")
+                if self.closes.pending:
+                    await self.closes.finish_pending()
                 if flushed or time.monotonic() - checked >= self.settings.gateway.database_check_seconds:
                     if not flushed:
                         await self.store.check()
@@ -318,70 +294,53 @@ class Gateway:
             session.stored_position = positions[session.id][0]
         return True
 
-    async def close(self, session: Session, reason: str) -> None:
-        """Terminal close: no more delivery, a close notice to the subscriber, then subscription_closed in
-        the ledger. The table says 'closing' first, so a close whose ledger entry could not be written yet
-        (writer down, gateway crash) is finished later, also by the next leader, and never resumes. With
-        the database away the close still stands (and answers): the flusher marks it after reconnecting."""
-        if session.closing:
-            return
-        session.closing = reason
-        self.feed.remove(session)
-        await self._stop_pump(session)
-        try:
-            await self.store.mark_closing(session.id, reason, session.last_delivered, session.client_acked)
-        except LOST_CONNECTION:  # the close stands; its row is marked once the database is back
-            self._unmarked[session.id] = session.client_acked
+    async def close(self, session: Session, reason: str) -> bool:
+        """Terminal close: no more delivery, the row marked 'closing', a close notice to the subscriber,
+        then subscription_closed in the ledger (Closes). True once the row is marked: from then on a crash
+        cannot resume delivery. False with the database away: delivery stays stopped, and the flusher or a
+        retried close records it. Any other failure to mark the row undoes the stop."""
+        async with self._close_lock:  # held only while deciding: never across the writer's round trip
+            if self.sessions.get(session.id) is not session:
+                return True  # closed meanwhile
+            stopped_here = not session.closing
+            if stopped_here:
+                session.closing = reason
+                self.feed.remove(session)
+                await self._stop_pump(session)
+            try:
+                if not await self.closes.mark(session):
+                    return False
+            except Exception:
+                if stopped_here:
+                    self._reopen(session)
+                raise
+            self.sessions.pop(session.id, None)
         await session.close_reader()
         with contextlib.suppress(nats.errors.Error):
-            await session.notify("closed", reason=reason)
-        self.sessions.pop(session.id, None)
-        self._closing[session.id] = (session.request, reason, session.last_delivered)
+            await session.notify("closed", reason=session.closing)
         with contextlib.suppress(*LOST_CONNECTION):  # finished by the flusher after a reconnect
-            await self._finish_close(session.id)
-        log.info("subscription.closed", subscription_id=session.id, reason=reason,
+            await self.closes.finish(session.id)
+        log.info("subscription.closed", subscription_id=session.id, reason=session.closing,
                  last_delivered_sequence=session.last_delivered)
-
-    async def _finish_close(self, subscription_id: str) -> bool:
-        """Write the subscription_closed ledger entry of a 'closing' subscription, then mark it closed
-        (False: the writer is away, try again later). The entry carries one idempotency key per
-        subscription, so finishing a close twice (a close racing the periodic retry, a retry after a crash,
-        the next leader) writes it once and replays it after."""
-        entry = self._closing.get(subscription_id)
-        if entry is None:
-            return True
-        request, reason, last = entry
-        if subscription_id in self._unmarked:
-            await self.store.mark_closing(subscription_id, reason, last, self._unmarked[subscription_id])
-            del self._unmarked[subscription_id]
-        try:
-            await self.writer.command("close_subscription", {
-                "scope_id": request.scope_id, "subscription_id": subscription_id,
-                "actor": msgspec.to_builtins(request.actor), "reason": reason, "last_delivered_sequence": last,
-                "idempotency_key": f"gateway:close:{subscription_id}"})
-        except PamledgerError as exc:
-            if exc.code == "service_unavailable":
-                log.warning("subscription.close_pending", subscription_id=subscription_id, error=exc.message)
-                return False
-            # The writer refused the entry (a bug, not an outage): retrying cannot help; say so loudly.
-            log.error("subscription.close_entry_refused", subscription_id=subscription_id, code=exc.code,
-                      error=exc.message)
-        await self.store.mark_closed(subscription_id)
-        self._closing.pop(subscription_id, None)
         return True
 
-    async def _finish_pending_closes(self) -> None:
-        for subscription_id in list(self._closing):
-            if not await self._finish_close(subscription_id):
-                return  # the writer is still away: try again next round
+    def _reopen(self, session: Session) -> None:
+        """Undo a close that could not be recorded: delivery goes on from what was scanned."""
+        session.closing = None
+        session.fall_back()
+        self._start(session)
 
     # -- bookkeeping ----------------------------------------------------------------------------
 
     def _session(self, subscription_id: str, request: SubscribeRequest, start: int) -> Session:
         session = Session(subscription_id, request, start, self.nc, self.settings.stream_name, self.prefix,
                           self.settings.partition, self.authorizer, self.settings.gateway)
+        session.stuck = self._stuck_state()
         self.sessions[subscription_id] = session
         return session
+
+    def _stuck_state(self) -> StuckState:
+        return StuckState(self.settings.follower.retry_first_seconds, self.settings.follower.retry_max_seconds)
 
     def _start(self, session: Session) -> None:
         """Push subscriptions join the feed (buffering from now on) and get a pump; poll ones read on poll."""
@@ -394,9 +353,8 @@ class Gateway:
         session = self.sessions.get(subscription_id)
         if session is not None:
             return session.last_delivered if session.closing else None
-        if subscription_id in self._closing:
-            return self._closing[subscription_id][2]
-        return await self.store.ended_at(subscription_id)
+        ended = self.closes.ended_at(subscription_id)
+        return ended if ended is not None else await self.store.ended_at(subscription_id)
 
     def _get(self, subscription_id: str) -> Session:
         session = self.sessions.get(subscription_id)
@@ -413,10 +371,9 @@ class Gateway:
 
     async def _open_rows(self) -> list[tuple[str, SubscribeRequest, int]]:
         """Open subscriptions and the position each resumes from (acknowledged, else where it started)."""
-        return [(s, _DECODERS["open"].decode(request), position)
-                for s, request, position in await self.store.open_rows()]
+        return decode_stored(await self.store.open_rows(), self.unreadable)
 
     async def _closing_rows(self) -> dict[str, tuple[SubscribeRequest, str, int]]:
         """Closes an earlier leader decided but could not write to the ledger."""
-        return {s: (_DECODERS["open"].decode(request), reason, last)
-                for s, request, reason, last in await self.store.closing_rows()}
+        rows = decode_stored(await self.store.closing_rows(), self.unreadable)
+        return {s: (request, reason, last) for s, request, reason, last in rows}

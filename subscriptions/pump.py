@@ -11,25 +11,29 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
 
 import nats
 import structlog
 
+from infra.stuck import describe, traceback_text
 from infra.tasks import reraise_if_cancelled
 from subscriptions.feed import PartitionFeed
 from subscriptions.session import READ_BATCH, AccessRevoked, Session
 
 log = structlog.get_logger(__name__)
 CATCH_UP_WAIT_SECONDS = 0.1
-Close = Callable[[Session, str], Awaitable[None]]  # close(session, reason)
+Close = Callable[[Session, str], Awaitable[bool]]  # close(session, reason)
 Revoked = Callable[[Session, int], Awaitable[None]]  # the actor may no longer read this sequence
 
 
 async def pump(session: Session, feed: PartitionFeed, close: Close, revoked: Revoked) -> None:
     """Push loop of one subscription: read until caught up, then drain what the feed buffers; wait for
-    acks at max_unacked (per backpressure policy); keepalives when idle."""
+    acks at max_unacked (per backpressure policy); keepalives when idle. An event it cannot get past
+    (a decode error, an authorizer bug) parks it: logged once, shown stuck in status, retried with
+    backoff, never skipped. A pump that is no longer its session's (a close undone) ends."""
     keepalive = (session.request.delivery.keepalive_interval_ms or 0) / 1000
-    while not session.closing:
+    while not session.closing and session.pump_task is asyncio.current_task():
         try:
             if session.room() <= 0:
                 await _backpressure(session, keepalive, close)
@@ -49,6 +53,28 @@ async def pump(session: Session, feed: PartitionFeed, close: Close, revoked: Rev
             log.warning("subscription.pump_retrying", subscription_id=session.id, error=type(exc).__name__)
             await session.close_reader()  # reopened from `scanned + 1`
             await asyncio.sleep(0.5)
+        except Exception as exc:  # noqa: BLE001 - never end silently: park, report, retry
+            await _park(session, exc)
+        else:
+            _recovered(session)
+
+
+async def _park(session: Session, exc: Exception) -> None:
+    """Delivery cannot get past `session.trying`: say so once per change, then read it again after backoff."""
+    reason = describe(exc)
+    if session.stuck.failed(session.trying, reason, datetime.now(timezone.utc)):
+        log.error("subscription.delivery_failed", subscription_id=session.id, ledger_sequence=session.trying,
+                  reason=reason, exception=traceback_text(exc))
+    session.fall_back()
+    await session.close_reader()  # reopened from `scanned + 1`: the failed event is read again
+    await asyncio.sleep(session.stuck.delay())
+
+
+def _recovered(session: Session) -> None:
+    left = session.stuck.passed(session.scanned)
+    if left is not None:
+        log.info("subscription.delivery_recovered", subscription_id=session.id, ledger_sequence=left.sequence,
+                 attempts=left.attempts)
 
 
 async def _catch_up(session: Session, feed: PartitionFeed) -> None:

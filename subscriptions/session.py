@@ -36,6 +36,7 @@ from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from infra.settings import GatewaySettings
+from infra.stuck import StuckState
 from infra.subjects import scope_token
 from infra.tasks import reraise_if_cancelled
 from schemas.canonical import canonical_bytes
@@ -98,6 +99,8 @@ class Session:
         self.stored_position = -1  # what Postgres holds; the gateway flushes when client_acked moves past it
         self.reader: Any = None
         self.reader_name: str | None = None
+        self.stuck = StuckState(0.5, 30.0)  # delivery cannot get past an event (the gateway sets its settings)
+        self.trying = position  # the event being read or checked now: where delivery is stuck if it fails
         self.reposition(position)
 
     # -- position -------------------------------------------------------------------------------
@@ -112,6 +115,14 @@ class Session:
         self.buffer_epoch += 1
         self.last_sent_at = time.monotonic()
         self.generation += 1
+        self.wake.set()
+
+    def fall_back(self) -> None:
+        """Leave live mode: the buffer may lack events (or hold one that failed), so read on from `scanned`
+        through this subscription's own reader. Nothing is skipped, nothing delivered twice."""
+        self.live = False
+        self.buffer.clear()
+        self.buffer_epoch += 1
         self.wake.set()
 
     def room(self) -> int:
@@ -143,6 +154,7 @@ class Session:
     def admit(self, sequence: int, event: dict[str, Any]) -> bool:
         """The per-event checks, authorization first: True when the event is to be delivered. Either way
         the event counts as scanned. Raises AccessRevoked when the actor may no longer read it."""
+        self.trying = sequence
         if not self.authorizer.allows(self.actor, self.request.scope_id, event):
             raise AccessRevoked(sequence)
         self.scanned = sequence
@@ -214,6 +226,7 @@ class Session:
             pending = meta.num_pending
             sequence = meta.sequence.stream
             if sequence > self.scanned and (not out or sequence > out[-1][0]):
+                self.trying = sequence
                 out.append((sequence, _decoder.decode(msg.data), msg.data))
         return out, pending == 0
 

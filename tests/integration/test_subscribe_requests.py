@@ -111,3 +111,84 @@ async def test_an_unexpected_exception_answers_internal_error_and_the_gateway_se
     assert err.value.code == "internal_error"
     monkeypatch.undo()
     assert (await client.subscription_request("status", {"subscription_id": subscription_id}))
+
+
+async def close_entries(service: Any, subscription_id: str) -> list[str]:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(service.database_url) as conn:
+        cur = await conn.execute("SELECT event_type FROM ledger WHERE event_type = 'subscription_closed'"
+                                 " AND convert_from(event, 'UTF8') LIKE %s", (f"%{subscription_id}%",))
+        return [r[0] for r in await cur.fetchall()]
+
+
+async def test_a_nul_in_a_close_reason_is_invalid_request_and_leaves_the_subscription_open(
+        client: MemoryClient, service: Any) -> None:
+    """It used to stop delivery, then fail in Postgres: internal_error, a half-closed subscription that
+    the next leader would resume, and a retried close answered 'unknown or closed subscription'."""
+    head = (await make(client, 1))[0]["ledger_sequence"]
+    subscription_id = await open_poll(client, head)
+    with pytest.raises(PamspecError) as err:
+        await client.subscription_request("close", {"subscription_id": subscription_id, "reason": "a\u0000b"})
+    assert err.value.code == "invalid_request"
+    assert err.value.details["field"] == "/reason"
+    made = await make(client, 1)  # still open: it delivers
+    assert [e["event"]["object_id"] for e in (await poll(client, subscription_id))["events"]] == [made[0]["object_id"]]
+    closed = await client.subscription_request("close", {"subscription_id": subscription_id, "reason": "done"})
+    assert closed["reason"] == "done"
+    assert await close_entries(service, subscription_id) == ["subscription_closed"]
+    again = await client.subscription_request("close", {"subscription_id": subscription_id, "reason": "done"})
+    assert again["last_delivered_sequence"] == closed["last_delivered_sequence"]  # a repeated close: same answer
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"filter": {"predicate": {"envelope.x": "a\u0000b"}}}, "/filter/predicate/envelope.x"),
+    ({"filter": {"object_type": "claim\u0000"}}, "/filter/object_type"),
+    ({"filter": {"predicate": {"envelope.x": 1e999}}}, None),  # Infinity: the schema refuses it as out of range
+    ({"filter": {"predicate": {"envelope.x": nested(70)}}}, None),  # predicate values are scalars
+])
+async def test_a_subscribe_request_with_a_value_no_store_can_hold_is_invalid_request_naming_it(
+        client: MemoryClient, body: dict[str, Any], field: str | None) -> None:
+    import msgspec
+
+    payload = msgspec.json.encode({"scope_id": SCOPE, "actor": ACTOR, "delivery": {"mode": "poll"}, **body})
+    payload = payload.replace(b'"envelope.x":null', b'"envelope.x":1e999')  # msgspec writes inf as null
+    reply = msgspec.json.decode((await client.nc.request(f"{client.prefix}.sub.open", payload, timeout=10)).data)
+    assert reply["error"]["code"] == "invalid_request", reply
+    if field is not None:
+        assert reply["error"]["details"]["field"] == field, reply
+
+
+async def test_a_close_postgres_refuses_is_undone_and_delivery_goes_on_without_a_gap(
+        client: MemoryClient, service: Any) -> None:
+    """Any failure to mark the row other than a lost connection (here a real Postgres error from a trigger)
+    undoes the close: the subscription is still open, and pushes every event, none twice."""
+    import asyncio
+
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(service.database_url, autocommit=True) as conn:
+        await conn.execute(
+            "CREATE FUNCTION refuse_close() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " IF NEW.close_reason = 'refused' THEN RAISE EXCEPTION 'close refused by test trigger'; END IF;"
+            " RETURN NEW; END $$;"
+            "CREATE TRIGGER refuse_close BEFORE UPDATE ON subscriptions FOR EACH ROW EXECUTE FUNCTION refuse_close()")
+    first = (await make(client, 1))[0]
+    sub = await client.subscribe(SCOPE, ACTOR, after_sequence=first["ledger_sequence"] - 1,
+                                 filter={"event_classes": ["object_created"]})
+    events = sub.__aiter__()
+    assert (await asyncio.wait_for(events.__anext__(), 60))["event"]["object_id"] == first["object_id"]
+    with pytest.raises(PamspecError):
+        await client.subscription_request("close", {"subscription_id": sub.subscription_id, "reason": "refused"})
+    assert (await client.subscription_request("status", {"subscription_id": sub.subscription_id}))
+    made = await make(client, 3)
+    got = [await asyncio.wait_for(events.__anext__(), 60) for _ in made]
+    assert [e["event"]["object_id"] for e in got] == [m["object_id"] for m in made]
+    await sub.close()

@@ -1,0 +1,59 @@
+"""One poll of a poll-mode subscription: read what follows its position, up to max_events or wait_ms.
+
+Why apart from the gateway: requests and bookkeeping there, delivery here (as subscriptions.pump is for
+push); a poll needs only its session and the gateway's way to close a subscription whose access ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import msgspec
+import structlog
+
+from infra.stuck import describe, traceback_text
+from schemas.subscriptions import PollRequest
+from subscriptions.session import AccessRevoked, Session
+
+log = structlog.get_logger(__name__)
+Revoked = Callable[[Session, int], Awaitable[None]]  # the actor may no longer read this sequence
+
+
+async def poll(session: Session, request: PollRequest, revoked: Revoked) -> dict[str, Any]:
+    """The poll's answer. Call it holding `session.poll_lock` (polls of one subscription take turns). An
+    event it cannot get past (a decode error, an authorizer bug) fails the poll, is shown stuck in the
+    subscription's status, and is read again by the next poll: never skipped."""
+    deadline = asyncio.get_running_loop().time() + request.wait_ms / 1000
+    events: list[Any] = []
+    while len(events) < request.max_events and not session.closing:
+        remaining = deadline - asyncio.get_running_loop().time()
+        try:
+            batch, _ = await session.read(request.max_events - len(events), max(remaining, 0.05))
+            for sequence, event, raw in batch:
+                if session.admit(sequence, event):
+                    events.append({"ledger_sequence": sequence, "event": msgspec.Raw(raw)})
+                    session.last_delivered = sequence
+        except AccessRevoked as at:
+            await revoked(session, at.sequence)
+            break
+        except Exception as exc:
+            await _failed(session, exc)
+            raise
+        session.client_acked = session.scanned  # poll acknowledges what it returns
+        session.stuck.passed(session.scanned)
+        if events or remaining <= 0:
+            break
+    return {"subscription_id": session.id, "events": events, "last_delivered_sequence": session.last_delivered,
+            "closed": session.closing}
+
+
+async def _failed(session: Session, exc: Exception) -> None:
+    """What the reader fetched is not fetched again: reopen it from `scanned + 1`; report once per change."""
+    await session.close_reader()
+    reason = describe(exc)
+    if session.stuck.failed(session.trying, reason, datetime.now(timezone.utc)):
+        log.error("subscription.delivery_failed", subscription_id=session.id, ledger_sequence=session.trying,
+                  reason=reason, exception=traceback_text(exc))

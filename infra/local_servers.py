@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from infra.endpoints import SERVERS_FILE, read_servers_file
 from infra.local_nats import NatsServer, StoreInUse, is_nats_process, launch_nats, nats_info, store_holder
 from infra.local_postgres import (
     PostgresServer,
@@ -39,8 +40,6 @@ __all__ = [
 ]
 
 log = structlog.get_logger(__name__)
-
-SERVERS_FILE = "servers.json"
 
 
 class ServerHandle(Protocol):
@@ -86,15 +85,6 @@ def start_nats(data_dir: Path, port: int | None = None) -> NatsServer:
 def start_postgres(data_dir: Path, port: int | None = None) -> PostgresServer:
     """Start PostgreSQL+pgvector on 127.0.0.1 (a free port unless given), initialising data_dir once."""
     return launch_postgres(data_dir, port if port is not None else free_port())
-
-
-def read_servers_file(state_dir: Path) -> dict[str, Any] | None:
-    """Return what servers.json records, or None when it is absent or unreadable."""
-    try:
-        data = json.loads((state_dir / SERVERS_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 @contextlib.contextmanager

@@ -33,10 +33,11 @@ from infra.local_postgres import (
     remove_postgres_data,
 )
 from infra.supervisor import ServerWatch
+from schemas.errors import PamledgerError
 
 __all__ = [
-    "LocalStack", "NatsServer", "PostgresServer", "ServerHandle", "StackStatus", "StoreInUse", "clean",
-    "free_port", "read_servers_file", "start_nats", "start_postgres", "status", "stop_from_file",
+    "LocalStack", "NatsServer", "PostgresServer", "ServerHandle", "ServersStillRunning", "StackStatus", "StoreInUse",
+    "clean", "free_port", "read_servers_file", "start_nats", "start_postgres", "status", "stop_from_file",
 ]
 
 log = structlog.get_logger(__name__)
@@ -129,6 +130,12 @@ def _up_postgres(state_dir: Path, recorded: dict[str, Any]) -> tuple[PostgresSer
         log.info("postgres.reused", pid=running.pid, port=running.port)
         return running, False
     return start_postgres(data_dir, _reusable_port(recorded.get("postgres_port"))), True
+
+
+class ServersStillRunning(PamledgerError):
+    """`clean` refuses to delete a state dir whose servers it could not stop (the CLI's error envelope)."""
+
+    code = "service_unavailable"
 
 
 class ServersStopped(RuntimeError):
@@ -265,7 +272,11 @@ def clean(state_dir: Path) -> None:
     stop_from_file(state_dir)
     live = _live_servers(state_dir)
     if live:
-        raise RuntimeError(f"not deleting {state_dir}: servers still run ({[(s.name, s.pid) for s in live]})")
+        named = ", ".join(f"{s.name} pid {s.pid}" for s in live)
+        raise ServersStillRunning(f"not deleting {state_dir}: servers still run and could not be stopped ({named});"
+                                  " stop them, then clean again", details={
+                                      "state_dir": str(state_dir), "running": [{"server": s.name, "pid": s.pid}
+                                                                              for s in live]})
     remove_postgres_data(layout_for(state_dir / "postgres"))
     shutil.rmtree(state_dir, ignore_errors=True)
     log.info("stack.cleaned", state_dir=str(state_dir))

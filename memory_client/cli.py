@@ -10,18 +10,16 @@ import signal
 import sys
 from typing import Any
 
-import psycopg
-
-from infra.endpoints import NoServers, resolve
+from infra.endpoints import resolve
 from infra.logging import configure_logging
 from infra.settings import Settings
 from memory_client.cli_audit import add_audit_parsers, add_query_parser, cmd_audit, cmd_replay, query_filters
 from memory_client.cli_common import Parser, connect, emit_error, json_content, pam_id, print_json
+from memory_client.cli_errors import failed
 from memory_client.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report
 from memory_client.cli_subscribe import add_subscribe_parser, cmd_subscribe, cmd_subscriptions
 from memory_client.client import MemoryClient, PamspecError
 from schemas.common import DIMENSION_STATES
-from schemas.errors import PamledgerError
 
 _print = print_json
 
@@ -106,12 +104,8 @@ async def _serve(settings: Settings, roles: tuple[str, ...]) -> None:
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    endpoints = resolve(settings)  # none found: main() prints the envelope on stderr, like every error
     report: dict[str, Any] = {"state_dir": str(settings.state_dir)}
-    try:
-        endpoints = resolve(settings)
-    except NoServers as exc:
-        _print({**report, "ok": False, "error": str(exc)})
-        return 1
     report.update(nats_url=endpoints.nats_url, database_url=endpoints.database_url, source=endpoints.source)
     report.update(asyncio.run(_probe(settings, endpoints.nats_url, endpoints.database_url)))
     report["problems"] = _problems(report)
@@ -291,21 +285,17 @@ HANDLERS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; whatever it raises (settings, NATS, Postgres, local servers, a bug) ends as the error
+    envelope on stderr with a non-zero exit. Usage errors exit 2 from the parser, with the envelope too."""
     args = build_parser().parse_args(argv)
-    settings = Settings()
-    configure_logging(settings.log_format, settings.log_level)
-    handler = HANDLERS.get(args.command, cmd_client)
+    settings: Settings | None = None
     try:
-        return handler(settings, args)
-    except PamspecError as exc:
-        return emit_error(exc)
-    except PamledgerError as exc:
-        return emit_error(PamspecError.of(exc.code, exc.message, exc.details))
-    except NoServers as exc:
-        return emit_error(PamspecError.of("service_unavailable", str(exc), {"state_dir": str(settings.state_dir)}))
-    except psycopg.OperationalError as exc:  # replay, audit, verify, subscriptions read Postgres directly
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return emit_error(PamspecError.of("service_unavailable", f"cannot reach Postgres: {reason}"))
+        settings = Settings()
+        configure_logging(settings.log_format, settings.log_level)
+        return HANDLERS.get(args.command, cmd_client)(settings, args)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope (cli_errors.as_pamspec)
+        state_dir = str(settings.state_dir) if settings is not None else None
+        return emit_error(failed(exc, state_dir, settings is not None, serving=args.command in ("run", "serve")))
 
 
 if __name__ == "__main__":

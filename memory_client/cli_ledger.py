@@ -45,14 +45,14 @@ async def rebuild_stream(settings: Settings, nats_url: str, database_url: str) -
     """Replace the stream by one made from this ledger. A running relay, projector and gateway see their
     stream go, re-check it and follow the new one (the projector from its checkpoint: after a checkpoint
     of another ledger, `pamledger replay --swap` resets it)."""
-    import nats
     import psycopg
     from nats.js.errors import NotFoundError
 
     from infra.ledger_identity import close_foreign_subscriptions, ledger_head, ledger_identity, stream_ledger_id
+    from memory_client.connection import open_nats
     from subscriptions.relay import Relay
 
-    nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=3)
+    nc = await open_nats(nats_url, 5.0)  # NATS down: one service_unavailable, no traceback per attempt
     try:
         js = nc.jetstream()
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:

@@ -33,13 +33,13 @@ def cli_env(env: Env, state_dir: Path, urls: bool = True) -> dict[str, str]:
 
 
 async def run(env: Env, folder: Path, *args: str, stdin: bytes | None = None, urls: bool = True,
-              extra: dict[str, str] | None = None) -> tuple[int, Any, str]:
+              extra: dict[str, str] | None = None, timeout: float = 120) -> tuple[int, Any, str]:
     """Run `pamledger ARGS` in `folder`; (exit code, stdout parsed as JSON or None, stderr)."""
     proc = await asyncio.create_subprocess_exec(
         PAMLEDGER, *args, cwd=folder, env={**cli_env(env, folder / "state", urls), **(extra or {})},
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(stdin), 120)
+    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
     assert proc.returncode is not None
     return proc.returncode, json.loads(out) if out.strip() else None, err.decode()
 
@@ -210,6 +210,9 @@ async def test_settings_nats_deep_content_status_and_bugs_all_end_as_the_envelop
     dead_nats = {"PAMLEDGER_NATS_URL": f"nats://127.0.0.1:{free_port()}"}
     code, out, err = await run(service, tmp_path, "stream", "rebuild", extra=dead_nats)
     assert (code, out, error_of(err)["code"]) == (1, None, "service_unavailable")
+    no_traceback(err)
+    code, out, err = await run(service, tmp_path, "verify", extra=dead_nats, timeout=60)  # before: never answered
+    assert (code, out["ok"], out["check"]) == (2, False, "stream.head") and "NATS did not answer" in out["reason"]
     no_traceback(err)
 
     deep = tmp_path / "deep.json"

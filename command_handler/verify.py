@@ -21,6 +21,7 @@ from nats.js.errors import NotFoundError
 
 from command_handler.chain import GENESIS_HASH, row_hash
 from infra.ledger_identity import stream_ledger_id
+from infra.nats_log import ConnectionLog
 
 _decode = msgspec.json.Decoder()
 # One pass in ledger order: each row with the version it committed and, for the events that brought new
@@ -220,7 +221,9 @@ def truncation_first(database_url: str, partition: int, result: dict[str, Any],
 
 async def _stream_anchor(nats_url: str, stream: str) -> dict[str, Any]:
     """The stream's last sequence, its ledger id and its last message (event id, bytes, row hash)."""
-    nc = await nats.connect(nats_url, connect_timeout=3, max_reconnect_attempts=0, allow_reconnect=False)
+    # max_reconnect_attempts=0 means "forever" to nats.py: with NATS down verify would never answer.
+    nc = await nats.connect(nats_url, connect_timeout=3, max_reconnect_attempts=1, allow_reconnect=False,
+                            error_cb=ConnectionLog("verify").error)  # one log line, not a traceback per try
     try:
         js = nc.jetstream(timeout=5)
         try:

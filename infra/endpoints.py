@@ -1,11 +1,28 @@
-"""Where the servers are: explicit settings win; otherwise the servers `pamledger up`/`run` recorded."""
+"""Where the servers are: explicit settings win; otherwise the servers `pamledger up`/`run` recorded.
+
+Why apart from infra.local_servers: the SDK and the CLI's client commands read servers.json through here
+and so import no server code (Postgres layout, supervisor) just to find a URL.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from infra.local_servers import read_servers_file
 from infra.settings import Settings
+
+SERVERS_FILE = "servers.json"
+
+
+def read_servers_file(state_dir: Path) -> dict[str, Any] | None:
+    """Return what servers.json records, or None when it is absent or unreadable."""
+    try:
+        data = json.loads((state_dir / SERVERS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 class NoServers(RuntimeError):
@@ -30,4 +47,4 @@ def resolve(settings: Settings) -> Endpoints:
             f"no servers found: run `pamledger up` (state dir {settings.state_dir}) or set "
             "PAMLEDGER_NATS_URL and PAMLEDGER_DATABASE_URL"
         )
-    return Endpoints(str(nats_url), str(database_url), str(settings.state_dir / "servers.json"))
+    return Endpoints(str(nats_url), str(database_url), str(settings.state_dir / SERVERS_FILE))

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from infra.endpoints import SERVERS_FILE, read_servers_file
 from infra.local_nats import NatsServer, StoreInUse, is_nats_process, launch_nats, nats_info, store_holder
 from infra.local_postgres import (
     PostgresServer,
@@ -32,15 +33,14 @@ from infra.local_postgres import (
     remove_postgres_data,
 )
 from infra.processes import ServerWatch
+from schemas.errors import PamledgerError
 
 __all__ = [
-    "LocalStack", "NatsServer", "PostgresServer", "ServerHandle", "StackStatus", "StoreInUse", "clean",
-    "free_port", "read_servers_file", "start_nats", "start_postgres", "status", "stop_from_file",
+    "LocalStack", "NatsServer", "PostgresServer", "ServerHandle", "ServersStillRunning", "StackStatus", "StoreInUse",
+    "clean", "free_port", "read_servers_file", "start_nats", "start_postgres", "status", "stop_from_file",
 ]
 
 log = structlog.get_logger(__name__)
-
-SERVERS_FILE = "servers.json"
 
 
 class ServerHandle(Protocol):
@@ -88,15 +88,6 @@ def start_postgres(data_dir: Path, port: int | None = None) -> PostgresServer:
     return launch_postgres(data_dir, port if port is not None else free_port())
 
 
-def read_servers_file(state_dir: Path) -> dict[str, Any] | None:
-    """Return what servers.json records, or None when it is absent or unreadable."""
-    try:
-        data = json.loads((state_dir / SERVERS_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 @contextlib.contextmanager
 def _state_lock(state_dir: Path) -> Iterator[None]:
     """Serialise up/down on one state dir, so two callers never start the same servers twice."""
@@ -139,6 +130,12 @@ def _up_postgres(state_dir: Path, recorded: dict[str, Any]) -> tuple[PostgresSer
         log.info("postgres.reused", pid=running.pid, port=running.port)
         return running, False
     return start_postgres(data_dir, _reusable_port(recorded.get("postgres_port"))), True
+
+
+class ServersStillRunning(PamledgerError):
+    """`clean` refuses to delete a state dir whose servers it could not stop (the CLI's error envelope)."""
+
+    code = "service_unavailable"
 
 
 class ServersStopped(RuntimeError):
@@ -275,7 +272,11 @@ def clean(state_dir: Path) -> None:
     stop_from_file(state_dir)
     live = _live_servers(state_dir)
     if live:
-        raise RuntimeError(f"not deleting {state_dir}: servers still run ({[(s.name, s.pid) for s in live]})")
+        named = ", ".join(f"{s.name} pid {s.pid}" for s in live)
+        raise ServersStillRunning(f"not deleting {state_dir}: servers still run and could not be stopped ({named});"
+                                  " stop them, then clean again", details={
+                                      "state_dir": str(state_dir), "running": [{"server": s.name, "pid": s.pid}
+                                                                              for s in live]})
     remove_postgres_data(layout_for(state_dir / "postgres"))
     shutil.rmtree(state_dir, ignore_errors=True)
     log.info("stack.cleaned", state_dir=str(state_dir))

@@ -14,17 +14,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
-
-from infra.endpoints import NoServers
 from infra.logging import configure_logging
 from infra.settings import Settings
 from memory_client.cli_common import Parser, connect, emit_error, json_content, pam_id, print_json
+from memory_client.cli_errors import failed
 from memory_client.cli_query import add_query_parser, query_filters
 from memory_client.cli_subscribe import add_subscribe_parser, cmd_subscribe, cmd_subscriptions
-from memory_client.client import PamspecError
 from schemas.common import DIMENSION_STATES
-from schemas.errors import PamledgerError
 
 Handler = Callable[[Settings, argparse.Namespace], int]
 _print = print_json
@@ -143,26 +139,23 @@ def handler_for(command: str) -> Handler:
     return CLIENT_HANDLERS.get(command, cmd_client)
 
 
-def dispatch(handler: Handler, settings: Settings, args: argparse.Namespace) -> int:
-    """Run one command; every failure becomes the PAMSPEC error envelope on stderr and exit status 1."""
+def dispatch(handler: Handler, args: argparse.Namespace, serving: bool = False) -> int:
+    """Run one command; whatever it raises (settings, NATS, Postgres, local servers, a bug) ends as the error
+    envelope on stderr with a non-zero exit (memory_client.cli_errors). Usage errors exit 2 from the parser.
+    `serving` (run, serve): an unexpected failure is logged as the service's crash record at any level."""
+    settings: Settings | None = None
     try:
+        settings = Settings()
+        configure_logging(settings.log_format, settings.log_level)
         return handler(settings, args)
-    except PamspecError as exc:
-        return emit_error(exc)
-    except PamledgerError as exc:
-        return emit_error(PamspecError.of(exc.code, exc.message, exc.details))
-    except NoServers as exc:
-        return emit_error(PamspecError.of("service_unavailable", str(exc), {"state_dir": str(settings.state_dir)}))
-    except psycopg.OperationalError as exc:  # replay, audit, verify, subscriptions read Postgres directly
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return emit_error(PamspecError.of("service_unavailable", f"cannot reach Postgres: {reason}"))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope (cli_errors.as_pamspec)
+        state_dir = str(settings.state_dir) if settings is not None else None
+        return emit_error(failed(exc, state_dir, settings is not None, serving=serving))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    settings = Settings()
-    configure_logging(settings.log_format, settings.log_level)
-    return dispatch(handler_for(args.command), settings, args)
+    return dispatch(handler_for(args.command), args)
 
 
 if __name__ == "__main__":

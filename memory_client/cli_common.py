@@ -76,6 +76,8 @@ def json_content(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise invalid(f"content is not valid JSON ({source}): {exc}", source=source) from None
+    except RecursionError:  # the parser recurses per level; the service refuses far less deep content anyway
+        raise invalid(f"content nests too deeply to parse ({source})", source=source) from None
 
 
 async def connect(settings: Settings) -> MemoryClient:

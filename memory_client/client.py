@@ -15,7 +15,7 @@ from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
 from infra.subjects import command_subject, query_subject, status_subject
-from memory_client.connection import find_nats_url, open_nats
+from memory_client.connection import find_nats_url, message_size, open_nats
 from memory_client.errors import PamspecError
 from memory_client.subscription import Subscription
 from schemas.canonical import decode_json
@@ -31,8 +31,10 @@ def _unavailable(message: str) -> PamspecError:
 
 
 def _too_large(size: int, limit: int) -> PamspecError:
-    """What the writer answers over its own limit, raised before NATS refuses the message outright."""
-    return PamspecError.of("invalid_request", f"payload of {size} bytes exceeds the NATS server's limit of {limit}",
+    """What the writer answers over its own limit, raised before NATS refuses the message outright (the
+    server would close the connection, losing every request in flight on it). Headers count too."""
+    return PamspecError.of("invalid_request", f"message of {size} bytes (payload and headers) exceeds the NATS "
+                           f"server's limit of {limit}",
                            {"limit_bytes": limit, "size_bytes": size})
 
 
@@ -172,8 +174,9 @@ class MemoryClient:
     async def _request(self, subject: str, body: dict[str, Any], headers: dict[str, str],
                        retry: bool) -> dict[str, Any]:
         payload = _encoder.encode(body)
-        if len(payload) > self.nc.max_payload:
-            raise _too_large(len(payload), self.nc.max_payload)
+        size = message_size(payload, headers)
+        if size > self.nc.max_payload:
+            raise _too_large(size, self.nc.max_payload)
         delay = 0.05
         for attempt in range(self.retries + 1 if retry else 1):
             try:

@@ -13,14 +13,29 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NATS
 
+from infra.endpoints import SERVERS_FILE, read_servers_file
 from memory_client.errors import PamspecError
 
 log = logging.getLogger("memory_client")
 
+HEADER_LINE = b"NATS/1.0\r\n"
+
+
+def message_size(payload: bytes, headers: dict[str, str] | None) -> int:
+    """The bytes nats-server counts against max_payload: the payload plus the header block nats.py encodes.
+
+    Why: nats.py checks the payload alone, and the server closes the connection on a message over the
+    limit, losing every request in flight on it; the SDK must refuse such a message before it is sent."""
+    if not headers:
+        return len(payload)
+    lines = sum(len(key.strip().encode()) + len(value.strip().encode()) + 4  # "key: value\r\n"
+                for key, value in headers.items() if key.strip())
+    return len(payload) + len(HEADER_LINE) + lines + 2  # the block ends with an empty line
+
 
 def find_nats_url(settings: Any = None) -> str:
-    """PAMLEDGER_NATS_URL, else the nats_url `pamledger up`/`run` recorded in the state dir."""
-    from infra.local_servers import SERVERS_FILE, read_servers_file
+    """PAMLEDGER_NATS_URL, else the nats_url `pamledger up`/`run` recorded in the state dir (read through
+    infra.endpoints, so the SDK imports no server code)."""
     from infra.settings import Settings
 
     settings = settings or Settings()

@@ -14,8 +14,7 @@ import signal
 import sys
 from typing import Any
 
-from infra.endpoints import NoServers, resolve
-from infra.logging import configure_logging
+from infra.endpoints import resolve
 from infra.settings import Settings
 from memory_client.cli import Handler, add_client_parsers, dispatch, handler_for
 from memory_client.cli_common import Parser, print_json
@@ -106,12 +105,8 @@ async def _serve(settings: Settings, roles: tuple[str, ...]) -> None:
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    endpoints = resolve(settings)  # none found: dispatch prints the envelope on stderr, like every error
     report: dict[str, Any] = {"state_dir": str(settings.state_dir)}
-    try:
-        endpoints = resolve(settings)
-    except NoServers as exc:
-        _print({**report, "ok": False, "error": str(exc)})
-        return 1
     report.update(nats_url=endpoints.nats_url, database_url=endpoints.database_url, source=endpoints.source)
     report.update(asyncio.run(_probe(settings, endpoints.nats_url, endpoints.database_url)))
     report["problems"] = _problems(report)
@@ -196,9 +191,8 @@ HANDLERS: dict[str, Handler] = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    settings = Settings()
-    configure_logging(settings.log_format, settings.log_level)
-    return dispatch(HANDLERS.get(args.command) or handler_for(args.command), settings, args)
+    return dispatch(HANDLERS.get(args.command) or handler_for(args.command), args,
+                    serving=args.command in ("run", "serve"))
 
 
 if __name__ == "__main__":

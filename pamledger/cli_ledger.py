@@ -52,16 +52,16 @@ async def rebuild_stream(settings: Settings, nats_url: str, database_url: str, f
     of another ledger, `pamledger replay --swap` resets it). This ledger's stream holding events the
     ledger lacks is the proof that the ledger's tail was cut off: without `force` it is kept, and the
     refusal lists what a rebuild would throw away."""
-    import nats
     import psycopg
     from nats.js.errors import NotFoundError
 
+    from command_handler.relay import Relay
     from infra.ledger_identity import (
         close_foreign_subscriptions, ledger_head, ledger_identity, stream_ledger_id, stream_reuse,
     )
-    from command_handler.relay import Relay
+    from memory_client.connection import open_nats
 
-    nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=3)
+    nc = await open_nats(nats_url, 5.0)  # NATS down: one service_unavailable, no traceback per attempt
     try:
         js = nc.jetstream()
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:

@@ -1,5 +1,6 @@
 """The real `pamledger` entry point against the test servers, run from a folder of its own: one error
-format (the envelope on stderr, non-zero exit), content from a file or stdin, argument checks on replay and
+format (the envelope on stderr, non-zero exit, whatever failed: a setting, NATS, Postgres, the local servers,
+deep content, a bug), content from a file or stdin, argument checks on replay and
 audit, help that lists the choices, and subscriptions closed on Ctrl-C unless kept."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from infra.local_servers import free_port
 from memory_client.client import MemoryClient
 from tests.conftest import Env, wait_for
 
@@ -31,13 +33,13 @@ def cli_env(env: Env, state_dir: Path, urls: bool = True) -> dict[str, str]:
 
 
 async def run(env: Env, folder: Path, *args: str, stdin: bytes | None = None, urls: bool = True,
-              extra: dict[str, str] | None = None) -> tuple[int, Any, str]:
+              extra: dict[str, str] | None = None, timeout: float = 120) -> tuple[int, Any, str]:
     """Run `pamledger ARGS` in `folder`; (exit code, stdout parsed as JSON or None, stderr)."""
     proc = await asyncio.create_subprocess_exec(
         PAMLEDGER, *args, cwd=folder, env={**cli_env(env, folder / "state", urls), **(extra or {})},
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(stdin), 120)
+    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
     assert proc.returncode is not None
     return proc.returncode, json.loads(out) if out.strip() else None, err.decode()
 
@@ -190,3 +192,63 @@ async def test_commands_that_talk_to_the_service_need_only_the_nats_url(service:
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == 0, err.decode()
     assert "items" in json.loads(out)
+
+
+def no_traceback(stderr: str) -> None:
+    """Nothing on stderr but the envelope and log records without tracebacks (nats.py's or a crash's)."""
+    assert "Traceback" not in stderr and "process.crashed" not in stderr, stderr
+
+
+async def test_settings_nats_deep_content_status_and_bugs_all_end_as_the_envelope(service: Env,
+                                                                                  tmp_path: Path) -> None:
+    code, out, err = await run(service, tmp_path, "status", extra={"PAMLEDGER_WRITER__TYPO": "1"})
+    error = error_of(err)
+    assert (code, out, error["code"]) == (1, None, "invalid_request")
+    assert error["details"]["settings"][0]["setting"] == "PAMLEDGER_WRITER__TYPO"
+    no_traceback(err)
+
+    dead_nats = {"PAMLEDGER_NATS_URL": f"nats://127.0.0.1:{free_port()}"}
+    code, out, err = await run(service, tmp_path, "stream", "rebuild", extra=dead_nats)
+    assert (code, out, error_of(err)["code"]) == (1, None, "service_unavailable")
+    no_traceback(err)
+    code, out, err = await run(service, tmp_path, "verify", extra=dead_nats, timeout=60)  # before: never answered
+    assert (code, out["ok"], out["check"]) == (2, False, "stream.head") and "NATS did not answer" in out["reason"]
+    no_traceback(err)
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    code, out, err = await run(service, tmp_path, "create", SCOPE, "claim", f"@{deep}")
+    assert (code, out, error_of(err)["code"]) == (1, None, "invalid_request")
+    no_traceback(err)
+
+    code, out, err = await run(service, tmp_path, "status", urls=False)  # nothing recorded in the state dir
+    assert (code, out, error_of(err)["code"]) == (1, None, "service_unavailable")
+    assert "PAMLEDGER_NATS_URL" in error_of(err)["message"]
+
+    not_a_dir = {"PAMLEDGER_STATE_DIR": str(deep)}  # an unexpected OSError: internal_error, traceback at debug
+    code, out, err = await run(service, tmp_path, "down", extra=not_a_dir)
+    assert (code, out, error_of(err)["code"]) == (1, None, "internal_error")
+    no_traceback(err)
+    code, out, err = await run(service, tmp_path, "down", extra={**not_a_dir, "PAMLEDGER_LOG_LEVEL": "debug"})
+    assert (code, out, error_of(err)["code"]) == (1, None, "internal_error")
+    assert "Traceback" in err
+
+
+async def test_clean_with_a_server_it_cannot_stop_answers_the_envelope_and_keeps_the_data(service: Env,
+                                                                                          tmp_path: Path) -> None:
+    """postmaster.pid names a live process that is no postmaster it can stop: clean deletes nothing."""
+    state = tmp_path / "stuck-state"
+    (state / "postgres" / "run").mkdir(parents=True)
+    (state / "postgres" / "data").mkdir()
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import signal, time\nfor s in (signal.SIGINT, signal.SIGTERM):\n"
+                              "    signal.signal(s, signal.SIG_IGN)\ntime.sleep(600)")
+    try:
+        (state / "postgres" / "data" / "postmaster.pid").write_text(f"{holder.pid}\n{state}\n0\n{free_port()}\n")
+        code, out, err = await run(service, tmp_path, "clean", extra={"PAMLEDGER_STATE_DIR": str(state)})
+        assert (code, out, error_of(err)["code"]) == (1, None, "service_unavailable")
+        no_traceback(err)
+        assert (state / "postgres" / "data" / "postmaster.pid").is_file()
+    finally:
+        holder.kill()
+        await holder.wait()

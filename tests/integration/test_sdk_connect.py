@@ -1,14 +1,19 @@
-"""The SDK finds the local service by itself, fails fast on a dead port, and refuses over-size payloads as
-PamspecError(invalid_request) on every call path instead of leaking nats.errors.MaxPayloadError."""
+"""The SDK finds the local service by itself (importing no server code), fails fast on a dead port, and
+refuses over-size messages (payload and headers) as PamspecError(invalid_request) on every call path instead
+of leaking nats.errors.MaxPayloadError or having nats-server close the connection."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from infra.local_servers import free_port
@@ -115,3 +120,60 @@ async def test_the_sync_client_fails_fast_on_a_dead_port_too() -> None:
 
     error = await asyncio.wait_for(asyncio.to_thread(connect), 10)
     assert error.code == "service_unavailable" and url in error.message
+
+
+async def test_headers_count_toward_max_payload_at_the_exact_boundary(service: Env) -> None:
+    """A message of exactly max_payload bytes (payload plus headers) reaches the service; one byte more is
+    refused by the SDK, and the connection stays up (nats-server would close it, losing requests in flight)."""
+    client = await MemoryClient.connect(service.nats_url, service.settings.subject_prefix, timeout=5.0)
+    client.retries = 0
+    try:
+        await client.create_scope(SCOPE)
+        limit = client.nc.max_payload
+        headers = len(b"NATS/1.0\r\nPam-Operation-Id: op:boundary\r\n\r\n")  # idempotency key in the body
+
+        def body(size: int) -> dict[str, Any]:
+            empty = {"scope_id": SCOPE, "object_type": "claim", "canonical_content": {"s": ""}, "actor": ACTOR,
+                     "provenance": PROVENANCE, "operation_id": "op:boundary", "idempotency_key": "idem:boundary"}
+            fill = size - headers - len(msgspec.json.encode(empty))
+            return {**empty, "canonical_content": {"s": "x" * fill}}
+
+        with pytest.raises(PamspecError) as at_limit:  # the writer's own, smaller limit answers: it got there
+            await client.command("create", body(limit))
+        assert at_limit.value.code == "invalid_request"
+        assert at_limit.value.details["limit_bytes"] == service.settings.writer.max_payload_bytes
+        assert at_limit.value.details["size_bytes"] == limit - headers
+        with pytest.raises(PamspecError) as over:
+            await client.command("create", body(limit + 1))
+        assert over.value.code == "invalid_request" and not over.value.retryable
+        assert over.value.details == {"limit_bytes": limit, "size_bytes": limit + 1}
+        assert client.nc.is_connected and client.nc.stats["reconnects"] == 0
+        assert (await client.status("writer")) is not None
+    finally:
+        await client.close()
+
+
+async def test_the_sdk_finds_the_service_without_importing_server_code(service: Env, tmp_path: Path) -> None:
+    """Connecting through servers.json loads neither infra.local_servers nor the Postgres or supervisor code."""
+    (tmp_path / "servers.json").write_text(json.dumps({"nats_url": service.nats_url}))
+    script = textwrap.dedent("""
+        import asyncio, json, sys
+        from memory_client.client import MemoryClient
+
+        async def main():
+            async with await MemoryClient.connect() as client:
+                await client.status("writer")
+
+        asyncio.run(main())
+        server_code = ("infra.local_servers", "infra.local_postgres", "infra.local_nats", "infra.supervisor",
+                       "psycopg")
+        print(json.dumps(sorted(name for name in server_code if name in sys.modules)))
+    """)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("PAMLEDGER_")}
+    environment.update(PAMLEDGER_STATE_DIR=str(tmp_path), PAMLEDGER_SUBJECT_PREFIX=service.settings.subject_prefix)
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", script, env=environment,
+                                                cwd=Path(__file__).parents[2], stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    assert json.loads(out) == []

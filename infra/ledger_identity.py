@@ -78,16 +78,26 @@ def stream_ledger_id(info: Any) -> str | None:
     return metadata.get(STREAM_KEY)
 
 
-async def stream_disagreement(conn: psycopg.AsyncConnection[Any], js: JetStreamContext, stream: str,
-                              partition: int) -> Disagreement | None:
-    """None when the stream is missing (the relay makes it) or is this ledger's and not ahead of it. A
-    stream made before identities is adopted (stamped) when its last message is this ledger's event."""
+async def _stream_state(conn: psycopg.AsyncConnection[Any], js: JetStreamContext, stream: str,
+                        partition: int) -> tuple[str, Any, int, int, str | None] | None:
+    """This ledger's id, the stream's info, the ledger head, the stream's last sequence and the ledger id the
+    stream names (None: there is no stream yet)."""
     ledger_id = await ledger_identity(conn, partition)
     try:
         info = await js.stream_info(stream)
     except NotFoundError:
         return None
-    head, last, found = await ledger_head(conn, partition), int(info.state.last_seq), stream_ledger_id(info)
+    return ledger_id, info, await ledger_head(conn, partition), int(info.state.last_seq), stream_ledger_id(info)
+
+
+async def stream_disagreement(conn: psycopg.AsyncConnection[Any], js: JetStreamContext, stream: str,
+                              partition: int) -> Disagreement | None:
+    """None when the stream is missing (the relay makes it) or is this ledger's and not ahead of it. A
+    stream made before identities is adopted (stamped) when its last message is this ledger's event."""
+    state = await _stream_state(conn, js, stream, partition)
+    if state is None:
+        return None
+    ledger_id, info, head, last, found = state
 
     def refuse(problem: str) -> Disagreement:
         return Disagreement(what="stream", problem=problem, ledger_id=ledger_id, found_ledger_id=found,
@@ -127,12 +137,10 @@ async def stream_reuse(conn: psycopg.AsyncConnection[Any], js: JetStreamContext,
     stream is ahead of the ledger head, or holds another event at its last sequence. A stream stamped for
     another ledger is another sequence space (the relay refuses it; appending reuses nothing of it); one
     made before identities counts as this ledger's when its message at the ledger head is the ledger's."""
-    ledger_id = await ledger_identity(conn, partition)
-    try:
-        info = await js.stream_info(stream)
-    except NotFoundError:
+    state = await _stream_state(conn, js, stream, partition)
+    if state is None:
         return None
-    head, last, found = await ledger_head(conn, partition), int(info.state.last_seq), stream_ledger_id(info)
+    ledger_id, _, head, last, found = state
     if found not in (None, ledger_id) or not last:
         return None
     if found is None and not (head and await same_event(conn, js, stream, partition, min(head, last))):

@@ -24,11 +24,11 @@ from infra.db_errors import map_db_error
 from infra.tasks import reraise_if_cancelled
 from schemas.common import Id
 from schemas.errors import AccessDenied, InvalidRequest, PamledgerError, ServiceUnavailable
-from schemas.replies import OPERATION_HEADER, error_reply
+from schemas.replies import ACTOR_HEADER, OPERATION_HEADER, error_reply
+from schemas.values import BadValue, check_text
 
 log = structlog.get_logger(__name__)
 
-ACTOR_HEADER = "Pam-Actor"
 MAX_ACTOR_HEADER_CHARS = 2048
 
 
@@ -36,7 +36,7 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """Who the caller says it is (the `Pam-Actor` header); [M6] authenticates it with a credential."""
 
     actor_id: Id
-    actor_kind: Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_.\-]*\Z")]
+    actor_kind: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]  # as in a command's actor
 
 
 ANONYMOUS = Principal(actor_id="actor:anonymous", actor_kind="anonymous")
@@ -101,10 +101,15 @@ def principal_of(headers: dict[str, str] | None) -> Principal:
         raise InvalidRequest(f"header {ACTOR_HEADER} is longer than {MAX_ACTOR_HEADER_CHARS} characters",
                              details={"field": field, "limit_chars": MAX_ACTOR_HEADER_CHARS})
     try:
-        return _principal_decoder.decode(raw)
+        principal = _principal_decoder.decode(raw)
+        check_text(principal.actor_kind, f"{field}/actor_kind")
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise InvalidRequest(f"malformed {ACTOR_HEADER} header: {exc}",
                              details={"field": field, "reason": str(exc)}) from None
+    except BadValue as exc:
+        raise InvalidRequest(f"malformed {ACTOR_HEADER} header: {exc}",
+                             details={"field": exc.path, "reason": exc.reason}) from None
+    return principal
 
 
 def context_of(subject: str, headers: dict[str, str] | None, budget_seconds: float | None = None) -> RequestContext:

@@ -112,11 +112,11 @@ class MemoryClient:
         body: dict[str, Any] = {"scope_id": scope_id, "object_id": object_id}
         if version_id is not None:
             body["version_id"] = version_id
-        return await self._request(query_subject(self.prefix, "read"), body, self._actor_header(actor), retry=True)
+        return await self._request(query_subject(self.prefix, "read"), body, self.actor_header(actor), retry=True)
 
     async def history(self, scope_id: str, object_id: str, actor: dict[str, Any] | None = None) -> dict[str, Any]:
         body = {"scope_id": scope_id, "object_id": object_id}
-        return await self._request(query_subject(self.prefix, "history"), body, self._actor_header(actor),
+        return await self._request(query_subject(self.prefix, "history"), body, self.actor_header(actor),
                                    retry=True)
 
     async def query(self, scope_id: str, actor: dict[str, Any] | None = None, **filters: Any) -> dict[str, Any]:
@@ -125,7 +125,7 @@ class MemoryClient:
         body: dict[str, Any] = {"scope_id": scope_id, **filters}
         if "min_sequence" not in body and "as_of_sequence" not in body and self.last_sequence:
             body["min_sequence"] = self.last_sequence
-        return await self._request(query_subject(self.prefix, "query"), body, self._actor_header(actor), retry=True)
+        return await self._request(query_subject(self.prefix, "query"), body, self.actor_header(actor), retry=True)
 
     async def subscribe(self, scope_id: str, actor: dict[str, Any], after_sequence: int | None = None,
                         filter: dict[str, Any] | None = None, delivery: dict[str, Any] | None = None,
@@ -135,7 +135,7 @@ class MemoryClient:
         if subscription_id is not None:
             opened = await self.subscription_request("resume", {"subscription_id": subscription_id,
                                                                 "after_sequence": after_sequence}, actor)
-            subscription = Subscription(self, opened, int(delivery["keepalive_interval_ms"]))
+            subscription = Subscription(self, opened, int(delivery["keepalive_interval_ms"]), actor)
             await subscription.listen()
             return subscription
         # Listen on our own inbox first, then open naming it: the first push cannot be missed. One
@@ -152,17 +152,17 @@ class MemoryClient:
         except BaseException:
             await listening.unsubscribe()
             raise
-        subscription = Subscription(self, opened, int(delivery["keepalive_interval_ms"]))
+        subscription = Subscription(self, opened, int(delivery["keepalive_interval_ms"]), actor)
         subscription.adopt(queue, listening)
         return subscription
 
     async def subscription_request(self, name: str, body: dict[str, Any],
                                    actor: dict[str, Any] | None = None) -> dict[str, Any]:
         """open | poll | ack | resume | close | status on the Subscribe gateway (docs/protocol.md)."""
-        return await self._request(f"{self.prefix}.sub.{name}", body, self._actor_header(actor),
+        return await self._request(f"{self.prefix}.sub.{name}", body, self.actor_header(actor),
                                    retry=name != "poll")
 
-    def _actor_header(self, actor: dict[str, Any] | None) -> dict[str, str]:
+    def actor_header(self, actor: dict[str, Any] | None) -> dict[str, str]:
         """The Pam-Actor header naming `actor` (else the client's own), or none: the caller is anonymous."""
         actor = actor or self.actor
         if not actor:

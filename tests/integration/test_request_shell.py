@@ -117,3 +117,12 @@ async def test_a_malformed_actor_header_is_invalid_request(
     assert error["code"] == "invalid_request"
     assert error["details"]["field"] == "headers/Pam-Actor"
     assert len(POLICY.asked) == asked  # refused before the policy (and the handler)
+
+
+async def test_a_push_subscription_names_its_actor_on_every_request(
+        client: MemoryClient, created: dict[str, Any]) -> None:
+    subscription = await client.subscribe(SCOPE, ALICE, after_sequence=0)  # the client itself names no actor
+    await subscription.resume()
+    await subscription.close()
+    for operation in ("sub.open", "sub.resume", "sub.close"):
+        assert POLICY.seen(operation)[-1].principal.actor_id == ALICE["actor_id"], operation

@@ -27,6 +27,7 @@ from infra.db_errors import map_db_error
 from infra.ledger import IdempotencyRow, LedgerRow, fetch_replay
 from infra.lru import LRU
 from infra.nats_raw import RawClient, parse_headers
+from infra.request_shell import error_body, to_error
 from infra.settings import Settings
 from infra.subjects import command_subject, status_subject
 from schemas.canonical import canonical_bytes
@@ -164,9 +165,8 @@ class Writer:
         except PamledgerError as exc:
             log.info("command.rejected", code=exc.code, command=name, reason=exc.message[:200])
             return exc
-        except Exception:  # noqa: BLE001 - a bug in parsing answers this command alone
-            log.exception("command.crashed", command=name, stage="parse")
-            return PamledgerError("internal error while parsing the command")
+        except Exception as exc:  # noqa: BLE001 - a bug in parsing answers this command alone
+            return to_error(exc, f"{name} command")
 
     async def _load(self, parsed: list[Parsed], with_idempotency: bool) -> PlanInputs:
         """Fetch, in one query each, the heads, scopes (and, when asked, idempotency records) the caches lack."""
@@ -220,11 +220,14 @@ class Writer:
         for msg, item, outcome in zip(msgs, items, plan.outcomes):
             try:
                 body = await self._render(msg, item, outcome, replies)
-            except Exception:  # noqa: BLE001 - committed or not, this command's reply must not cost the others theirs
+            except Exception as exc:  # noqa: BLE001 - committed or not, this command's reply must not cost the others theirs
+                name = msg.subject.rsplit(".", 1)[-1]
                 known = known_result_bytes(outcome)
-                log.exception("reply.crashed", command=msg.subject.rsplit(".", 1)[-1], committed=known is not None)
-                body = known or error_reply(PamledgerError("internal error while rendering the reply"),
-                                            _op_id(msg, item))
+                if known is None:
+                    body = error_body(exc, _op_id(msg, item), f"{name} reply")
+                else:  # committed: answer what is known, and say that rendering failed
+                    log.exception("reply.crashed", command=name, committed=True)
+                    body = known
             replies.append(body)
             if msg.reply:
                 await self.nc.publish(msg.reply, body)

@@ -18,7 +18,8 @@ from infra.subjects import command_subject, query_subject, status_subject
 from memory_client.connection import find_nats_url, message_size, open_nats
 from memory_client.errors import PamspecError
 from memory_client.subscription import Subscription
-from schemas.canonical import decode_json
+from schemas.canonical import canonical_bytes, decode_json
+from schemas.replies import ACTOR_HEADER
 from schemas.values import refusal
 
 __all__ = ["MemoryClient", "PamspecError", "SyncMemoryClient", "SyncSubscription"]
@@ -41,8 +42,10 @@ def _too_large(size: int, limit: int) -> PamspecError:
 class MemoryClient:
     """Async client. Use `await MemoryClient.connect()` (or `connect(url)`) or pass an existing nats connection."""
 
-    def __init__(self, nc: NATS, prefix: str = "pamledger", timeout: float = 10.0, retries: int = 5):
+    def __init__(self, nc: NATS, prefix: str = "pamledger", timeout: float = 10.0, retries: int = 5,
+                 actor: dict[str, Any] | None = None):
         self.nc = nc
+        self.actor = actor  # named in the Pam-Actor header of reads, queries and subscription requests
         self.prefix = prefix
         self.timeout = timeout
         self.retries = retries
@@ -51,16 +54,17 @@ class MemoryClient:
 
     @classmethod
     async def connect(cls, url: str | None = None, prefix: str | None = None,
-                      timeout: float | None = None) -> MemoryClient:
+                      timeout: float | None = None, actor: dict[str, Any] | None = None) -> MemoryClient:
         """Connect to `url`, or with none to the local service the CLI would use (PAMLEDGER_NATS_URL, then
         the state dir's servers.json); prefix and timeout default to PAMLEDGER_SUBJECT_PREFIX and
-        PAMLEDGER_REQUEST_TIMEOUT_SECONDS. Nothing listening raises PamspecError(service_unavailable) at once."""
+        PAMLEDGER_REQUEST_TIMEOUT_SECONDS. Nothing listening raises PamspecError(service_unavailable) at once.
+        `actor` ({actor_id, actor_kind}) names the caller of every read, query and subscription request."""
         from infra.settings import Settings
 
         settings = Settings()
         url = url or find_nats_url(settings)
         timeout = settings.request_timeout_seconds if timeout is None else timeout
-        client = cls(await open_nats(url, min(timeout, 2.0)), prefix or settings.subject_prefix, timeout)
+        client = cls(await open_nats(url, min(timeout, 2.0)), prefix or settings.subject_prefix, timeout, actor=actor)
         client._owns = True
         return client
 
@@ -103,23 +107,25 @@ class MemoryClient:
                 "actor": actor, "provenance": provenance, **optional}
         return await self._command("delete", body)
 
-    async def read(self, scope_id: str, object_id: str, version_id: str | None = None) -> dict[str, Any]:
+    async def read(self, scope_id: str, object_id: str, version_id: str | None = None,
+                   actor: dict[str, Any] | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"scope_id": scope_id, "object_id": object_id}
         if version_id is not None:
             body["version_id"] = version_id
-        return await self._request(query_subject(self.prefix, "read"), body, {}, retry=True)
+        return await self._request(query_subject(self.prefix, "read"), body, self.actor_header(actor), retry=True)
 
-    async def history(self, scope_id: str, object_id: str) -> dict[str, Any]:
+    async def history(self, scope_id: str, object_id: str, actor: dict[str, Any] | None = None) -> dict[str, Any]:
         body = {"scope_id": scope_id, "object_id": object_id}
-        return await self._request(query_subject(self.prefix, "history"), body, {}, retry=True)
+        return await self._request(query_subject(self.prefix, "history"), body, self.actor_header(actor),
+                                   retry=True)
 
-    async def query(self, scope_id: str, **filters: Any) -> dict[str, Any]:
+    async def query(self, scope_id: str, actor: dict[str, Any] | None = None, **filters: Any) -> dict[str, Any]:
         """Query the scope (filters as in docs/protocol.md). Sends the last ledger sequence this client
         wrote as `min_sequence` unless given, so a client always sees its own writes."""
         body: dict[str, Any] = {"scope_id": scope_id, **filters}
         if "min_sequence" not in body and "as_of_sequence" not in body and self.last_sequence:
             body["min_sequence"] = self.last_sequence
-        return await self._request(query_subject(self.prefix, "query"), body, {}, retry=True)
+        return await self._request(query_subject(self.prefix, "query"), body, self.actor_header(actor), retry=True)
 
     async def subscribe(self, scope_id: str, actor: dict[str, Any], after_sequence: int | None = None,
                         filter: dict[str, Any] | None = None, delivery: dict[str, Any] | None = None,
@@ -128,8 +134,8 @@ class MemoryClient:
         delivery = {"keepalive_interval_ms": 2000, **(delivery or {}), "mode": "push"}
         if subscription_id is not None:
             opened = await self.subscription_request("resume", {"subscription_id": subscription_id,
-                                                                "after_sequence": after_sequence})
-            subscription = Subscription(self, opened, int(delivery["keepalive_interval_ms"]))
+                                                                "after_sequence": after_sequence}, actor)
+            subscription = Subscription(self, opened, int(delivery["keepalive_interval_ms"]), actor)
             await subscription.listen()
             return subscription
         # Listen on our own inbox first, then open naming it: the first push cannot be missed. One
@@ -142,17 +148,27 @@ class MemoryClient:
         if after_sequence is not None:
             body["after_sequence"] = after_sequence
         try:
-            opened = await self.subscription_request("open", body)
+            opened = await self.subscription_request("open", body, actor)
         except BaseException:
             await listening.unsubscribe()
             raise
-        subscription = Subscription(self, opened, int(delivery["keepalive_interval_ms"]))
+        subscription = Subscription(self, opened, int(delivery["keepalive_interval_ms"]), actor)
         subscription.adopt(queue, listening)
         return subscription
 
-    async def subscription_request(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def subscription_request(self, name: str, body: dict[str, Any],
+                                   actor: dict[str, Any] | None = None) -> dict[str, Any]:
         """open | poll | ack | resume | close | status on the Subscribe gateway (docs/protocol.md)."""
-        return await self._request(f"{self.prefix}.sub.{name}", body, {}, retry=name != "poll")
+        return await self._request(f"{self.prefix}.sub.{name}", body, self.actor_header(actor),
+                                   retry=name != "poll")
+
+    def actor_header(self, actor: dict[str, Any] | None) -> dict[str, str]:
+        """The Pam-Actor header naming `actor` (else the client's own), or none: the caller is anonymous."""
+        actor = actor or self.actor
+        if not actor:
+            return {}
+        named = {"actor_id": actor.get("actor_id"), "actor_kind": actor.get("actor_kind")}
+        return {ACTOR_HEADER: canonical_bytes(named).decode()}
 
     async def status(self, component: str = "writer") -> dict[str, Any]:
         return await self._request(status_subject(self.prefix, component), {}, {}, retry=False)
@@ -199,10 +215,11 @@ class MemoryClient:
 class SyncMemoryClient:
     """Blocking wrapper around MemoryClient for scripts and notebooks (runs its own event loop)."""
 
-    def __init__(self, url: str | None = None, prefix: str | None = None, timeout: float | None = None):
+    def __init__(self, url: str | None = None, prefix: str | None = None, timeout: float | None = None,
+                 actor: dict[str, Any] | None = None):
         self._loop = asyncio.new_event_loop()
         try:
-            self._client = self._loop.run_until_complete(MemoryClient.connect(url, prefix, timeout))
+            self._client = self._loop.run_until_complete(MemoryClient.connect(url, prefix, timeout, actor))
         except BaseException:
             self._loop.close()
             raise

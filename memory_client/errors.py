@@ -15,17 +15,19 @@ class PamspecError(Exception):
     """A PAMSPEC error envelope raised on the client side."""
 
     def __init__(self, code: str, message: str, retryable: bool, details: dict[str, Any] | None = None,
-                 operation_id: str = ""):
+                 operation_id: str = "", policy_rule_id: str | None = None):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
         self.retryable = retryable
         self.details = details or {}
         self.operation_id = operation_id
+        self.policy_rule_id = policy_rule_id  # the rule that refused, on access_denied / policy_denied
 
     @classmethod
     def from_envelope(cls, env: dict[str, Any]) -> PamspecError:
-        return cls(env["code"], env["message"], env["retryable"], env.get("details"), env.get("operation_id", ""))
+        return cls(env["code"], env["message"], env["retryable"], env.get("details"), env.get("operation_id", ""),
+                   env.get("policy_rule_id"))
 
     @classmethod
     def of(cls, code: ErrorCode, message: str, details: dict[str, Any] | None = None) -> PamspecError:
@@ -35,5 +37,8 @@ class PamspecError(Exception):
 
     def envelope(self) -> dict[str, Any]:
         """The PAMSPEC error envelope (what the service would have answered)."""
-        return {"code": self.code, "message": self.message, "retryable": self.retryable,
-                "operation_id": self.operation_id, "details": self.details}
+        envelope = {"code": self.code, "message": self.message, "retryable": self.retryable,
+                    "operation_id": self.operation_id, "details": self.details}
+        if self.policy_rule_id is not None:
+            envelope["policy_rule_id"] = self.policy_rule_id
+        return envelope

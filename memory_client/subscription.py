@@ -24,8 +24,10 @@ _decoder = msgspec.json.Decoder(dict[str, Any])
 class Subscription:
     """An open subscription; iterate it for events. `closed` holds the terminal close notice, if any."""
 
-    def __init__(self, client: MemoryClient, opened: dict[str, Any], keepalive_ms: int):
+    def __init__(self, client: MemoryClient, opened: dict[str, Any], keepalive_ms: int,
+                 actor: dict[str, Any] | None = None):
         self.client = client
+        self.actor = actor  # named (Pam-Actor) on its resume, ack and close requests as on its open
         self.subscription_id: str = opened["subscription_id"]
         self.delivery_subject: str = opened["delivery_subject"]
         self.last_sequence: int = int(opened.get("start_sequence", opened.get("resumed_after", 0)))
@@ -90,7 +92,7 @@ class Subscription:
 
     async def resume(self) -> None:
         reply = await self.client.subscription_request("resume", {"subscription_id": self.subscription_id,
-                                                                  "after_sequence": self.last_sequence})
+                                                                  "after_sequence": self.last_sequence}, self.actor)
         self.generation = int(reply["generation"])
 
     async def _ack_forever(self) -> None:
@@ -101,12 +103,13 @@ class Subscription:
     async def _send_ack(self) -> None:
         if self._to_ack > self._acked:
             body = msgspec.json.encode({"subscription_id": self.subscription_id, "ledger_sequence": self._to_ack})
-            await self.client.nc.publish(f"{self.client.prefix}.sub.ack", body)
+            await self.client.nc.publish(f"{self.client.prefix}.sub.ack", body,
+                                         headers=self.client.actor_header(self.actor) or None)
             self._acked = self._to_ack
 
     async def close(self, reason: str = "unsubscribed") -> dict[str, Any]:
         """Unsubscribe: the gateway stops delivery and records subscription_closed."""
         closed = await self.client.subscription_request("close", {"subscription_id": self.subscription_id,
-                                                                  "reason": reason})
+                                                                  "reason": reason}, self.actor)
         await self._sub.unsubscribe()
         return closed

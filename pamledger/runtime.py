@@ -25,6 +25,7 @@ from command_handler.store import PostgresLedgerStore, writer_lock_key
 from command_handler.writer import Writer
 from infra.nats_log import ConnectionLog
 from infra.nats_raw import RawClient, connect_raw
+from infra.request_shell import Policy
 from infra.settings import Settings
 from infra.role_failures import RoleFailures
 from infra.stuck import StuckState, describe
@@ -55,10 +56,12 @@ async def connect_nats(url: str, name: str) -> RawClient:
 
 
 async def run_service(settings: Settings, nats_url: str, database_url: str, stop: asyncio.Event,
-                      authorizer: Authorizer | None = None, roles: Sequence[str] = ROLES) -> None:
+                      authorizer: Authorizer | None = None, roles: Sequence[str] = ROLES,
+                      policy: Policy | None = None) -> None:
     """Serve `roles` in this process until `stop` is set. Each role has its own NATS connection, so one
     role's backlog (or a slow-consumer cut-off) never queues behind another's. `authorizer` is the
-    per-event authorization seam of Subscribe."""
+    per-event authorization seam of Subscribe; `policy` the per-request policy port of the query service and
+    the gateway (infra.request_shell; AllowAll when None)."""
     connections: list[NATS] = []
     tasks: list[asyncio.Task[None]] = []
     query: QueryService | None = None
@@ -78,7 +81,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             await pool.open()
             watcher = CheckpointWatcher()
             query = QueryService(await connection("query"), pool, settings.subject_prefix, watcher, settings.query,
-                                 settings.partition)
+                                 settings.partition, policy)
             await query.start()
             tasks.append(asyncio.create_task(watcher.run(database_url)))
         if "writer" in roles:
@@ -87,7 +90,8 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             tasks.append(asyncio.create_task(project_forever(settings, await connection("projector"), database_url)))
         if "gateway" in roles:
             tasks.append(asyncio.create_task(
-                gateway_forever(settings, await connection("gateway"), database_url, authorizer or AllowAll())))
+                gateway_forever(settings, await connection("gateway"), database_url, authorizer or AllowAll(),
+                                policy)))
         log.info("service.roles", roles=list(roles), pid=os.getpid())
         await stop.wait()
     finally:
@@ -193,7 +197,8 @@ async def _wait_for_lock(conn: psycopg.AsyncConnection[Any], key: int, settings:
         await asyncio.sleep(settings.writer.lock_poll_seconds)
 
 
-async def gateway_forever(settings: Settings, nc: NATS, database_url: str, authorizer: Authorizer) -> None:
+async def gateway_forever(settings: Settings, nc: NATS, database_url: str, authorizer: Authorizer,
+                          policy: Policy | None = None) -> None:
     """Lead the partition's Subscribe gateway (its own advisory lock)."""
     failures = role_failures(settings, "gateway")
     while True:
@@ -205,7 +210,7 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
                                           settings.writer.lock_poll_seconds)
                 try:
                     with failures.running():
-                        await Gateway(settings, nc, store, authorizer).serve()  # answers status.gateway once serving
+                        await Gateway(settings, nc, store, authorizer, policy).serve()  # answers status.gateway once serving
                 finally:
                     await store.close()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:

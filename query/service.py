@@ -3,7 +3,8 @@
 Each request is answered in its own task, so a query that waits for the projection (`min_sequence`, up to
 `wait_ms`) or a slow full-text query never holds up the others; the connection pool bounds how many reach
 Postgres at once. Past `query.max_in_flight` requests in one process (infra.settings), new ones are refused
-at once with `service_unavailable` (retryable) rather than queued without bound.
+at once with `service_unavailable` (retryable) rather than queued without bound. Each admitted request
+runs through the kernel's request shell (infra.request_shell): actor header, policy, one error mapping.
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ import asyncio
 from typing import Annotated, Any
 
 import msgspec
-import psycopg
 import structlog
 from nats.aio.msg import Msg
 from psycopg_pool import AsyncConnectionPool
 
-from infra.db_errors import map_db_error
 from infra.nats_raw import RawClient, parse_headers
+from infra.request_shell import Policy, RequestContext, RequestShell
 from infra.settings import QuerySettings
 from infra.subjects import QUERIES, query_subject, status_subject
 from query.reads import history, read_envelope
@@ -26,7 +26,7 @@ from schemas.queries import decode_query
 from query.search import CheckpointWatcher, run_query
 from schemas.canonical import canonical_bytes
 from schemas.common import Id
-from schemas.errors import InvalidRequest, PamledgerError, ServiceUnavailable
+from schemas.errors import InvalidRequest, ServiceUnavailable
 from schemas.replies import OPERATION_HEADER, error_reply
 
 log = structlog.get_logger(__name__)
@@ -53,8 +53,9 @@ class QueryService:
     """Answers read/history/query requests from any number of instances (queue group `pamledger-query`)."""
 
     def __init__(self, nc: RawClient, pool: AsyncConnectionPool[Any], prefix: str, watcher: CheckpointWatcher,
-                 settings: QuerySettings, partition: int):
+                 settings: QuerySettings, partition: int, policy: Policy | None = None):
         self.nc = nc
+        self.shell = RequestShell(policy)
         self.partition = partition
         self.settings = settings
         self.pool = pool
@@ -93,42 +94,38 @@ class QueryService:
 
     async def _handle(self, subject: str, reply: str, data: bytes, headers: bytes | None) -> None:
         name = subject.rsplit(".", 1)[-1]
-        try:
-            limit = self.settings.max_in_flight
-            if len(self._in_flight) > limit:
-                raise ServiceUnavailable("too many requests in flight; retry", details={"limit": limit})
-            body = await self._answer(name, data)
-        except PamledgerError as exc:
-            body = error_reply(exc, _operation_id(headers))
-        except psycopg.Error as exc:
-            log.error("query.failed", error=type(exc).__name__, query=name)
-            body = error_reply(map_db_error(exc), _operation_id(headers))
-        except Exception:  # noqa: BLE001 - a bug answers internal_error; it never goes unanswered
-            log.exception("query.crashed", query=name)
-            body = error_reply(PamledgerError("the query failed"), _operation_id(headers))
+        fields = parse_headers(headers)
+        limit = self.settings.max_in_flight
+        if len(self._in_flight) > limit:
+            busy = ServiceUnavailable("too many requests in flight; retry", details={"limit": limit})
+            body = error_reply(busy, (fields or {}).get(OPERATION_HEADER))
+        else:
+            body = await self.shell.answer(f"query.{name}", subject, data, fields,
+                                           lambda raw: self._decode(name, raw), self._answer)
         if reply:
             await self.nc.publish(reply, body)
 
-    async def _answer(self, name: str, data: bytes) -> bytes:
+    def _decode(self, name: str, data: bytes) -> Any:
         limit = self.settings.max_request_bytes
         if len(data) > limit:
             raise InvalidRequest("query payload too large", details={"limit_bytes": limit})
         try:
             if name == "read":
-                req = _read_decoder.decode(data)
-                async with self.pool.connection() as conn:
-                    envelope = await read_envelope(conn, req.scope_id, req.object_id, req.version_id)
-                return canonical_bytes({"result": msgspec.Raw(envelope)})
+                return _read_decoder.decode(data)
             if name == "history":
-                hreq = _history_decoder.decode(data)
-                async with self.pool.connection() as conn:
-                    return await history(conn, hreq.scope_id, hreq.object_id)
+                return _history_decoder.decode(data)
             if name == "query":
-                return await run_query(self.pool, self.watcher, decode_query(data), self.partition)
+                return decode_query(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidRequest(f"malformed {name} request: {exc}", details={"reason": str(exc)}) from None
         raise InvalidRequest(f"unknown query {name!r}")
 
-
-def _operation_id(headers: bytes | None) -> str | None:
-    return (parse_headers(headers) or {}).get(OPERATION_HEADER)
+    async def _answer(self, request: Any, context: RequestContext) -> bytes:
+        if isinstance(request, ReadRequest):
+            async with self.pool.connection() as conn:
+                envelope = await read_envelope(conn, request.scope_id, request.object_id, request.version_id)
+            return canonical_bytes({"result": msgspec.Raw(envelope)})
+        if isinstance(request, HistoryRequest):
+            async with self.pool.connection() as conn:
+                return await history(conn, request.scope_id, request.object_id)
+        return await run_query(self.pool, self.watcher, request, self.partition)

@@ -132,6 +132,19 @@ class ServiceUnavailable(PamledgerError):
     code: ErrorCode = "service_unavailable"
 
 
+class AccessDenied(PamledgerError):
+    """A policy refused the request (access_denied or policy_denied), naming the rule that decided."""
+
+    code: ErrorCode = "access_denied"
+
+    def __init__(self, message: str, *, rule_id: str, code: ErrorCode | None = None):
+        super().__init__(message, code=code)
+        self.rule_id = rule_id
+
+    def envelope(self, operation_id: str) -> ErrorEnvelope:
+        return msgspec.structs.replace(super().envelope(operation_id), policy_rule_id=self.rule_id)
+
+
 class PoisonMessage(InvalidRequest):
     """Bytes that cannot be decoded at all: answered with invalid_request, logged, never fatal."""
 

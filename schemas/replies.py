@@ -18,6 +18,7 @@ from schemas.errors import PamledgerError
 
 IDEMPOTENCY_HEADER = "Pam-Idempotency-Key"
 OPERATION_HEADER = "Pam-Operation-Id"
+ACTOR_HEADER = "Pam-Actor"  # JSON {actor_id, actor_kind}: who makes a read, query or subscription request
 
 
 class Head(Protocol):

@@ -42,7 +42,8 @@ def lookup(event: dict[str, Any], path: str) -> Any:
 
 
 class Authorizer(Protocol):
-    """The seam authorization fills: asked once per event before it is delivered."""
+    """The seam authorization fills: asked once per event before it is delivered. Per-event, beside the
+    per-request policy port (infra.request_shell.Policy) that decides whether a subscription may be opened."""
 
     def allows(self, actor: dict[str, Any], scope_id: str, event: dict[str, Any]) -> bool: ...
 

@@ -27,6 +27,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from infra.ledger_identity import gateway_disagreement, wait_for_agreement
+from infra.request_shell import Policy, RequestShell
 from infra.requester import CommandRequester
 from infra.settings import Settings
 from infra.stuck import StuckState
@@ -42,7 +43,7 @@ from subscriptions.feed import PartitionFeed
 from subscriptions.filters import Authorizer
 from subscriptions.poll import poll
 from subscriptions.pump import pump
-from subscriptions.requests import DECODERS, decode_request, decode_stored, error_body, result_body
+from subscriptions.requests import DECODERS, decode_request, decode_stored, result_body
 from subscriptions.session import Session
 from subscriptions.store import LOST_CONNECTION, SubscriptionStore
 
@@ -50,8 +51,10 @@ log = structlog.get_logger(__name__)
 
 
 class Gateway:
-    def __init__(self, settings: Settings, nc: NATS, store: SubscriptionStore, authorizer: Authorizer):
+    def __init__(self, settings: Settings, nc: NATS, store: SubscriptionStore, authorizer: Authorizer,
+                 policy: Policy | None = None):
         self.settings = settings
+        self.shell = RequestShell(policy)  # per request; the authorizer decides per delivered event
         self.nc = nc
         self.store = store
         self.authorizer = authorizer
@@ -122,15 +125,13 @@ class Gateway:
 
     async def _handle(self, msg: Msg) -> None:
         name = msg.subject.rsplit(".", 1)[-1]
-        try:
-            request = decode_request(name, msg.data)
-        except InvalidRequest as exc:
-            return await self._answer(msg, error_body(exc, None, name))
-        try:
-            body = result_body(await getattr(self, f"_{name}")(request))
-        except Exception as exc:  # noqa: BLE001 - every failure answers with its error envelope
-            body = error_body(exc, request, name)
+        body = await self.shell.answer(f"sub.{name}", msg.subject, msg.data, msg.headers,
+                                       lambda data: decode_request(name, data),
+                                       lambda request, _context: self._dispatch(name, request))
         await self._answer(msg, body)
+
+    async def _dispatch(self, name: str, request: Any) -> bytes:
+        return result_body(await getattr(self, f"_{name}")(request))
 
     async def _answer(self, msg: Msg, body: bytes) -> None:
         if msg.reply:

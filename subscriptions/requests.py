@@ -11,17 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-import nats
-import nats.js.errors
-import psycopg
 import structlog
 
-from infra.db_errors import map_db_error
 from infra.stuck import describe
-from infra.tasks import reraise_if_cancelled
 from schemas.canonical import canonical_bytes
-from schemas.errors import InvalidRequest, PamledgerError, ServiceUnavailable
-from schemas.replies import error_reply
+from schemas.errors import InvalidRequest
 from schemas.subscriptions import (
     AckRequest, CloseRequest, PollRequest, ResumeRequest, SubscribeRequest, SubscriptionRef,
 )
@@ -62,23 +56,6 @@ def decode_stored(rows: list[tuple[Any, ...]], unreadable: dict[str, str]) -> li
             unreadable[subscription_id] = describe(exc)
             log.error("subscription.unreadable", subscription_id=subscription_id, reason=unreadable[subscription_id])
     return decoded
-
-
-def error_body(exc: Exception, request: Any, name: str) -> bytes:
-    """The error envelope a failed request answers: one mapping for every way a request can fail."""
-    if isinstance(exc, PamledgerError):
-        return error_reply(exc, getattr(request, "operation_id", None))
-    if isinstance(exc, psycopg.Error):
-        return error_reply(map_db_error(exc), None)
-    if isinstance(exc, nats.js.errors.APIError):  # JetStream answered and refused: say what it said
-        return error_reply(PamledgerError(f"JetStream refused: {exc.description}", details={
-            "err_code": exc.err_code, "description": exc.description}), None)
-    if isinstance(exc, nats.errors.Error):
-        reraise_if_cancelled()
-        return error_reply(ServiceUnavailable(f"JetStream unavailable: {type(exc).__name__}"), None)
-    # A bug answers its own request, never leaves the caller waiting.
-    log.error("subscription_request.crashed", request=name, exc_info=exc)
-    return error_reply(PamledgerError("internal error while handling the subscription request"), None)
 
 
 def result_body(result: dict[str, Any]) -> bytes:

@@ -100,13 +100,14 @@ def env(servers: Servers, request: pytest.FixtureRequest) -> Env:
 
 
 @contextlib.asynccontextmanager
-async def running_service(env: Env, authorizer: Any = None) -> AsyncIterator[None]:
+async def running_service(env: Env, authorizer: Any = None, policy: Any = None) -> AsyncIterator[None]:
     """The whole service (query, writer, relay, projector, gateway) as a task in this event loop."""
     from pamledger.runtime import run_service
     from memory_client.client import MemoryClient
 
     stop = asyncio.Event()
-    task = asyncio.create_task(run_service(env.settings, env.nats_url, env.database_url, stop, authorizer))
+    task = asyncio.create_task(run_service(env.settings, env.nats_url, env.database_url, stop, authorizer,
+                                            policy=policy))
     client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
     try:
         await wait_for(lambda: _answers(client), timeout=30)

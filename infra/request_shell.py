@@ -1,0 +1,174 @@
+"""One request shell: decode -> request context -> policy -> handler -> one error mapping -> reply.
+
+Why one: the query service, the Subscribe gateway and the writer each had their own catch ladder, so a
+failure could answer differently depending on where it happened, and authorization would have had three
+places to go. Here every request gets a RequestContext (who asks, for what operation, in which scope, by
+when) from the NATS message, the policy port decides on it before any handler runs ([M6] plugs real
+decisions in at this single point; today AllowAll), and every failure becomes the PAMSPEC error envelope
+through `to_error`. Concurrency stays with the caller (per-request tasks, in-flight limits, batching).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal, Protocol
+
+import msgspec
+import nats
+import nats.js.errors
+import psycopg
+import structlog
+
+from infra.db_errors import map_db_error
+from infra.tasks import reraise_if_cancelled
+from schemas.common import Id
+from schemas.errors import AccessDenied, InvalidRequest, PamledgerError, ServiceUnavailable
+from schemas.replies import ACTOR_HEADER, OPERATION_HEADER, error_reply
+from schemas.values import BadValue, check_text
+
+log = structlog.get_logger(__name__)
+
+MAX_ACTOR_HEADER_CHARS = 2048
+
+
+class Principal(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Who the caller says it is (the `Pam-Actor` header); [M6] authenticates it with a credential."""
+
+    actor_id: Id
+    actor_kind: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]  # as in a command's actor
+
+
+ANONYMOUS = Principal(actor_id="actor:anonymous", actor_kind="anonymous")
+_principal_decoder = msgspec.json.Decoder(Principal)
+
+
+class RequestContext(msgspec.Struct, frozen=True, kw_only=True):
+    """What every handler and the policy know of a request besides its body."""
+
+    principal: Principal
+    subject: str
+    operation_id: str | None = None
+    scope_id: str | None = None
+    deadline: float | None = None  # time.monotonic() by which the caller stops waiting, when known
+
+    @property
+    def anonymous(self) -> bool:
+        return self.principal == ANONYMOUS
+
+
+class Allow(msgspec.Struct, frozen=True):
+    """The policy lets the request through."""
+
+
+class Deny(msgspec.Struct, frozen=True):
+    """The policy refuses: answered with `code` naming `rule_id`, and the handler never runs."""
+
+    rule_id: str
+    code: Literal["access_denied", "policy_denied"] = "access_denied"
+    message: str = "the request is not allowed"
+
+    def error(self) -> AccessDenied:
+        return AccessDenied(self.message, rule_id=self.rule_id, code=self.code)
+
+
+ALLOW = Allow()
+Decision = Allow | Deny
+
+
+class Policy(Protocol):
+    """The port authorization fills: asked once per request, before its handler."""
+
+    def decide(self, context: RequestContext, operation: str) -> Decision: ...
+
+
+class AllowAll:
+    """Until [M6]: every principal, anonymous included, may make every request."""
+
+    def decide(self, context: RequestContext, operation: str) -> Decision:
+        return ALLOW
+
+
+def principal_of(headers: dict[str, str] | None) -> Principal:
+    """The caller named by the `Pam-Actor` header (JSON {actor_id, actor_kind}); anonymous without one.
+    A header that is present but malformed is invalid_request: a caller that names itself wrongly is
+    refused, never served as anonymous."""
+    raw = (headers or {}).get(ACTOR_HEADER)
+    if raw is None:
+        return ANONYMOUS
+    field = f"headers/{ACTOR_HEADER}"
+    if len(raw) > MAX_ACTOR_HEADER_CHARS:
+        raise InvalidRequest(f"header {ACTOR_HEADER} is longer than {MAX_ACTOR_HEADER_CHARS} characters",
+                             details={"field": field, "limit_chars": MAX_ACTOR_HEADER_CHARS})
+    try:
+        principal = _principal_decoder.decode(raw)
+        check_text(principal.actor_kind, f"{field}/actor_kind")
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise InvalidRequest(f"malformed {ACTOR_HEADER} header: {exc}",
+                             details={"field": field, "reason": str(exc)}) from None
+    except BadValue as exc:
+        raise InvalidRequest(f"malformed {ACTOR_HEADER} header: {exc}",
+                             details={"field": exc.path, "reason": exc.reason}) from None
+    return principal
+
+
+def context_of(subject: str, headers: dict[str, str] | None, budget_seconds: float | None = None) -> RequestContext:
+    """The context of a request before its body is decoded (raises InvalidRequest for a bad actor header)."""
+    deadline = time.monotonic() + budget_seconds if budget_seconds is not None else None
+    operation_id = (headers or {}).get(OPERATION_HEADER)
+    principal = principal_of(headers)
+    return RequestContext(principal=principal, subject=subject, operation_id=operation_id, deadline=deadline)
+
+
+def to_error(exc: BaseException, what: str) -> PamledgerError:
+    """The one mapping from anything a request can raise to the service's error; a bug is logged here, once.
+    `what` names the request kind in that log line (never its content)."""
+    if isinstance(exc, PamledgerError):
+        return exc
+    if isinstance(exc, (msgspec.DecodeError, msgspec.ValidationError)):
+        return InvalidRequest(f"malformed {what} request: {exc}", details={"reason": str(exc)})
+    if isinstance(exc, psycopg.Error):
+        log.warning("request.database_failed", request=what, error=type(exc).__name__)
+        return map_db_error(exc)
+    if isinstance(exc, nats.js.errors.APIError):  # JetStream answered and refused: say what it said
+        return PamledgerError(f"JetStream refused: {exc.description}", details={
+            "err_code": exc.err_code, "description": exc.description})
+    if isinstance(exc, nats.errors.Error):
+        reraise_if_cancelled()
+        return ServiceUnavailable(f"NATS unavailable: {type(exc).__name__}")
+    log.error("request.crashed", request=what, exc_info=exc)
+    return PamledgerError(f"internal error while handling the {what} request")
+
+
+def error_body(exc: BaseException, operation_id: str | None, what: str) -> bytes:
+    """The error envelope a failed request answers with."""
+    return error_reply(to_error(exc, what), operation_id)
+
+
+Handler = Callable[[Any, RequestContext], Awaitable[bytes]]
+
+
+class RequestShell:
+    """Runs one request through decode, context, policy and handler; always returns the reply bytes."""
+
+    def __init__(self, policy: Policy | None = None, budget_seconds: float | None = None):
+        self.policy: Policy = policy or AllowAll()
+        self.budget_seconds = budget_seconds
+
+    async def answer(self, operation: str, subject: str, data: bytes, headers: dict[str, str] | None,
+                     decode: Callable[[bytes], Any], handle: Handler) -> bytes:
+        """`operation` names the request for the policy and the logs (e.g. "query.read", "sub.open")."""
+        operation_id = (headers or {}).get(OPERATION_HEADER)
+        try:
+            context = context_of(subject, headers, self.budget_seconds)
+            request = decode(data)
+            operation_id = operation_id or getattr(request, "operation_id", None)
+            context = msgspec.structs.replace(context, operation_id=operation_id,
+                                              scope_id=getattr(request, "scope_id", None))
+            decision = self.policy.decide(context, operation)
+            if isinstance(decision, Deny):
+                log.info("request.denied", request=operation, rule_id=decision.rule_id)
+                raise decision.error()
+            return await handle(request, context)
+        except Exception as exc:  # noqa: BLE001 - every failure answers with its error envelope
+            return error_body(exc, operation_id, operation)

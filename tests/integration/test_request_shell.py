@@ -1,0 +1,128 @@
+"""Reads, queries and subscription requests through the request shell, against the running service.
+
+Why: the policy port is where [M6] decides who may do what, so a Deny plugged in there must answer every
+request kind with access_denied before its handler runs; and each request must carry its caller (the
+Pam-Actor header, sent by the SDK) into the context the policy and the handler see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import pytest
+
+from infra.request_shell import ALLOW, Decision, Deny, RequestContext
+from infra.subjects import query_subject
+from memory_client.client import MemoryClient, PamspecError
+from tests.conftest import ACTOR, PROVENANCE, Env, running_service
+
+SCOPE = "workspace:shell"
+MALLORY = {"actor_id": "agent:mallory", "actor_kind": "agent"}
+ALICE = {"actor_id": "agent:alice", "actor_kind": "agent"}
+
+
+class TestPolicy:
+    """Denies agent:mallory everything; records every (operation, context) it is asked about."""
+
+    __test__ = False
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, RequestContext]] = []
+
+    def decide(self, context: RequestContext, operation: str) -> Decision:
+        self.asked.append((operation, context))
+        return Deny("rule:test:no-mallory") if context.principal.actor_id == MALLORY["actor_id"] else ALLOW
+
+    def seen(self, operation: str) -> list[RequestContext]:
+        return [context for asked, context in self.asked if asked == operation]
+
+
+POLICY = TestPolicy()
+
+
+@pytest.fixture(scope="module")
+async def service(env: Env) -> AsyncIterator[Env]:
+    async with running_service(env, policy=POLICY):
+        yield env
+
+
+@pytest.fixture(scope="module")
+async def created(client: MemoryClient) -> dict[str, Any]:
+    await client.create_scope(SCOPE)
+    return await client.create(SCOPE, "claim", {"statement": "shell"}, ACTOR, PROVENANCE)
+
+
+async def refused(call: Any) -> PamspecError:
+    with pytest.raises(PamspecError) as err:
+        await call
+    return err.value
+
+
+async def test_a_deny_answers_access_denied_for_a_read_a_query_and_an_open(
+        client: MemoryClient, created: dict[str, Any], service: Env) -> None:
+    # Each of these would answer otherwise if its handler ran (the object and the scopes do not exist, the
+    # history is there).
+    calls = {
+        "query.read": lambda: client.read(SCOPE, "obj:missing", actor=MALLORY),
+        "query.history": lambda: client.history(SCOPE, created["object_id"], actor=MALLORY),
+        "query.query": lambda: client.query("workspace:missing", actor=MALLORY),
+        "sub.open": lambda: client.subscription_request("open", {
+            "scope_id": "workspace:missing", "actor": MALLORY, "delivery": {"mode": "poll"}}, actor=MALLORY),
+    }
+    for operation, call in calls.items():
+        error = await refused(call())
+        assert (error.code, error.policy_rule_id) == ("access_denied", "rule:test:no-mallory"), operation
+        assert POLICY.seen(operation)[-1].principal.actor_id == MALLORY["actor_id"]
+    status = await client.status("gateway")
+    assert status["open_subscriptions"] == 0  # the denied open opened nothing
+
+
+async def test_the_actor_header_reaches_the_context_of_every_request_kind(
+        client: MemoryClient, created: dict[str, Any]) -> None:
+    alice = MemoryClient(client.nc, client.prefix, actor=ALICE)
+    await alice.read(SCOPE, created["object_id"])
+    await alice.history(SCOPE, created["object_id"])
+    await alice.query(SCOPE, text="shell")
+    opened = await alice.subscription_request("open", {"scope_id": SCOPE, "actor": ALICE, "delivery": {"mode": "poll"},
+                                                       "operation_id": "op:shell:open"})
+    await alice.subscription_request("poll", {"subscription_id": opened["subscription_id"], "wait_ms": 0})
+    for operation in ("query.read", "query.history", "query.query", "sub.open", "sub.poll"):
+        context = POLICY.seen(operation)[-1]
+        assert context.principal.actor_id == ALICE["actor_id"], operation
+        assert context.principal.actor_kind == "agent"
+    assert POLICY.seen("sub.open")[-1].operation_id == "op:shell:open"
+    assert POLICY.seen("query.read")[-1].scope_id == SCOPE
+    await alice.subscription_request("close", {"subscription_id": opened["subscription_id"]})
+
+
+async def test_without_the_header_the_caller_is_anonymous(client: MemoryClient, created: dict[str, Any]) -> None:
+    await client.read(SCOPE, created["object_id"])
+    assert POLICY.seen("query.read")[-1].anonymous
+
+
+@pytest.mark.parametrize("subject", ["read", "query", "sub.open"])
+async def test_a_malformed_actor_header_is_invalid_request(
+        client: MemoryClient, created: dict[str, Any], subject: str) -> None:
+    name = subject if subject.startswith("sub.") else None
+    target = f"{client.prefix}.{name}" if name else query_subject(client.prefix, subject)
+    body = {"scope_id": SCOPE, "object_id": created["object_id"]} if subject == "read" else {"scope_id": SCOPE}
+    if name:
+        body = {"scope_id": SCOPE, "actor": ALICE, "delivery": {"mode": "poll"}}
+    asked = len(POLICY.asked)
+    reply = await client.nc.request(target, msgspec.json.encode(body), timeout=10,
+                                    headers={"Pam-Actor": '{"actor_id": "not an id", "actor_kind": "agent"}'})
+    error = msgspec.json.decode(reply.data)["error"]
+    assert error["code"] == "invalid_request"
+    assert error["details"]["field"] == "headers/Pam-Actor"
+    assert len(POLICY.asked) == asked  # refused before the policy (and the handler)
+
+
+async def test_a_push_subscription_names_its_actor_on_every_request(
+        client: MemoryClient, created: dict[str, Any]) -> None:
+    subscription = await client.subscribe(SCOPE, ALICE, after_sequence=0)  # the client itself names no actor
+    await subscription.resume()
+    await subscription.close()
+    for operation in ("sub.open", "sub.resume", "sub.close"):
+        assert POLICY.seen(operation)[-1].principal.actor_id == ALICE["actor_id"], operation

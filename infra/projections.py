@@ -22,6 +22,21 @@ SEARCH_EXPRESSION = (
 )
 
 
+async def advance_checkpoint(conn: psycopg.AsyncConnection[Any], projection: str, through: int) -> None:
+    """Create, lock and advance `projection`'s checkpoint row (never backwards), before any row it covers
+    is touched: a concurrent `replay --swap` and the follower never interleave."""
+    await conn.execute(
+        b"INSERT INTO projection_checkpoints (projection, ledger_sequence) VALUES (%s, %s)"
+        b" ON CONFLICT (projection) DO UPDATE"
+        b" SET ledger_sequence = greatest(projection_checkpoints.ledger_sequence, excluded.ledger_sequence)",
+        (projection, through))
+
+
+async def notify_checkpoint(conn: psycopg.AsyncConnection[Any], channel: str, through: int) -> None:
+    """Tell `channel`'s listeners (read-your-writes waiters) the checkpoint reached `through`: sent at COMMIT."""
+    await conn.execute(b"SELECT pg_notify(%s, %s)", (channel, str(through)))
+
+
 async def checkpoint(conn: psycopg.AsyncConnection[Any], projection: str = PROJECTION) -> int:
     """How far the projection has applied the ledger (0 before its first batch)."""
     cur = await conn.execute("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s",

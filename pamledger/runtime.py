@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from command_handler.store import PostgresLedgerStore, writer_lock_key
 from command_handler.writer import Writer
+from infra.follower import EventFailed, Follower, FollowerSpec
 from infra.nats_log import ConnectionLog
 from infra.nats_raw import RawClient, connect_raw
 from infra.request_shell import Policy
@@ -32,7 +33,7 @@ from infra.stuck import StuckState, describe
 from infra.subjects import status_subject
 from pamledger.supervisor import ROLES
 from infra.tasks import stop_task
-from projector.runner import EventFailed, Projector, projector_lock_key
+from projector.step import PROJECTOR
 from query.search import CheckpointWatcher
 from query.service import QueryService
 from schemas.canonical import canonical_bytes
@@ -42,6 +43,8 @@ from command_handler.relay import Relay
 from subscriptions.store import LeadershipLost, SubscriptionStore
 
 log = structlog.get_logger(__name__)
+# The ledger's followers, each led by its own role: a new one is an apply step and a line here.
+FOLLOWERS: tuple[FollowerSpec, ...] = (PROJECTOR,)
 
 
 async def connect_nats(url: str, name: str) -> RawClient:
@@ -86,8 +89,10 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             tasks.append(asyncio.create_task(watcher.run(database_url)))
         if "writer" in roles:
             tasks.append(asyncio.create_task(lead_forever(settings, await connection("writer"), database_url)))
-        if "projector" in roles:
-            tasks.append(asyncio.create_task(project_forever(settings, await connection("projector"), database_url)))
+        for spec in FOLLOWERS:
+            if spec.name in roles:
+                tasks.append(asyncio.create_task(
+                    follow_forever(settings, await connection(spec.name), database_url, spec)))
         if "gateway" in roles:
             tasks.append(asyncio.create_task(
                 gateway_forever(settings, await connection("gateway"), database_url, authorizer or AllowAll(),
@@ -151,32 +156,32 @@ async def _lead_once(settings: Settings, nc: RawClient, database_url: str, failu
             await stop_task(relay_task)
 
 
-async def project_forever(settings: Settings, nc: RawClient, database_url: str) -> None:
-    """Lead the partition's projector (its own advisory lock), reconnecting when the database goes away.
-    Its stuck state outlives reconnects, so status keeps saying since when an event has been failing."""
+async def follow_forever(settings: Settings, nc: RawClient, database_url: str, spec: FollowerSpec) -> None:
+    """Lead the partition's `spec` follower (its own advisory lock), reconnecting when the database goes
+    away. Its stuck state outlives reconnects, so status keeps saying since when an event has been failing."""
     stuck = StuckState(settings.follower.retry_first_seconds, settings.follower.retry_max_seconds)
-    failures = role_failures(settings, "projector")
+    failures = role_failures(settings, spec.name)
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-                # The projection is disposable and its checkpoint commits with its rows: a commit lost in
-                # a crash is simply re-applied from the checkpoint, so it need not wait for fsync (and
-                # must not compete with the writer's).
+                # What a follower derives is disposable and its checkpoint commits with its rows: a commit
+                # lost in a crash is simply re-applied from the checkpoint, so it need not wait for fsync
+                # (and must not compete with the writer's).
                 await conn.execute("SET synchronous_commit = off")
                 # A retry of a stuck event takes the lock again: said once, when the state changed.
-                await _wait_for_lock(conn, projector_lock_key(settings.partition), settings, "projector",
+                await _wait_for_lock(conn, spec.lock_key(settings.partition), settings, spec.name,
                                      quiet=stuck.current is not None or failures.attempts > 0)
-                async with answering_status(nc, settings, "projector", lambda: {"stuck": stuck.report()}):
+                async with answering_status(nc, settings, spec.name, lambda: {"stuck": stuck.report()}):
                     try:
                         with failures.running():
-                            await Projector(nc, conn, settings.stream_name, settings.subject_prefix,
-                                            settings.partition, settings.follower, stuck=stuck).run()
+                            await Follower(spec, nc, conn, settings.stream_name, settings.subject_prefix,
+                                           settings.partition, settings.follower, stuck=stuck).run()
                     except EventFailed:  # logged once per state change; wait (still leading), then retry
                         await asyncio.sleep(stuck.delay())
                         continue
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             await asyncio.sleep(failures.failed(exc, expected=True))
-        except Exception as exc:  # noqa: BLE001 - restart from the checkpoint rather than stop projecting
+        except Exception as exc:  # noqa: BLE001 - restart from the checkpoint rather than stop following
             await asyncio.sleep(failures.failed(exc, expected=False))
         else:
             await asyncio.sleep(settings.writer.lock_poll_seconds)

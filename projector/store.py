@@ -15,7 +15,7 @@ import psycopg
 from psycopg import sql
 
 from infra.pg_pipeline import pipelined_transaction
-from infra.projections import NOTIFY_CHANNEL, PROJECTION, SEARCH_EXPRESSION
+from infra.projections import NOTIFY_CHANNEL, PROJECTION, SEARCH_EXPRESSION, advance_checkpoint, notify_checkpoint
 from projector.rows import COLUMNS, Row
 
 _STAGE = "projection_stage"
@@ -38,33 +38,21 @@ async def apply_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], throug
     """
     if len(rows) <= small_batch:
         async with pipelined_transaction(conn):
-            await _advance_checkpoint(conn, through)
+            await advance_checkpoint(conn, PROJECTION, through)
             if rows:
                 await upsert_rows(conn, rows, table)
-            await conn.execute(_NOTIFY, (NOTIFY_CHANNEL, str(through)))  # sent at COMMIT
+            await notify_checkpoint(conn, NOTIFY_CHANNEL, through)  # sent at COMMIT
         return
     async with conn.transaction():
         async with conn.pipeline():
-            await _advance_checkpoint(conn, through)
-            await conn.execute(_NOTIFY, (NOTIFY_CHANNEL, str(through)))
+            await advance_checkpoint(conn, PROJECTION, through)
+            await notify_checkpoint(conn, NOTIFY_CHANNEL, through)
         await stage_and_merge(conn, rows, table, upsert=True)
-
-
-_NOTIFY = b"SELECT pg_notify(%s, %s)"
 
 
 async def upsert_rows(conn: psycopg.AsyncConnection[Any], rows: list[Row], table: str = PROJECTION) -> None:
     """The live batch's one statement: rows as a JSON parameter, search vectors from the content store."""
     await conn.execute(_json_insert(table), (_rows_json(rows),))
-
-
-async def _advance_checkpoint(conn: psycopg.AsyncConnection[Any], through: int) -> None:
-    """One upsert creates, locks and advances the checkpoint row before any projection row is touched."""
-    await conn.execute(
-        b"INSERT INTO projection_checkpoints (projection, ledger_sequence) VALUES (%s, %s)"
-        b" ON CONFLICT (projection) DO UPDATE"
-        b" SET ledger_sequence = greatest(projection_checkpoints.ledger_sequence, excluded.ledger_sequence)",
-        (PROJECTION, through))
 
 
 def _rows_json(rows: list[Row]) -> str:

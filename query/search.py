@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 import psycopg
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from infra.pg_pipeline import pipelined_transaction
@@ -34,9 +35,14 @@ _STATE = (
 
 
 class CheckpointWatcher:
-    """The projection checkpoint, pushed by NOTIFY from the projector, so waiters wake at once."""
+    """One follower's checkpoint, pushed by the NOTIFY its commits send, so waiters wake at once.
 
-    def __init__(self) -> None:
+    Keyed by follower (its checkpoint row and notify channel): a query waits for the projection, a search
+    for the index, each on its own watcher."""
+
+    def __init__(self, checkpoint_name: str = PROJECTION, channel: str = NOTIFY_CHANNEL) -> None:
+        self.checkpoint_name = checkpoint_name
+        self.channel = channel
         self.sequence = 0
         self._changed = asyncio.Condition()
 
@@ -44,8 +50,8 @@ class CheckpointWatcher:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    await self._set(await checkpoint(conn))
+                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                    await self._set(await checkpoint(conn, self.checkpoint_name))
                     async for note in conn.notifies():
                         await self._set(int(note.payload))
             except psycopg.OperationalError:

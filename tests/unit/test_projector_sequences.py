@@ -3,7 +3,7 @@ stop at a gap (the runner then re-subscribes from its checkpoint)."""
 
 from __future__ import annotations
 
-from projector.runner import contiguous
+from infra.follower import contiguous
 
 
 def test_a_contiguous_batch_is_taken_whole() -> None:

@@ -1,33 +1,36 @@
-"""The live projector: a durable JetStream push consumer applying ledger events to current_objects.
+"""One checkpointed follower of the ledger stream: a name and an apply step are all a follower adds.
 
-One projector per partition leads (Postgres advisory lock); others wait. On start it reads its
-checkpoint from Postgres and (re)creates its durable consumer to start right after it, so the consumer's
-position can never run ahead of what was committed. The server pushes events to a private inbox; a
-callback (on the raw bytes: `infra.nats_raw`) only buffers them, and the apply loop takes what is
-buffered (up to `batch`) as one batch: rows and checkpoint commit in one transaction. Acknowledgements
-are cumulative (AckPolicy.ALL) and sent in bulk (every quarter of `max_ack_pending` events or
-`ack_every_seconds`, and when idle: `follower.*` in infra.settings).
+Why in the kernel: the projector learned the hard way how to follow the stream (push delivery, gaps,
+checkpoint in the same transaction as the rows, re-creation from the checkpoint, batching, bulk acks,
+the stuck-event policy); the indexer and the grants projection follow it the same way, so that lives
+here once and each follower brings only its `ApplyStep` and a `FollowerSpec` (names and lock key).
+
+On start the follower reads its checkpoint from Postgres and (re)creates its durable consumer to start
+right after it, so the consumer's position can never run ahead of what was committed. The server pushes
+events to a private inbox; a callback (on the raw bytes: `infra.nats_raw`) only buffers them, and the
+loop takes what is buffered (up to `batch`) as one batch: the step's rows, the checkpoint and a NOTIFY
+commit in one pipelined transaction. Acknowledgements are cumulative (AckPolicy.ALL) and sent in bulk
+(every quarter of `max_ack_pending` events or `ack_every_seconds`, and when idle: `follower.*` settings).
 
 Why push, not pull: nats-py's `fetch` costs about 5x more client CPU per message than a subscription
-callback (it awaits each message with its own timeout), and under load that CPU was most of the lag.
-The deliveries skip nats-py's header parsing and `Msg` objects (`infra.nats_raw.RawClient`), another 40%
-of the projector's CPU at 5,000 events/s. `max_ack_pending` bounds how far the server runs ahead of the
-acknowledged batches; nothing is queued on the client beyond the buffer, and a gap in stream sequences
-(a message lost on the client) is never skipped: the projector applies what is contiguous and
-re-subscribes from its checkpoint.
+callback, and under load that CPU was most of the lag; raw deliveries skip nats-py's header parsing and
+`Msg` objects, another 40% of the projector's CPU at 5,000 events/s. A gap in stream sequences is never
+skipped: the follower applies what is contiguous and re-subscribes from its checkpoint.
 
-An event it cannot apply (a database error, an undecodable event) never stops it silently and is never
-skipped: the batch falls back to one event per transaction, so the checkpoint stops exactly before the bad
-event; the traceback and sequence are logged once, status shows it stuck (`infra.stuck`), and it
-retries from the checkpoint (EventFailed: a new connection and subscription) with capped backoff.
+An event it cannot apply never stops it silently and is never skipped: the batch falls back to one event
+per transaction, so the checkpoint stops exactly before the bad event; the traceback and sequence are
+logged once, status shows it stuck (`infra.stuck`), and it retries from the checkpoint (EventFailed: a
+new connection and subscription) with capped backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 import nats
 import psycopg
@@ -37,19 +40,43 @@ from nats.js.errors import NotFoundError
 
 from infra.ledger_identity import projector_disagreement, wait_for_agreement
 from infra.nats_raw import RawClient, stream_sequence
+from infra.pg_pipeline import pipelined_transaction
+from infra.projections import advance_checkpoint, checkpoint, notify_checkpoint
 from infra.settings import FollowerSettings
 from infra.stuck import StuckState, describe, traceback_text
-from infra.projections import PROJECTION, checkpoint
 from infra.tasks import reraise_if_cancelled
-from projector.rows import Row, current_row, fold
-from projector.store import apply_rows
 
 log = structlog.get_logger(__name__)
-_PROJECTOR_LOCK_BASE = 0x70616D70_00  # 'pamp' + partition
+
+Event = tuple[int, bytes]  # (ledger sequence, the event's bytes as the stream carries them)
 
 
-def projector_lock_key(partition: int) -> int:
-    return _PROJECTOR_LOCK_BASE + partition
+class ApplyStep(Protocol):
+    """What a follower derives from the ledger: writes the rows of a batch of events, in order.
+
+    Called inside the follower's transaction (pipelined: statements only, no COPY), after the checkpoint
+    row is locked and before COMMIT, so rows and checkpoint commit together or not at all. It must be
+    idempotent per event: after a crash the batch since the checkpoint arrives again."""
+
+    async def apply(self, conn: psycopg.AsyncConnection[Any], events: list[Event]) -> None: ...
+
+
+@dataclass(frozen=True)
+class FollowerSpec:
+    """A follower's names: its role (logs, status subject, durable consumer), its checkpoint row, the
+    channel its commits NOTIFY (read-your-writes waiters listen there) and its advisory lock."""
+
+    name: str
+    checkpoint: str
+    notify_channel: str
+    lock_base: int
+    step: Callable[[], ApplyStep]
+
+    def durable(self, partition: int) -> str:
+        return f"pamledger-{self.name}-p{partition}"
+
+    def lock_key(self, partition: int) -> int:
+        return self.lock_base + partition
 
 
 class StreamGap(Exception):
@@ -66,26 +93,28 @@ class EventFailed(Exception):
         self.sequence = sequence
 
 
-class Projector:
-    """Follows `{prefix}.ledger.p{partition}.>` and keeps current_objects in step.
+class Follower:
+    """Follows `{prefix}.ledger.p{partition}.>` and keeps the spec's rows and checkpoint in step.
 
     The stream holds one partition's ledger with stream sequence == ledger sequence (the relay enforces
     it), so every event after the checkpoint arrives with the next sequence; anything else is a gap.
     """
 
-    def __init__(self, nc: RawClient, conn: psycopg.AsyncConnection[Any], stream: str, prefix: str, partition: int,
-                 settings: FollowerSettings, batch: int = 500, stuck: StuckState | None = None):
+    def __init__(self, spec: FollowerSpec, nc: RawClient, conn: psycopg.AsyncConnection[Any], stream: str,
+                 prefix: str, partition: int, settings: FollowerSettings, batch: int = 500,
+                 stuck: StuckState | None = None):
+        self.spec = spec
+        self.step = spec.step()
         self.nc = nc
         self.settings = settings
         # Acks only let the server push more (max_ack_pending): the position that counts is the checkpoint
-        # in Postgres, from which the consumer is re-created on every start. So acknowledge in bulk, not per
-        # batch: each ack is work for nats-server and a wake-up on a machine the writer shares.
+        # in Postgres, from which the consumer is re-created on every start. So acknowledge in bulk.
         self.ack_every_events = max(1, settings.max_ack_pending // 4)
         self.stuck = stuck if stuck is not None else StuckState(0.5, 30.0)
         self.conn = conn
         self.stream = stream
         self.subject = f"{prefix}.ledger.p{partition}.>"
-        self.durable = f"pamledger-projector-p{partition}"
+        self.durable = spec.durable(partition)
         self.partition = partition
         self.batch = batch
         self.applied = 0
@@ -106,7 +135,7 @@ class Projector:
                     await self._step()
             except (NotFoundError, StreamGap, nats.errors.Error) as exc:
                 reraise_if_cancelled()
-                log.warning("projector.resubscribing", error=type(exc).__name__, detail=str(exc),
+                log.warning(f"{self.spec.name}.resubscribing", error=type(exc).__name__, detail=str(exc),
                             applied=self.applied)
                 await asyncio.sleep(0.5)
             finally:
@@ -118,9 +147,9 @@ class Projector:
 
     async def _subscribe(self) -> Any:
         js = self.nc.jetstream()
-        await wait_for_agreement("projector", lambda: projector_disagreement(
-            self.conn, js, self.stream, PROJECTION, self.partition))
-        self.applied = await checkpoint(self.conn)
+        await wait_for_agreement(self.spec.name, lambda: projector_disagreement(
+            self.conn, js, self.stream, self.spec.checkpoint, self.partition))
+        self.applied = await checkpoint(self.conn, self.spec.checkpoint)
         self._buffer = []
         self._arrived.clear()
         self._unacked, self._acked_through = None, self.applied
@@ -140,7 +169,7 @@ class Projector:
         await js.add_consumer(self.stream, config)
         # A retry of a stuck event re-subscribes too: say so once, when the state changes, not per retry.
         (log.debug if self.stuck.current else log.info)(
-            "projector.following", from_sequence=self.applied + 1, stream=self.stream)
+            f"{self.spec.name}.following", from_sequence=self.applied + 1, stream=self.stream)
         return sub
 
     def _on_delivery(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
@@ -172,7 +201,7 @@ class Projector:
         self._apply_started = time.monotonic()
         taken, gap = contiguous([stream_sequence(reply) for reply, _ in msgs], self.applied)
         if taken:
-            await self._apply([(msgs[index][1], seq) for index, seq in taken])
+            await self._apply([(seq, msgs[index][1]) for index, seq in taken])
         if gap is not None:  # what was contiguous is applied; the consumer is re-created after it
             raise StreamGap(f"expected stream sequence {self.applied + 1}, got {gap}")
         self._unacked = msgs[-1][0]
@@ -180,35 +209,37 @@ class Projector:
         if due or self.applied - self._acked_through >= self.ack_every_events:
             await self._ack()
 
-    async def _apply(self, events: list[tuple[bytes, int]]) -> None:
-        """Apply (event, sequence) pairs in one transaction; if that fails, one per transaction up to the
-        one that fails, so the good events before a bad one are never held back. Raises EventFailed."""
+    async def _apply(self, events: list[Event]) -> None:
+        """Apply events in one transaction; if that fails, one per transaction up to the one that fails,
+        so the good events before a bad one are never held back. Raises EventFailed."""
         try:
             await self._apply_batch(events)
         except Exception as exc:  # noqa: BLE001 - any event-level failure: find the event, report it, retry
             self._reraise_if_lost(exc)
             if len(events) == 1:
-                raise self._failed(events[0][1], exc) from exc
+                raise self._failed(events[0][0], exc) from exc
             for event in events:
                 try:
                     await self._apply_batch([event])
                 except Exception as single:  # noqa: BLE001
                     self._reraise_if_lost(single)
-                    raise self._failed(event[1], single) from single
+                    raise self._failed(event[0], single) from single
         left = self.stuck.passed(self.applied)
         if left is not None:
-            log.info("projector.recovered", ledger_sequence=left.sequence, attempts=left.attempts,
+            log.info(f"{self.spec.name}.recovered", ledger_sequence=left.sequence, attempts=left.attempts,
                      stuck_seconds=round((datetime.now(timezone.utc) - left.since).total_seconds(), 3))
 
-    async def _apply_batch(self, events: list[tuple[bytes, int]]) -> None:
-        rows: dict[tuple[str, str], Row] = {}
-        for event, seq in events:
-            fold(rows, current_row(event, seq))
-        await apply_rows(self.conn, list(rows.values()), events[-1][1])
-        self.applied = events[-1][1]
+    async def _apply_batch(self, events: list[Event]) -> None:
+        """The step's rows, the checkpoint (locked first) and the NOTIFY: one transaction, one round trip."""
+        through = events[-1][0]
+        async with pipelined_transaction(self.conn):
+            await advance_checkpoint(self.conn, self.spec.checkpoint, through)
+            await self.step.apply(self.conn, events)
+            await notify_checkpoint(self.conn, self.spec.notify_channel, through)  # sent at COMMIT
+        self.applied = through
 
     def _reraise_if_lost(self, exc: Exception) -> None:
-        """A lost connection is not the event's fault: let the caller reconnect (project_forever)."""
+        """A lost connection is not the event's fault: let the caller reconnect (follow_forever)."""
         reraise_if_cancelled()
         if isinstance(exc, psycopg.Error) and (self.conn.broken or self.conn.closed):
             raise exc
@@ -217,10 +248,11 @@ class Projector:
         """Count the failure; log the traceback only when the stuck state changes, not on every retry."""
         reason = describe(exc)
         if self.stuck.failed(sequence, reason, datetime.now(timezone.utc)):
-            log.error("projector.event_failed", ledger_sequence=sequence, reason=reason, exception=traceback_text(exc))
+            log.error(f"{self.spec.name}.event_failed", ledger_sequence=sequence, reason=reason,
+                      exception=traceback_text(exc))
         else:
-            log.debug("projector.retry_failed", ledger_sequence=sequence, attempts=self.stuck.current.attempts
-                      if self.stuck.current else 0)
+            log.debug(f"{self.spec.name}.retry_failed", ledger_sequence=sequence,
+                      attempts=self.stuck.current.attempts if self.stuck.current else 0)
         return EventFailed(sequence)
 
     async def _ack(self) -> None:

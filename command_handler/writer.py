@@ -27,7 +27,7 @@ from infra.db_errors import map_db_error
 from infra.ledger import IdempotencyRow, LedgerRow, fetch_replay
 from infra.lru import LRU
 from infra.nats_raw import RawClient, parse_headers
-from infra.request_shell import error_body, to_error
+from infra.request_shell import AllowAll, Deny, Policy, RequestContext, error_body, principal_of, to_error
 from infra.settings import Settings
 from infra.subjects import command_subject, status_subject
 from schemas.canonical import canonical_bytes
@@ -45,7 +45,7 @@ class Writer:
     def __init__(
         self, settings: Settings, nc: RawClient, store: PostgresLedgerStore,
         committed: Callable[[list[LedgerRow]], None], relay_status: Callable[[], dict[str, Any]],
-        registry: TypeRegistry | None = None,
+        registry: TypeRegistry | None = None, policy: Policy | None = None,
     ):
         self.settings = settings
         self.nc = nc
@@ -53,6 +53,8 @@ class Writer:
         # After COMMIT the rows go to `committed` (the relay's queue, command_handler.relay); the writer never
         # waits for replication. `relay_status` says how far replication got, for the writer's status reply.
         self.committed = committed
+        # Asked once per command, after it decoded and before it is planned ([M6] fills it; AllowAll today).
+        self.policy: Policy = policy or AllowAll()
         self.relay_status = relay_status
         # Built once, never per command: the core reads its type and transition tables from this value.
         self.registry = registry if registry is not None else default_registry()
@@ -161,7 +163,14 @@ class Writer:
     def _parse(self, msg: Command) -> Parsed | PamledgerError:
         name = msg.subject.rsplit(".", 1)[-1]
         try:
-            return parse(name, msg.data, msg.headers, self.settings.writer.max_payload_bytes)
+            parsed = parse(name, msg.data, msg.headers, self.settings.writer.max_payload_bytes)
+            context = RequestContext(principal=principal_of(msg.headers), subject=msg.subject,
+                                     operation_id=parsed.operation_id, scope_id=parsed.scope_id)
+            decision = self.policy.decide(context, f"cmd.{name}")
+            if isinstance(decision, Deny):
+                log.info("request.denied", request=f"cmd.{name}", rule_id=decision.rule_id)
+                return decision.error()
+            return parsed
         except PamledgerError as exc:
             log.info("command.rejected", code=exc.code, command=name, reason=exc.message[:200])
             return exc

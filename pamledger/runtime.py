@@ -63,8 +63,8 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
                       policy: Policy | None = None) -> None:
     """Serve `roles` in this process until `stop` is set. Each role has its own NATS connection, so one
     role's backlog (or a slow-consumer cut-off) never queues behind another's. `authorizer` is the
-    per-event authorization seam of Subscribe; `policy` the per-request policy port of the query service and
-    the gateway (infra.request_shell; AllowAll when None)."""
+    per-event authorization seam of Subscribe; `policy` the per-request policy port of the writer, the query
+    service and the gateway (infra.request_shell; AllowAll when None)."""
     connections: list[NATS] = []
     tasks: list[asyncio.Task[None]] = []
     query: QueryService | None = None
@@ -88,7 +88,8 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             await query.start()
             tasks.append(asyncio.create_task(watcher.run(database_url)))
         if "writer" in roles:
-            tasks.append(asyncio.create_task(lead_forever(settings, await connection("writer"), database_url)))
+            tasks.append(asyncio.create_task(lead_forever(settings, await connection("writer"), database_url,
+                                                          policy)))
         for spec in FOLLOWERS:
             if spec.name in roles:
                 tasks.append(asyncio.create_task(
@@ -119,12 +120,12 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
         log.info("service.stopped", roles=list(roles))
 
 
-async def lead_forever(settings: Settings, nc: RawClient, database_url: str) -> None:
+async def lead_forever(settings: Settings, nc: RawClient, database_url: str, policy: Policy | None = None) -> None:
     """Wait for the writer lock, serve as writer, and go back to waiting if the database session dies."""
     failures = role_failures(settings, "writer")
     while True:
         try:
-            await _lead_once(settings, nc, database_url, failures)
+            await _lead_once(settings, nc, database_url, failures, policy)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             await asyncio.sleep(failures.failed(exc, expected=True))
         except Exception as exc:  # noqa: BLE001 - a writer bug must not leave the process serving without a writer
@@ -140,7 +141,8 @@ def role_failures(settings: Settings, role: str) -> RoleFailures:
     return RoleFailures(role, poll, 10 * poll, settings.writer.role_healthy_seconds)
 
 
-async def _lead_once(settings: Settings, nc: RawClient, database_url: str, failures: RoleFailures) -> None:
+async def _lead_once(settings: Settings, nc: RawClient, database_url: str, failures: RoleFailures,
+                     policy: Policy | None) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         store = PostgresLedgerStore(conn, settings.partition)
         # A retry after a failure takes the lock again: said once, by the failure, not per attempt.
@@ -151,7 +153,7 @@ async def _lead_once(settings: Settings, nc: RawClient, database_url: str, failu
         relay_task = asyncio.create_task(relay.run())
         try:
             with failures.running():
-                await Writer(settings, nc, store, relay.submit, relay.status).serve()
+                await Writer(settings, nc, store, relay.submit, relay.status, policy=policy).serve()
         finally:
             await stop_task(relay_task)
 

@@ -126,3 +126,28 @@ async def test_a_push_subscription_names_its_actor_on_every_request(
     await subscription.close()
     for operation in ("sub.open", "sub.resume", "sub.close"):
         assert POLICY.seen(operation)[-1].principal.actor_id == ALICE["actor_id"], operation
+
+
+async def test_the_writer_asks_the_policy_for_every_command_and_a_deny_writes_nothing(
+    client: MemoryClient, created: dict[str, Any]
+) -> None:
+    """Commands go through the same policy port: a denied create answers access_denied with the rule and
+    appends nothing; the same command from another caller commits; the policy saw the scope."""
+    from infra.subjects import command_subject
+
+    body = msgspec.json.encode({"scope_id": SCOPE, "object_type": "claim", "canonical_content": {"n": "denied"},
+                                "actor": MALLORY, "provenance": {**PROVENANCE, "actor": MALLORY}})
+    subject = command_subject(client.prefix, "create")
+    head = (await client.create(SCOPE, "claim", {"n": "probe"}, ACTOR, PROVENANCE))["ledger_sequence"]
+    denied = msgspec.json.decode((await client.nc.request(
+        subject, body, timeout=10, headers={"Pam-Actor": msgspec.json.encode(MALLORY).decode()})).data)
+    assert denied["error"]["code"] == "access_denied", denied
+    assert denied["error"]["policy_rule_id"] == "rule:test:no-mallory"
+    allowed = msgspec.json.decode((await client.nc.request(
+        subject, body, timeout=10, headers={"Pam-Actor": msgspec.json.encode(ALICE).decode()})).data)
+    assert allowed["result"]["ledger_sequence"] == head + 1  # the denied one appended nothing
+    history = await client.history(SCOPE, allowed["result"]["object_id"])
+    assert history["versions"][0]["canonical_content"] == {"n": "denied"}
+    contexts = POLICY.seen("cmd.create")
+    assert [c.principal.actor_id for c in contexts[-2:]] == [MALLORY["actor_id"], ALICE["actor_id"]]
+    assert all(c.scope_id == SCOPE for c in contexts[-2:])

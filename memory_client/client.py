@@ -256,10 +256,10 @@ class SyncSubscription:
 
     def __next__(self) -> dict[str, Any]:
         try:
-            return self._loop.run_until_complete(self._events.__anext__())  # type: ignore[no-any-return]
+            return self._loop.run_until_complete(self._events.__anext__())
         except StopAsyncIteration:
             raise StopIteration from None
 
     def close(self, reason: str = "unsubscribed") -> dict[str, Any]:
-        self._loop.run_until_complete(self._events.aclose())  # type: ignore[attr-defined]
-        return self._loop.run_until_complete(self._subscription.close(reason))  # type: ignore[no-any-return]
+        self._loop.run_until_complete(self._events.aclose())
+        return self._loop.run_until_complete(self._subscription.close(reason))

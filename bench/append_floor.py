@@ -21,10 +21,11 @@ import psycopg
 
 from bench.load import INSERT_SCOPE_SQL, SCOPE_ID, Result, create_payload
 from command_handler.chain import GENESIS_HASH
-from command_handler.intake import parse
+from command_handler.intake import Parsed, parse
 from command_handler.planner import PlanInputs, plan_batch
 from command_handler.store import SINGLE_STATEMENT_ROWS, Batch, PostgresLedgerStore
 from command_handler.writer import new_stamp
+from schemas.errors import PamledgerError
 from schemas.registry import default_registry
 
 CREATES_PER_SECOND_GUESS = 12_000  # sizes the prebuilt work so the run lasts about `duration`
@@ -35,7 +36,7 @@ def planned_batches(creates: int, size: int = SINGLE_STATEMENT_ROWS) -> list[Bat
     payload = create_payload()
     tail, batches, registry = (0, GENESIS_HASH), [], default_registry()
     for start in range(0, creates, size):
-        items = [parse("create", payload, {"Pam-Idempotency-Key": f"floor:{i}"}, 1 << 20)
+        items: list[Parsed | PamledgerError] = [parse("create", payload, {"Pam-Idempotency-Key": f"floor:{i}"}, 1 << 20)
                  for i in range(start, min(creates, start + size))]
         plan = plan_batch(items, PlanInputs(heads={}, idempotency={}, scope_known=lambda _: True,
                                                   stamp=new_stamp, tail=tail, registry=registry))

@@ -180,7 +180,8 @@ class MemoryClient:
     async def _command(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         if (refused := refusal(body)) is not None:  # NaN/±Infinity would go out as null
             raise PamspecError.from_envelope(refused)
-        headers = {"Pam-Operation-Id": body.get("operation_id") or f"op:{uuid.uuid4()}"}
+        headers = {"Pam-Operation-Id": body.get("operation_id") or f"op:{uuid.uuid4()}",
+                   **self.actor_header(self.actor or body.get("actor"))}  # the caller: this client, else the command's actor
         if name != "create_scope" and not body.get("idempotency_key"):
             headers["Pam-Idempotency-Key"] = f"sdk:{uuid.uuid4()}"
         result = await self._request(command_subject(self.prefix, name), body, headers, retry=True)

@@ -151,3 +151,9 @@ async def test_the_writer_asks_the_policy_for_every_command_and_a_deny_writes_no
     contexts = POLICY.seen("cmd.create")
     assert [c.principal.actor_id for c in contexts[-2:]] == [MALLORY["actor_id"], ALICE["actor_id"]]
     assert all(c.scope_id == SCOPE for c in contexts[-2:])
+
+
+async def test_the_sdk_names_the_caller_of_a_command(client: MemoryClient, created: dict[str, Any]) -> None:
+    """Without an actor of its own, the SDK names the command's actor as the caller (Pam-Actor)."""
+    await client.create(SCOPE, "claim", {"n": "by alice"}, ALICE, {**PROVENANCE, "actor": ALICE})
+    assert POLICY.seen("cmd.create")[-1].principal.actor_id == ALICE["actor_id"]

@@ -130,7 +130,8 @@ async def test_headers_count_toward_max_payload_at_the_exact_boundary(service: E
     try:
         await client.create_scope(SCOPE)
         limit = client.nc.max_payload
-        headers = len(b"NATS/1.0\r\nPam-Operation-Id: op:boundary\r\n\r\n")  # idempotency key in the body
+        caller = client.actor_header(ACTOR)["Pam-Actor"]  # the SDK names the command's actor as the caller
+        headers = len(f"NATS/1.0\r\nPam-Operation-Id: op:boundary\r\nPam-Actor: {caller}\r\n\r\n".encode())
 
         def body(size: int) -> dict[str, Any]:
             empty = {"scope_id": SCOPE, "object_type": "claim", "canonical_content": {"s": ""}, "actor": ACTOR,

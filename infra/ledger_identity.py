@@ -65,13 +65,6 @@ async def ledger_head(conn: psycopg.AsyncConnection[Any], partition: int) -> int
     return int(row[0]) if row else 0
 
 
-async def event_id_at(conn: psycopg.AsyncConnection[Any], partition: int, sequence: int) -> str | None:
-    cur = await conn.execute("SELECT event_id FROM ledger WHERE partition = %s AND ledger_sequence = %s",
-                             (partition, sequence))
-    row = await cur.fetchone()
-    return str(row[0]) if row else None
-
-
 def stream_ledger_id(info: Any) -> str | None:
     """The ledger id a stream was made for (None: a stream made before identities existed)."""
     metadata = info.config.metadata or {}

@@ -17,10 +17,10 @@ import msgspec
 
 from schemas.canonical import canonical_bytes
 from schemas.commands import DECODERS, IDEMPOTENCY_KEY_MAX, Command, CreateScope
-from schemas.common import is_valid_id
 from schemas.errors import InvalidObject, InvalidRequest
-from schemas.replies import IDEMPOTENCY_HEADER, OPERATION_HEADER
-from schemas.values import ENVELOPE_FIELDS, MAX_DEPTH, BadValue, check_text, check_value, nests_deeper, top_field
+from schemas.headers import check_header, header_operation_id
+from schemas.replies import IDEMPOTENCY_HEADER
+from schemas.values import ENVELOPE_FIELDS, MAX_DEPTH, BadValue, check_value, nests_deeper, top_field
 
 _MSGSPEC_PATH = re.compile(r" - at `\$(.*)`\Z")
 _PATH_STEP = re.compile(r"\.([^.\[]+)|\[([^\]]*)\]")
@@ -105,7 +105,7 @@ def _idempotency_key(command: Command, headers: dict[str, str]) -> str | None:
     in_body = getattr(command, "idempotency_key", None)
     in_header = headers.get(IDEMPOTENCY_HEADER)
     if in_header:
-        _check_header(IDEMPOTENCY_HEADER, in_header, IDEMPOTENCY_KEY_MAX)
+        check_header(IDEMPOTENCY_HEADER, in_header, IDEMPOTENCY_KEY_MAX)
     if in_body and in_header and in_body != in_header:
         raise InvalidRequest(
             "idempotency key differs between header and payload",
@@ -116,26 +116,7 @@ def _idempotency_key(command: Command, headers: dict[str, str]) -> str | None:
 
 def _operation_id(command: Command, headers: dict[str, str]) -> str | None:
     """The header's operation id, else the payload's; a header one must be a valid id like the payload's."""
-    in_header = headers.get(OPERATION_HEADER)
-    if in_header:
-        _check_header(OPERATION_HEADER, in_header, 512)
-        if not is_valid_id(in_header):
-            raise InvalidRequest("operation id must follow the scheme:rest id pattern",
-                                 details={"field": f"headers/{OPERATION_HEADER}", "operation_id": in_header})
-        return in_header
-    return getattr(command, "operation_id", None)
-
-
-def _check_header(name: str, value: str, max_chars: int) -> None:
-    """Headers are input too: the same length limit and refused values as the payload field they stand for."""
-    field = f"headers/{name}"
-    if len(value) > max_chars:
-        raise InvalidRequest(f"header {name} is longer than {max_chars} characters",
-                             details={"field": field, "limit_chars": max_chars, "length": len(value)})
-    try:
-        check_text(value, field)
-    except BadValue as exc:
-        raise InvalidRequest(f"header {name}: {exc}", details={"field": field, "reason": exc.reason}) from None
+    return header_operation_id(headers) or getattr(command, "operation_id", None)
 
 
 def _field(message: str, data: bytes) -> str:

@@ -24,7 +24,8 @@ from infra.db_errors import map_db_error
 from infra.tasks import reraise_if_cancelled
 from schemas.common import Id
 from schemas.errors import AccessDenied, InvalidRequest, PamledgerError, ServiceUnavailable
-from schemas.replies import ACTOR_HEADER, OPERATION_HEADER, error_reply
+from schemas.headers import header_operation_id
+from schemas.replies import ACTOR_HEADER, error_reply
 from schemas.values import BadValue, check_text
 
 log = structlog.get_logger(__name__)
@@ -115,7 +116,7 @@ def principal_of(headers: dict[str, str] | None) -> Principal:
 def context_of(subject: str, headers: dict[str, str] | None, budget_seconds: float | None = None) -> RequestContext:
     """The context of a request before its body is decoded (raises InvalidRequest for a bad actor header)."""
     deadline = time.monotonic() + budget_seconds if budget_seconds is not None else None
-    operation_id = (headers or {}).get(OPERATION_HEADER)
+    operation_id = header_operation_id(headers)  # checked as the writer checks it: a bad one is invalid_request
     principal = principal_of(headers)
     return RequestContext(principal=principal, subject=subject, operation_id=operation_id, deadline=deadline)
 
@@ -158,11 +159,11 @@ class RequestShell:
     async def answer(self, operation: str, subject: str, data: bytes, headers: dict[str, str] | None,
                      decode: Callable[[bytes], Any], handle: Handler) -> bytes:
         """`operation` names the request for the policy and the logs (e.g. "query.read", "sub.open")."""
-        operation_id = (headers or {}).get(OPERATION_HEADER)
+        operation_id: str | None = None  # an invalid header id is never echoed: the reply mints one
         try:
             context = context_of(subject, headers, self.budget_seconds)
             request = decode(data)
-            operation_id = operation_id or getattr(request, "operation_id", None)
+            operation_id = context.operation_id or getattr(request, "operation_id", None)
             context = msgspec.structs.replace(context, operation_id=operation_id,
                                               scope_id=getattr(request, "scope_id", None))
             decision = self.policy.decide(context, operation)

@@ -157,3 +157,20 @@ async def test_the_sdk_names_the_caller_of_a_command(client: MemoryClient, creat
     """Without an actor of its own, the SDK names the command's actor as the caller (Pam-Actor)."""
     await client.create(SCOPE, "claim", {"n": "by alice"}, ALICE, {**PROVENANCE, "actor": ALICE})
     assert POLICY.seen("cmd.create")[-1].principal.actor_id == ALICE["actor_id"]
+
+
+@pytest.mark.parametrize("op_id", ["bad id", "op:" + "x" * 100_000, "op:a\x00b"])
+async def test_the_operation_id_header_is_checked_as_the_writer_checks_it(
+    client: MemoryClient, created: dict[str, Any], op_id: str
+) -> None:
+    """A read with an invalid Pam-Operation-Id is invalid_request naming the header (as a command is), and the
+    reply never echoes the bad id; it reaches neither the policy nor the handler."""
+    asked = len(POLICY.asked)
+    reply = msgspec.json.decode((await client.nc.request(
+        query_subject(client.prefix, "read"),
+        msgspec.json.encode({"scope_id": SCOPE, "object_id": created["object_id"], "operation_id": "op:good"}),
+        timeout=10, headers={"Pam-Operation-Id": op_id})).data)
+    assert reply["error"]["code"] == "invalid_request", reply
+    assert reply["error"]["details"]["field"] == "headers/Pam-Operation-Id"
+    assert reply["error"]["operation_id"] not in (op_id, "")
+    assert len(POLICY.asked) == asked

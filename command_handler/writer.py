@@ -99,14 +99,17 @@ class Writer:
             "pid": os.getpid(), **self.guard.status(), **self.relay_status(),
         }}))
 
-    async def _commit_batch(self, msgs: list[Command]) -> None:
+    async def _commit_batch(self, msgs: list[Command], items: list[Parsed | PamledgerError] | None = None) -> None:
+        """Commit one batch. `items` are the batch's commands already parsed (and decided on by the policy)
+        when a failed batch is split: each command is parsed and authorized once, however it is retried."""
         if self.guard.due():
             await self.guard.check()
             self.tail = await self.store.tail()
         if (refusal := self.guard.refusal()) is not None:
             await self._fail_all(msgs, msgs, refusal)
             return
-        items = [self._parse(m) for m in msgs]
+        if items is None:
+            items = [self._parse(m) for m in msgs]
         parsed = [i for i in items if isinstance(i, Parsed)]
         try:
             plan = await self._plan_and_append(items, parsed)
@@ -119,8 +122,8 @@ class Writer:
                 # Postgres refused some command's rows (a constraint, a value it cannot store). Nothing was
                 # written and nothing in memory moved: commit each command alone, so only the offender fails.
                 log.warning("batch.split", error=type(exc).__name__, size=len(msgs))
-                for msg in msgs:
-                    await self._commit_batch([msg])
+                for msg, item in zip(msgs, items):
+                    await self._commit_batch([msg], [item])
                 return
             log.error("batch.failed", error=type(exc).__name__, size=len(msgs))
             await self._fail_all(msgs, items, map_db_error(exc))
@@ -130,8 +133,8 @@ class Writer:
         except Exception:  # noqa: BLE001 - a bug, not Postgres: nothing was written, so split as above
             log.exception("batch.crashed", size=len(msgs))
             if len(msgs) > 1:
-                for msg in msgs:
-                    await self._commit_batch([msg])
+                for msg, item in zip(msgs, items):
+                    await self._commit_batch([msg], [item])
             else:
                 await self._fail_all(msgs, items, PamledgerError("internal error while handling the command"))
             return

@@ -174,3 +174,29 @@ async def test_the_operation_id_header_is_checked_as_the_writer_checks_it(
     assert reply["error"]["details"]["field"] == "headers/Pam-Operation-Id"
     assert reply["error"]["operation_id"] not in (op_id, "")
     assert len(POLICY.asked) == asked
+
+
+async def test_a_split_batch_asks_the_policy_once_per_command(
+    client: MemoryClient, created: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When a batch fails and is split, its commands are retried as parsed and authorized the first time:
+    an auditing or counting policy ([M6]) sees each command once."""
+    import asyncio
+
+    from command_handler.store import PostgresLedgerStore
+
+    real_append, failed = PostgresLedgerStore.append, []
+
+    async def append_failing_once(self: PostgresLedgerStore, batch: Any) -> None:
+        if len(batch.ledger) > 1 and not failed:
+            failed.append(len(batch.ledger))
+            raise RuntimeError("injected: the first multi-command batch fails")
+        await real_append(self, batch)
+
+    monkeypatch.setattr(PostgresLedgerStore, "append", append_failing_once)
+    asked = len(POLICY.seen("cmd.create"))
+    made = await asyncio.gather(*(client.create(SCOPE, "claim", {"split": i}, ALICE, {**PROVENANCE, "actor": ALICE})
+                                  for i in range(6)))
+    assert failed, "the commands never met in one batch: nothing was split"
+    assert len({m["object_id"] for m in made}) == 6
+    assert len(POLICY.seen("cmd.create")) - asked == 6

@@ -62,7 +62,7 @@ class GatewaySettings(_Group):
 
 
 class FollowerSettings(_Group):
-    """Stream followers (the projector): batching, acknowledgements, consumer checks, and how they retry
+    """Stream followers (every FollowerSpec: the projector today; each reads this one group): batching, acknowledgements, consumer checks, and how they retry
     an event they cannot apply (they never skip it). The gateway's feed and pushes use the retry pair."""
 
     retry_first_seconds: float = Field(default=0.5, gt=0)

@@ -165,7 +165,7 @@ class MemoryClient:
     def actor_header(self, actor: dict[str, Any] | None) -> dict[str, str]:
         """The Pam-Actor header naming `actor` (else the client's own), or none: the caller is anonymous."""
         actor = actor or self.actor
-        if not actor:
+        if not isinstance(actor, dict) or not actor:  # a malformed actor is the service's to refuse, in the body
             return {}
         named = {"actor_id": actor.get("actor_id"), "actor_kind": actor.get("actor_kind")}
         return {ACTOR_HEADER: canonical_bytes(named).decode()}

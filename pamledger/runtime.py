@@ -111,7 +111,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             await query.stop()
         if pool is not None:
             await pool.close()
-        # Not drain(): draining waits on the projector's lingering pull requests. Replies are already out;
+        # Not drain(): draining would wait on subscriptions still being delivered to. Replies are already out;
         # flush what is buffered, then close.
         for nc in connections:
             with contextlib.suppress(Exception):

@@ -166,8 +166,8 @@ async def test_the_sdk_finds_the_service_without_importing_server_code(service: 
                 await client.status("writer")
 
         asyncio.run(main())
-        server_code = ("infra.local_servers", "infra.local_postgres", "infra.local_nats", "infra.supervisor",
-                       "psycopg")
+        server_code = ("infra.local_servers", "infra.local_postgres", "infra.local_nats", "pamledger.supervisor",
+                       "pamledger.runtime", "psycopg")
         print(json.dumps(sorted(name for name in server_code if name in sys.modules)))
     """)
     environment = {k: v for k, v in os.environ.items() if not k.startswith("PAMLEDGER_")}

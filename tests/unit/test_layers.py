@@ -27,14 +27,29 @@ OURS = frozenset(ALLOWED) | {"bench", "tests"}
 
 
 def imports_of(source: str) -> list[tuple[int, str]]:
-    """(line, top-level package) of every absolute import in the module, wherever it stands."""
+    """(line, top-level package) of every absolute import in the module, wherever it stands, and of every
+    `importlib.import_module("x...")` / `__import__("x...")` with a literal name."""
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.append((node.lineno, node.module.split(".")[0]))
+        elif isinstance(node, ast.Call) and _dynamic_import(node.func) and node.args \
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            found.append((node.lineno, node.args[0].value.split(".")[0]))
     return found
+
+
+def _dynamic_import(func: ast.expr) -> bool:
+    return (isinstance(func, ast.Attribute) and func.attr == "import_module") or (
+        isinstance(func, ast.Name) and func.id in ("__import__", "import_module"))
+
+
+def unclassified_packages(root: Path) -> list[str]:
+    """Top-level packages (folders with an __init__.py) that no layer rule names: a new package must be
+    placed in a layer before it can import anything, or it would carry imports between services."""
+    return sorted(path.parent.name for path in root.glob("*/__init__.py") if path.parent.name not in OURS)
 
 
 def crossings(root: Path) -> list[str]:
@@ -50,6 +65,19 @@ def crossings(root: Path) -> list[str]:
 
 def test_no_import_crosses_a_layer() -> None:
     assert crossings(ROOT) == []
+
+
+def test_every_top_level_package_is_placed_in_a_layer() -> None:
+    assert unclassified_packages(ROOT) == []
+
+
+def test_the_checker_finds_an_unplaced_package_and_a_dynamic_import(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "grants/__init__.py": "", "query/__init__.py": "",
+        "query/a.py": "import importlib\nm = importlib.import_module('projector.store')\n",
+    })
+    assert unclassified_packages(root) == ["grants"]
+    assert crossings(root) == ["query/a.py:2 -> projector"]
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:

@@ -1,5 +1,5 @@
-"""The live projector's rule for pushed stream sequences: apply the contiguous run, skip what is applied,
-stop at a gap (the runner then re-subscribes from its checkpoint)."""
+"""A follower's rule for pushed stream sequences: apply the contiguous run, skip what is applied, stop at a
+gap (the follower then re-subscribes from its checkpoint)."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ from memory_client.cli_common import Parser, print_json
 from memory_client.client import MemoryClient, PamspecError
 from pamledger.cli_audit import add_audit_parsers, cmd_audit, cmd_replay
 from pamledger.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report
+from pamledger.supervisor import ROLES
 
 _print = print_json
 
@@ -119,7 +120,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 def _problems(report: dict[str, Any]) -> list[str]:
     """One sentence per role that reports itself stuck (a follower retrying an event it cannot apply)."""
     problems = []
-    for role in ("writer", "query", "projector", "gateway"):
+    for role in ROLES:
         stuck = report.get(role, {}).get("stuck")
         if stuck:
             problems.append(f"{role} stuck at ledger sequence {stuck['sequence']} since {stuck['since']}"
@@ -158,7 +159,7 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
         except PamspecError as exc:
             return {"answers": False, "error": exc.code}
 
-    components = ("writer", "query", "projector", "gateway")  # asked at once: one timeout, not four
+    components = ROLES  # asked at once: one timeout, not one per role
     out.update(zip(components, await asyncio.gather(*(ask(c) for c in components))))
     await client.close()
     return out

@@ -31,9 +31,9 @@ from infra.settings import Settings
 from infra.role_failures import RoleFailures
 from infra.stuck import StuckState, describe
 from infra.subjects import status_subject
-from pamledger.supervisor import ROLES
 from infra.tasks import stop_task
-from projector.step import PROJECTOR
+from pamledger.followers import FOLLOWERS
+from pamledger.supervisor import ROLES
 from query.search import CheckpointWatcher
 from query.service import QueryService
 from schemas.canonical import canonical_bytes
@@ -43,8 +43,6 @@ from command_handler.relay import Relay
 from subscriptions.store import LeadershipLost, SubscriptionStore
 
 log = structlog.get_logger(__name__)
-# The ledger's followers, each led by its own role: a new one is an apply step and a line here.
-FOLLOWERS: tuple[FollowerSpec, ...] = (PROJECTOR,)
 
 
 async def connect_nats(url: str, name: str) -> RawClient:

@@ -22,10 +22,11 @@ from types import FrameType
 import structlog
 
 from infra.processes import ServerWatch, die_with_parent
+from pamledger.followers import FOLLOWERS
 
 log = structlog.get_logger(__name__)
 
-ROLES = ("writer", "query", "projector", "gateway")
+ROLES = ("writer", "query", *(spec.name for spec in FOLLOWERS), "gateway")  # every follower is a role
 RESTART_BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
 STOP_TIMEOUT = 15.0
 

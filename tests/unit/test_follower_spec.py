@@ -8,7 +8,7 @@ hot standby), readers wait on the same channel, and operators find the same cons
 from __future__ import annotations
 
 from infra.projections import NOTIFY_CHANNEL, PROJECTION
-from pamledger.runtime import FOLLOWERS
+from pamledger.followers import FOLLOWERS
 from projector.step import PROJECTOR
 
 

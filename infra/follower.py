@@ -103,6 +103,11 @@ class Follower:
     def __init__(self, spec: FollowerSpec, nc: RawClient, conn: psycopg.AsyncConnection[Any], stream: str,
                  prefix: str, partition: int, settings: FollowerSettings, batch: int = 500,
                  stuck: StuckState | None = None):
+        if partition != 0:
+            # The checkpoint row and the notify channel are keyed by the follower's name alone (migration
+            # 002): a second partition would share partition 0's position. Refuse it loudly until they are
+            # keyed by (name, partition).
+            raise ValueError(f"follower {spec.name}: only partition 0 is supported (checkpoints are per name)")
         self.spec = spec
         self.step = spec.step()
         self.nc = nc

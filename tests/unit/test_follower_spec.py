@@ -35,3 +35,15 @@ def test_no_follower_lock_collides_with_the_writer_or_gateway_lock_of_any_partit
     for spec in FOLLOWERS:
         assert not taken & {spec.lock_key(p) for p in partitions}, spec.name
         taken |= {spec.lock_key(p) for p in partitions}
+
+
+def test_a_follower_of_another_partition_is_refused_until_checkpoints_are_keyed_by_partition() -> None:
+    """The checkpoint row and channel are per follower name: a partition-1 follower would share partition
+    0's position and skip or repeat events, so building one fails loudly."""
+    import pytest
+
+    from infra.follower import Follower
+    from infra.settings import Settings
+
+    with pytest.raises(ValueError, match="partition 0"):
+        Follower(PROJECTOR, None, None, "STREAM", "pam", 1, Settings().follower)  # type: ignore[arg-type]

@@ -264,7 +264,8 @@ async def wait_for_agreement(role: str, check: Callable[[], Awaitable[Disagreeme
                              refusal: Refusal | None = None, retry_seconds: float = RETRY_SECONDS) -> None:
     """Return once `check` finds nothing to disagree with; until then retry, logging one line each time
     the reason changes (no traceback: it is the operator's move, not a bug). A check that cannot run (NATS
-    away) is said once per kind of error, not once per retry: an outage's log does not grow with its length."""
+    away) is said once when it starts and once when it ends, not once per retry or per kind of error: an
+    outage's log does not grow with its length."""
     refusal = refusal or Refusal()
     failing: set[str] = set()  # the kinds of error the check failed with since it last ran
     while True:
@@ -273,7 +274,9 @@ async def wait_for_agreement(role: str, check: Callable[[], Awaitable[Disagreeme
         except (nats.errors.Error, asyncio.TimeoutError) as exc:
             reraise_if_cancelled()
             error = type(exc).__name__
-            (log.debug if error in failing else log.warning)(f"{role}.identity_check_failed", error=error)
+            # One state, "the check cannot run": said when it starts; the kinds of error seen meanwhile are
+            # named when it ends (an outage alternates between them, which is no change of state).
+            (log.debug if failing else log.warning)(f"{role}.identity_check_failed", error=error)
             failing.add(error)
             await asyncio.sleep(retry_seconds)
             continue

@@ -13,6 +13,7 @@ import os
 import random
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from indexer.embedders import Embedder, FeatureHashingEmbedder, MiniLMEmbedder
 from indexer.preprocess import prepare
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(texts)} mixed texts (1-4 clauses), {words:.1f} words on average, and as many short ones"
           f" (1 clause); {os.cpu_count()} cores; load {os.getloadavg()}")
     short = corpus(args.texts, most_clauses=1)
-    rows = []
+    rows: list[dict[str, Any]] = []
 
     def measure(name: str, embedder: Embedder, batch: int, corpus_name: str, texts: list[str]) -> None:
         per_second, count = rate(embedder, texts, args.seconds)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -74,6 +76,24 @@ def fresh_database(servers: Servers, label: str) -> str:
     return servers.database_url(name)
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def service_environment(env: "Env", database_url: str | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a `pamledger` process serving `env` (its servers, subject prefix and stream), with
+    JSON logs; `extra` adds or overrides variables."""
+    return {**os.environ, "PAMLEDGER_NATS_URL": env.nats_url,
+            "PAMLEDGER_DATABASE_URL": database_url or env.database_url,
+            "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix, "PAMLEDGER_STREAM_NAME": env.settings.stream_name,
+            "PAMLEDGER_LOG_FORMAT": "json", **extra}
+
+
+def run_cli(env: "Env", *args: str, database_url: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m pamledger ARGS` against `env` (or another database of its servers), output captured."""
+    return subprocess.run([sys.executable, "-m", "pamledger", *args], cwd=ROOT,
+                          env=service_environment(env, database_url), capture_output=True, text=True, timeout=120)
+
+
 def fresh_settings(label: str, **overrides: Any) -> Settings:
     """Subject prefix and stream name of their own, so modules never see each other's traffic."""
     tag = f"{label}_{uuid.uuid4().hex[:6]}".lower()
@@ -99,9 +119,14 @@ def env(servers: Servers, request: pytest.FixtureRequest) -> Env:
     return Env(servers, fresh_database(servers, label), fresh_settings(label))
 
 
+ROLES = ("writer", "query", "projector", "gateway")
+
+
 @contextlib.asynccontextmanager
-async def running_service(env: Env, authorizer: Any = None, policy: Any = None) -> AsyncIterator[None]:
-    """The whole service (query, writer, relay, projector, gateway) as a task in this event loop."""
+async def serving(env: Env, ready: tuple[str, ...] = ROLES, timeout: float = 60.0, authorizer: Any = None,
+                  policy: Any = None) -> AsyncIterator[Any]:
+    """The whole service (query, writer, relay, projector, gateway) as a task in this event loop, ready once
+    the `ready` roles answer their status; yields a client that does not retry."""
     from pamledger.runtime import run_service
     from memory_client.client import MemoryClient
 
@@ -109,22 +134,29 @@ async def running_service(env: Env, authorizer: Any = None, policy: Any = None) 
     task = asyncio.create_task(run_service(env.settings, env.nats_url, env.database_url, stop, authorizer,
                                             policy=policy))
     client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
+    client.retries = 0
     try:
-        await wait_for(lambda: _answers(client), timeout=30)
-        yield
+        await wait_for(lambda: answers(client, ready), timeout=timeout)
+        yield client
     finally:
         await client.close()
         stop.set()
         await task
 
 
-async def _answers(client: Any) -> bool:
-    """Every role answers its status subject (the writer, projector and gateway only once they lead)."""
+@contextlib.asynccontextmanager
+async def running_service(env: Env, authorizer: Any = None, policy: Any = None) -> AsyncIterator[None]:
+    """The whole service, once every role answers."""
+    async with serving(env, ROLES, 30.0, authorizer, policy):
+        yield
+
+
+async def answers(client: Any, roles: tuple[str, ...] = ROLES) -> bool:
+    """Every role of `roles` answers its status subject (the writer, projector and gateway once they lead)."""
     from memory_client.client import PamspecError
 
-    client.retries = 0
     try:
-        for role in ("writer", "query", "projector", "gateway"):
+        for role in roles:
             await client.status(role)
         return True
     except PamspecError:

@@ -20,7 +20,7 @@ import pytest
 
 from command_handler.verify import verify_ledger
 from memory_client.client import MemoryClient, PamspecError
-from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, wait_for
+from tests.conftest import service_environment, ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, wait_for
 from tests.integration.test_writer import assert_stream_equals_ledger
 
 SCOPE = "workspace:faults"
@@ -31,15 +31,7 @@ class ServiceProcess:
     """One `pamledger run` (a supervisor and a process per role) against the module's servers."""
 
     def __init__(self, env: Env, log_path: Path):
-        environment = {
-            **os.environ,
-            "PAMLEDGER_NATS_URL": env.nats_url,
-            "PAMLEDGER_DATABASE_URL": env.database_url,
-            "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix,
-            "PAMLEDGER_STREAM_NAME": env.settings.stream_name,
-            "PAMLEDGER_LOG_FORMAT": "json",
-            "PAMLEDGER_WRITER__LOCK_POLL_SECONDS": "0.2",
-        }
+        environment = service_environment(env, PAMLEDGER_WRITER__LOCK_POLL_SECONDS="0.2")
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "pamledger", "run"], cwd=ROOT, env=environment,
                                      stdout=self.log, stderr=self.log)

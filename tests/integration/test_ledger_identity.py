@@ -3,9 +3,6 @@ explicit recovery commands (`pamledger stream rebuild`, `pamledger replay --swap
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -13,37 +10,13 @@ import psycopg
 from infra.ledger_identity import (
     STREAM_KEY, checkpoint_disagreement, ledger_identity, subscriptions_disagreement,
 )
-from pamledger.runtime import run_service
 from pamledger.cli_ledger import identity_report, rebuild_stream
-from memory_client.client import MemoryClient, PamspecError
+from memory_client.client import MemoryClient
 from projector.replay import ReplayOptions, replay
 from infra.projections import PROJECTION, checkpoint
-from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, running_service, wait_for
+from tests.conftest import ACTOR, PROVENANCE, answers, Env, Servers, fresh_database, fresh_settings, running_service, serving, wait_for
 
 SCOPE = "workspace:identity"
-
-
-@contextlib.asynccontextmanager
-async def serving(env: Env) -> AsyncIterator[MemoryClient]:
-    """The whole service, ready once the writer answers (a refusing gateway does not answer its status)."""
-    stop = asyncio.Event()
-    task = asyncio.create_task(run_service(env.settings, env.nats_url, env.database_url, stop))
-    client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
-    client.retries = 0
-    try:
-        await wait_for(lambda: _answers(client, "writer"), timeout=60)
-        yield client
-    finally:
-        await client.close()
-        stop.set()
-        await task
-
-
-async def _answers(client: MemoryClient, role: str) -> dict[str, Any] | None:
-    try:
-        return await client.status(role)
-    except PamspecError:
-        return None
 
 
 async def write(client: MemoryClient, n: int) -> list[dict[str, Any]]:
@@ -65,7 +38,7 @@ async def test_a_stream_of_a_re_created_database_is_refused_until_rebuilt(server
         await wait_for(lambda: _relayed(client, 5), timeout=60)
         await client.close()
     new = Env(servers, fresh_database(servers, "identity_new"), settings)  # the database was re-created
-    async with serving(new) as client:
+    async with serving(new, ("writer",)) as client:
         await client.create_scope(SCOPE)
         created = (await write(client, 1))[0]
         status = await wait_for(lambda: _refused(client), timeout=60)
@@ -88,7 +61,7 @@ async def test_a_stream_of_a_re_created_database_is_refused_until_rebuilt(server
         assert (await identity_report(settings, client.nc, new.database_url))["agrees"]
         info = await client.nc.jetstream().stream_info(settings.stream_name)
         assert (info.config.metadata or {})[STREAM_KEY] == ledger_id
-        assert await wait_for(lambda: _answers(client, "gateway"), timeout=60)
+        assert await wait_for(lambda: answers(client, ("gateway",)), timeout=60)
 
 
 async def _relayed(client: MemoryClient, head: int) -> bool:
@@ -113,7 +86,7 @@ async def test_a_checkpoint_ahead_of_the_ledger_is_refused_until_replay_swaps_it
         await conn.execute("UPDATE projection_checkpoints SET ledger_sequence = 50")
         refusal = await checkpoint_disagreement(conn, PROJECTION, 0)
         assert refusal is not None and "ahead" in refusal.message() and "replay --swap" in refusal.message()
-    async with serving(env) as client:
+    async with serving(env, ("writer",)) as client:
         created = (await write(client, 1))[0]
         await wait_for(lambda: _relayed(client, 3), timeout=60)
         assert not await projected(client, created["object_id"])  # the projector refuses the checkpoint

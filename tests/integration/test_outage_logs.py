@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 
 from memory_client.client import MemoryClient
-from tests.conftest import Env, Servers, fresh_database, fresh_settings, wait_for
+from tests.conftest import service_environment, Env, Servers, fresh_database, fresh_settings, wait_for
 from tests.integration.test_faults import leader_pid, nats_private  # noqa: F401 - module-scoped here too
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,15 +31,7 @@ class Serve:
     """One `pamledger serve --roles ROLES` process, JSON logs to a file."""
 
     def __init__(self, env: Env, roles: str, log_path: Path):
-        environment = {
-            **os.environ,
-            "PAMLEDGER_NATS_URL": env.nats_url,
-            "PAMLEDGER_DATABASE_URL": env.database_url,
-            "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix,
-            "PAMLEDGER_STREAM_NAME": env.settings.stream_name,
-            "PAMLEDGER_LOG_FORMAT": "json",
-            "PAMLEDGER_WRITER__LOCK_POLL_SECONDS": str(LOCK_POLL_SECONDS),
-        }
+        environment = service_environment(env, PAMLEDGER_WRITER__LOCK_POLL_SECONDS=str(LOCK_POLL_SECONDS))
         self.path = log_path
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "pamledger", "serve", "--roles", roles],

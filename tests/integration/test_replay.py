@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +14,7 @@ import pytest
 from memory_client.client import MemoryClient
 from projector.audit import audit
 from projector.replay import KEPT_MARK, ReplayOptions, projection_digest, replay
-from tests.conftest import ACTOR, PROVENANCE, Env, wait_for
+from tests.conftest import run_cli, ACTOR, PROVENANCE, Env, wait_for
 
 SCOPES = ("workspace:replay-a", "workspace:replay-b")
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,13 +174,6 @@ async def test_audit_at_n_is_stable_after_later_writes(history: dict[str, Any], 
         now = await audit(conn, scope, client.last_sequence, 0)
     assert after == before
     assert now["digest"] != before["digest"]
-
-
-def run_cli(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "PAMLEDGER_NATS_URL": env.nats_url, "PAMLEDGER_DATABASE_URL": env.database_url,
-                   "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix, "PAMLEDGER_LOG_FORMAT": "json"}
-    return subprocess.run([sys.executable, "-m", "pamledger", *args], cwd=ROOT, env=environment,
-                          capture_output=True, text=True, timeout=120)
 
 
 async def test_the_cli_replays_audits_and_queries(history: dict[str, Any], service: Env) -> None:

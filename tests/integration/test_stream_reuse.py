@@ -5,12 +5,7 @@ the stream (the only proof of the cut) and lists what it would throw away."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import subprocess
-import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import nats
@@ -20,10 +15,9 @@ import pytest
 from command_handler.guard import AppendGuard
 from command_handler.store import PostgresLedgerStore
 from infra.ledger_identity import stream_disagreement, stream_reuse
-from pamledger.runtime import run_service
 from pamledger.cli_ledger import rebuild_stream
 from memory_client.client import MemoryClient, PamspecError
-from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, running_service, wait_for
+from tests.conftest import run_cli, ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, running_service, serving, wait_for
 
 SCOPE = "workspace:reuse"
 
@@ -60,41 +54,10 @@ def cut_after(sequence: int) -> list[str]:
             " (SELECT 1 FROM memory_versions v WHERE v.content_digest = c.content_digest)"]
 
 
-@contextlib.asynccontextmanager
-async def serving(env: Env) -> AsyncIterator[MemoryClient]:
-    """The whole service, ready once the writer answers (the projector and gateway refuse the stream)."""
-    stop = asyncio.Event()
-    task = asyncio.create_task(run_service(env.settings, env.nats_url, env.database_url, stop))
-    client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
-    client.retries = 0
-    try:
-        await wait_for(lambda: _answers(client), timeout=60)
-        yield client
-    finally:
-        await client.close()
-        stop.set()
-        await task
-
-
-async def _answers(client: MemoryClient) -> dict[str, Any] | None:
-    try:
-        return await client.status("writer")
-    except PamspecError:
-        return None
-
-
-def run_cli(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "PAMLEDGER_NATS_URL": env.nats_url, "PAMLEDGER_DATABASE_URL": env.database_url,
-                   "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix,
-                   "PAMLEDGER_STREAM_NAME": env.settings.stream_name, "PAMLEDGER_LOG_FORMAT": "json"}
-    return subprocess.run([sys.executable, "-m", "pamledger", *args], env=environment, capture_output=True,
-                          text=True, timeout=120)
-
-
 async def test_a_writer_over_a_cut_off_tail_refuses_until_the_stream_is_rebuilt_with_force(servers: Servers) -> None:
     env, made = await written(servers, "reuse_cut", 7)
     await tamper(env.database_url, *cut_after(5))
-    async with serving(env) as client:
+    async with serving(env, ("writer",)) as client:
         status = await client.status("writer")
         assert "ahead of the ledger" in status["stream_refused"] and status["ledger_sequence"] == 5, status
         with pytest.raises(PamspecError) as refused:

@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 import psycopg
 import pytest
 
 from command_handler.verify import verify_ledger
 from memory_client.client import MemoryClient, PamspecError
-from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, running_service, wait_for
+from tests.conftest import run_cli, ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, running_service, wait_for
 
 SCOPE = "workspace:verify"
 
@@ -153,19 +149,11 @@ async def test_the_writer_refuses_to_append_to_a_broken_tail_until_it_is_repaire
         await client.close()
 
 
-def run_cli(env: Env, database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "PAMLEDGER_NATS_URL": env.nats_url, "PAMLEDGER_DATABASE_URL": database_url,
-                   "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix,
-                   "PAMLEDGER_STREAM_NAME": env.settings.stream_name, "PAMLEDGER_LOG_FORMAT": "json"}
-    return subprocess.run([sys.executable, "-m", "pamledger", *args], env=environment, capture_output=True,
-                          text=True, timeout=120)
-
-
 async def test_the_cli_verify_exits_2_and_names_the_row_and_check(written: Env) -> None:
-    intact = await asyncio.to_thread(run_cli, written, written.database_url, "verify")
+    intact = await asyncio.to_thread(run_cli, written, "verify")
     assert intact.returncode == 0 and json.loads(intact.stdout)["anchored_sequence"] == 7, intact.stderr
     copy = copy_of(written)
     await tamper(copy, "UPDATE ledger SET scope_id = 'workspace:elsewhere' WHERE ledger_sequence = 6")
-    tampered = await asyncio.to_thread(run_cli, written, copy, "verify")
+    tampered = await asyncio.to_thread(lambda: run_cli(written, "verify", database_url=copy))
     report = json.loads(tampered.stdout)
     assert tampered.returncode == 2 and (report["first_bad_sequence"], report["check"]) == (6, "ledger.scope_id")

@@ -37,25 +37,35 @@ class CommandRequester:
         headers = {OPERATION_HEADER: body.get("operation_id") or f"op:{uuid.uuid4()}"}
         if not body.get("idempotency_key"):
             headers[IDEMPOTENCY_HEADER] = f"service:{uuid.uuid4()}"
-        payload, delay = _encoder.encode(body), 0.05
-        error: PamledgerError = ServiceUnavailable("no attempt made")
-        for attempt in range(self.retries + 1):
-            try:
-                msg = await self.nc.request(command_subject(self.prefix, name), payload, timeout=self.timeout,
-                                            headers=headers)
-            except (NoRespondersError, NatsTimeout) as exc:
-                error = ServiceUnavailable(f"no answer from the writer ({type(exc).__name__})")
-            else:
-                reply = decode_json(msg.data)
-                if "result" in reply:
-                    return reply["result"]  # type: ignore[no-any-return]
-                error = answered_error(reply["error"])
-                if error.code != "service_unavailable":
-                    raise error
-            if attempt < self.retries:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        raise error
+        reply = await request_with_retries(self.nc, command_subject(self.prefix, name), _encoder.encode(body),
+                                           headers, self.timeout, self.retries)
+        if "result" in reply:
+            return reply["result"]  # type: ignore[no-any-return]
+        raise answered_error(reply["error"])
+
+
+async def request_with_retries(nc: NATS, subject: str, payload: bytes, headers: dict[str, str] | None,
+                               timeout: float, retries: int) -> dict[str, Any]:
+    """The decoded reply of a request: `{"result": ...}`, or `{"error": <envelope>}` once it is not
+    `service_unavailable` or the retries are spent. No responder, a timeout and `service_unavailable` are
+    retried (`retries` times, backoff 0.05 s doubling to 2 s); the SDK and services share this loop and
+    each raises the envelope as its own error type."""
+    delay = 0.05
+    reply: dict[str, Any] = {}
+    for attempt in range(retries + 1):
+        try:
+            msg = await nc.request(subject, payload, timeout=timeout, headers=headers or None)
+        except (NoRespondersError, NatsTimeout) as exc:
+            unavailable = ServiceUnavailable(f"no answer from the service ({type(exc).__name__})")
+            reply = {"error": msgspec.to_builtins(unavailable.envelope(f"op:{uuid.uuid4()}"))}
+        else:
+            reply = decode_json(msg.data)
+            if "result" in reply or reply["error"]["code"] != "service_unavailable":
+                return reply
+        if attempt < retries:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+    return reply
 
 
 def answered_error(envelope: dict[str, Any]) -> PamledgerError:

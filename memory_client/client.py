@@ -12,23 +12,19 @@ from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
+from infra.requester import request_with_retries
 from infra.subjects import command_subject, query_subject, status_subject
 from memory_client.connection import find_nats_url, message_size, open_nats
 from memory_client.errors import PamspecError
 from memory_client.subscription import Subscription
-from schemas.canonical import canonical_bytes, decode_json
+from schemas.canonical import canonical_bytes
 from schemas.replies import ACTOR_HEADER
 from schemas.values import refusal
 
 __all__ = ["MemoryClient", "PamspecError", "SyncMemoryClient", "SyncSubscription"]
 
 _encoder = msgspec.json.Encoder()
-
-
-def _unavailable(message: str) -> PamspecError:
-    return PamspecError.of("service_unavailable", message)
 
 
 def _too_large(size: int, limit: int) -> PamspecError:
@@ -194,23 +190,11 @@ class MemoryClient:
         size = message_size(payload, headers)
         if size > self.nc.max_payload:
             raise _too_large(size, self.nc.max_payload)
-        delay = 0.05
-        for attempt in range(self.retries + 1 if retry else 1):
-            try:
-                msg = await self.nc.request(subject, payload, timeout=self.timeout, headers=headers or None)
-            except (NoRespondersError, NatsTimeout) as exc:
-                error = _unavailable(f"no answer from the service ({type(exc).__name__})")
-            else:
-                reply = decode_json(msg.data)
-                if "result" in reply:
-                    return reply["result"]  # type: ignore[no-any-return]
-                error = PamspecError.from_envelope(reply["error"])
-                if error.code != "service_unavailable":
-                    raise error
-            if attempt < self.retries and retry:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        raise error
+        reply = await request_with_retries(self.nc, subject, payload, headers, self.timeout,
+                                           self.retries if retry else 0)
+        if "result" in reply:
+            return reply["result"]  # type: ignore[no-any-return]
+        raise PamspecError.from_envelope(reply["error"])
 
 
 class SyncMemoryClient:

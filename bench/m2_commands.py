@@ -21,7 +21,9 @@ from bench.m2_content import ContentMaker
 from command_handler.state import Stamp
 from schemas.commands import CreateObject, ObjectCommand, TransitionState, UpdateObject
 from schemas.envelope import Actor, Provenance
-from schemas.transitions import allowed_targets
+from schemas.registry import default_registry
+
+REGISTRY = default_registry()  # the writer's tables: generated transitions must be ones it accepts
 
 Key = tuple[str, str]
 ACTORS = tuple(Actor(actor_id=f"actor:m2:agent-{i}", actor_kind="agent") for i in range(8))
@@ -93,7 +95,7 @@ def chunk_commands(spec: LoadSpec, index: int) -> Iterator[tuple[ObjectCommand, 
                                        provenance=PROVENANCES[who])
             else:
                 target = rng.choice(NEXT_VALIDATION[st[1]])
-                assert target in allowed_targets("validation", st[1])
+                assert target in REGISTRY.allowed_targets("validation", st[1])
                 command = TransitionState(scope_id=key[0], object_id=key[1], expected_version_id=st[0],
                                           dimension="validation", target_state=target, actor=ACTORS[who],
                                           provenance=PROVENANCES[who], policy_basis="m2 synthetic review")

@@ -35,7 +35,3 @@ TRANSITIONS: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 
-
-def allowed_targets(dimension: str, current: str) -> tuple[str, ...]:
-    """States reachable from `current` in one transition of `dimension`."""
-    return TRANSITIONS[dimension].get(current, ())

@@ -21,10 +21,13 @@ from schemas.commands import (
     EventOnlyCommand,
     ObjectCommand,
     OpenSubscription,
+    RecordIndexEvent,
+    RegisterEmbeddingSpace,
     TransitionState,
     UpdateObject,
 )
-from schemas.common import SPEC_VERSION
+from schemas.common import SPEC_VERSION, SYSTEM_SCOPE
+from schemas.embedding import space_digest
 from schemas.envelope import Actor, Provenance
 from schemas.errors import (
     InvalidObject,
@@ -53,7 +56,7 @@ def decide(
     """Validate one command against the object's head and the registry's tables and say what it writes, or
     raise."""
     match command:
-        case OpenSubscription() | CloseSubscription():
+        case OpenSubscription() | CloseSubscription() | RegisterEmbeddingSpace() | RecordIndexEvent():
             return _event_only(command, stamp)
         case CreateObject():
             return _create(head, command, stamp, registry)
@@ -71,15 +74,24 @@ def evolve(head: ObjectHead | None, decision: Decision) -> ObjectHead | None:
     return decision.head if decision.head is not None else head
 
 
-def _event_only(command: OpenSubscription | CloseSubscription, stamp: Stamp) -> Decision:
+def _event_only(command: EventOnlyCommand, stamp: Stamp) -> Decision:
     """A ledger entry without a Memory Version. Its `sequence` is set to its ledger sequence on append."""
     payload: dict[str, Any]
     if isinstance(command, OpenSubscription):
         event_type, payload = "subscription_opened", {"subscription": command.subscription}
-    else:
+    elif isinstance(command, CloseSubscription):
         event_type = "subscription_closed"
         payload = {"subscription_id": command.subscription_id, "reason": command.reason,
                    "last_delivered_sequence": command.last_delivered_sequence}
+    elif isinstance(command, RegisterEmbeddingSpace):
+        if command.scope_id != SYSTEM_SCOPE:
+            raise InvalidRequest("embedding spaces are registered in the system scope",
+                                 details={"scope_id": command.scope_id, "expected": SYSTEM_SCOPE})
+        event_type = "index_rebuilt"
+        payload = {"action": "space_registered", "embedding_space": msgspec.to_builtins(command.space),
+                   "space_digest": space_digest(command.space)}
+    else:
+        event_type, payload = command.event_type, command.payload
     event = LedgerEvent(
         event_id=stamp.event_id, operation_id=stamp.operation_id, scope_id=command.scope_id,
         event_type=event_type,  # type: ignore[arg-type]

@@ -16,7 +16,8 @@ from typing import Any
 import msgspec
 
 from schemas.canonical import canonical_bytes
-from schemas.commands import DECODERS, IDEMPOTENCY_KEY_MAX, Command, CreateScope
+from schemas.commands import DECODERS, IDEMPOTENCY_KEY_MAX, Command, CreateScope, RegisterEmbeddingSpace
+from schemas.embedding import space_digest
 from schemas.errors import InvalidObject, InvalidRequest
 from schemas.headers import check_header, header_operation_id
 from schemas.replies import IDEMPOTENCY_HEADER
@@ -65,6 +66,11 @@ def parse(name: str, data: bytes, headers: dict[str, str] | None, max_bytes: int
                             details={"max_depth": MAX_DEPTH}) from None
     _check_values(name, data, plain)
     headers = headers or {}
+    if isinstance(command, RegisterEmbeddingSpace):
+        # The space id is the key and the descriptor is the request: who sends it or when does not matter.
+        return Parsed(name=name, command=command, operation_id=_operation_id(command, headers),
+                      idempotency_key=space_key(command.space.embedding_space_id),
+                      request_digest=space_digest(command.space))
     key = _idempotency_key(command, headers)
     return Parsed(
         name=name,
@@ -73,6 +79,11 @@ def parse(name: str, data: bytes, headers: dict[str, str] | None, max_bytes: int
         idempotency_key=key,
         request_digest="" if isinstance(command, CreateScope) else _digest(plain),
     )
+
+
+def space_key(embedding_space_id: str) -> str:
+    """The idempotency key a space's registration always has."""
+    return f"embedding-space:{embedding_space_id}"
 
 
 def _digest(plain: dict[str, Any]) -> str:

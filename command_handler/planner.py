@@ -21,8 +21,8 @@ from command_handler.state import Decision, ObjectHead, Stamp
 from infra.ledger import IdempotencyRow, LedgerRow
 from command_handler.store import Batch, ContentRow, VersionRow
 from schemas.canonical import canonical_bytes
-from schemas.commands import CreateScope
-from schemas.errors import DuplicateOperation, PamledgerError, ScopeNotFound
+from schemas.commands import CreateScope, RegisterEmbeddingSpace
+from schemas.errors import DuplicateOperation, InvalidRequest, PamledgerError, ScopeNotFound
 from schemas.registry import TypeRegistry
 
 log = structlog.get_logger(__name__)
@@ -147,6 +147,12 @@ def _idempotent(
 
 
 def _same_request(item: Parsed, digest: str) -> None:
+    if digest != item.request_digest and isinstance(item.command, RegisterEmbeddingSpace):
+        raise InvalidRequest(
+            "this embedding_space_id is already registered with another descriptor; a changed space needs a new id",
+            details={"embedding_space_id": item.command.space.embedding_space_id, "registered_digest": digest,
+                     "space_digest": item.request_digest},
+        )
     if digest != item.request_digest:
         raise DuplicateOperation(
             "idempotency key was already used with a different request",

@@ -61,6 +61,15 @@ class ApplyStep(Protocol):
     async def apply(self, conn: psycopg.AsyncConnection[Any], events: list[Event]) -> None: ...
 
 
+class PreparingStep(ApplyStep, Protocol):
+    """An apply step with slow work to do before its transaction (the indexer embeds there): `prepare` runs on
+    the follower's connection outside any transaction, right before `apply` is called with the same events,
+    so no transaction or row lock is held while it works. What it reads may change before `apply` commits;
+    `apply` must write only what is still true (the indexer writes vectors over older versions only)."""
+
+    async def prepare(self, conn: psycopg.AsyncConnection[Any], events: list[Event]) -> None: ...
+
+
 @dataclass(frozen=True)
 class FollowerSpec:
     """A follower's names: its role (logs, status subject, durable consumer), its checkpoint row, the
@@ -71,6 +80,7 @@ class FollowerSpec:
     notify_channel: str
     lock_base: int
     step: Callable[[], ApplyStep]
+    batch: int = 500  # events per transaction at most (the indexer takes fewer: each costs an embedding)
 
     def durable(self, partition: int) -> str:
         return f"pamledger-{self.name}-p{partition}"
@@ -101,7 +111,7 @@ class Follower:
     """
 
     def __init__(self, spec: FollowerSpec, nc: RawClient, conn: psycopg.AsyncConnection[Any], stream: str,
-                 prefix: str, partition: int, settings: FollowerSettings, batch: int = 500,
+                 prefix: str, partition: int, settings: FollowerSettings, batch: int | None = None,
                  stuck: StuckState | None = None):
         if partition != 0:
             # The checkpoint row and the notify channel are keyed by the follower's name alone (migration
@@ -121,7 +131,7 @@ class Follower:
         self.subject = f"{prefix}.ledger.p{partition}.>"
         self.durable = spec.durable(partition)
         self.partition = partition
-        self.batch = batch
+        self.batch = batch if batch is not None else spec.batch
         self.applied = 0
         self._buffer: list[tuple[bytes, bytes]] = []  # (reply subject, event) as delivered
         self._arrived = asyncio.Event()
@@ -237,6 +247,9 @@ class Follower:
     async def _apply_batch(self, events: list[Event]) -> None:
         """The step's rows, the checkpoint (locked first) and the NOTIFY: one transaction, one round trip."""
         through = events[-1][0]
+        prepare = getattr(self.step, "prepare", None)
+        if prepare is not None:
+            await prepare(self.conn, events)
         async with pipelined_transaction(self.conn):
             await advance_checkpoint(self.conn, self.spec.checkpoint, through)
             await self.step.apply(self.conn, events)

@@ -7,7 +7,7 @@ differing values are invalid_request).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -21,6 +21,7 @@ from schemas.common import (
     Timestamp,
     ValidationState,
 )
+from schemas.embedding import EmbeddingSpace
 from schemas.envelope import Actor, Integrity, Provenance, QualitySignals
 
 ObjectType = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
@@ -138,8 +139,35 @@ class CloseSubscription(msgspec.Struct, tag="close_subscription", **_COMMAND):
     idempotency_key: IdempotencyKey | None = None
 
 
+class RegisterEmbeddingSpace(msgspec.Struct, tag="register_embedding_space", **_COMMAND):
+    """Record an Embedding Space (an `index_rebuilt` entry, action `space_registered`, in the system scope).
+
+    Its idempotency key is always `embedding-space:<id>` and "the same request" means the same descriptor:
+    registering the same descriptor again replays the first registration, and another descriptor under a
+    registered id is refused (`invalid_request`), whoever sends it."""
+
+    scope_id: Id
+    space: EmbeddingSpace
+    actor: Actor
+    operation_id: Id | None = None
+
+
+IndexEventType = Literal["embedding_generated", "index_rebuilt"]
+
+
+class RecordIndexEvent(msgspec.Struct, tag="record_index_event", **_COMMAND):
+    """Indexer → writer: an event-only `embedding_generated` / `index_rebuilt` entry (no Memory Version)."""
+
+    scope_id: Id
+    event_type: IndexEventType
+    actor: Actor
+    payload: dict[str, Any]
+    operation_id: Id | None = None
+    idempotency_key: IdempotencyKey | None = None
+
+
 ObjectCommand = CreateObject | UpdateObject | TransitionState | DeleteObject
-EventOnlyCommand = OpenSubscription | CloseSubscription
+EventOnlyCommand = OpenSubscription | CloseSubscription | RegisterEmbeddingSpace | RecordIndexEvent
 Command = ObjectCommand | EventOnlyCommand | CreateScope
 
 COMMAND_TYPES: dict[str, type[Command]] = {
@@ -150,6 +178,8 @@ COMMAND_TYPES: dict[str, type[Command]] = {
     "create_scope": CreateScope,
     "open_subscription": OpenSubscription,
     "close_subscription": CloseSubscription,
+    "register_embedding_space": RegisterEmbeddingSpace,
+    "record_index_event": RecordIndexEvent,
 }
 
 DECODERS: dict[str, msgspec.json.Decoder[Any]] = {

@@ -17,6 +17,8 @@ EXTENSION_TYPE_PATTERNS = (
     re.compile(r"^[a-z][a-z0-9+.-]*:"),
 )
 SPEC_VERSION = "0.1.0-draft"
+# The scope of the service's own ledger entries (space registrations, the default space switch): migration 008.
+SYSTEM_SCOPE = "system:pamledger"
 
 Id = Annotated[str, msgspec.Meta(pattern=ID_PATTERN, max_length=512)]
 Text = Annotated[str, msgspec.Meta(max_length=4096)]

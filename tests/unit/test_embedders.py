@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from indexer.embedders import Embedder, FeatureHashingEmbedder, hashing_space, token_bucket
+from infra.embedding.embedders import Embedder, FeatureHashingEmbedder, hashing_space, token_bucket
 from schemas.canonical import decode_json
 from schemas.embedding import encode_space, same_space
 from tests.integration.test_pamspec_conformance import schema_errors

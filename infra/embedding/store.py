@@ -1,0 +1,177 @@
+"""Where vectors live: the space registry rows and each space's own vector table (migration 008).
+
+Why in the kernel: the indexer writes these tables, search reads them, the admin CLI reports them; none of
+them may import another service for a table name or a row shape. Every statement that touches vectors names
+exactly one space's table, so no query can compare vectors of two spaces.
+
+A space's table is `embedding_vectors_<space_key>`: one row per (scope, object) holding the vector of one
+version (`version_id`, `version_sequence`), with a `vector(<dimensions>)` column and one HNSW index (cosine).
+A row is written only for a newer version than the one it holds (`upsert_vectors`), so a rebuild and the
+live follower may write the same object in any order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from schemas.common import SYSTEM_SCOPE
+from schemas.embedding import EmbeddingSpace, decode_space
+
+__all__ = ["SYSTEM_SCOPE"]  # re-exported: the services name the system scope through here or schemas.common
+
+INDEX_CHECKPOINT = "indexer"
+INDEX_NOTIFY_CHANNEL = "pamledger_indexer"
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 64
+
+
+@dataclass(frozen=True)
+class SpaceRow:
+    """One registered space as the registry projection holds it."""
+
+    embedding_space_id: str
+    space_key: int
+    descriptor: EmbeddingSpace
+    space_digest: str
+    dimensions: int
+    registered_sequence: int
+    state: str  # 'filling' (vectors of older versions may be missing) | 'ready'
+    filled_sequence: int | None
+    is_default: bool
+    default_sequence: int | None
+
+    @property
+    def table(self) -> sql.Identifier:
+        return vector_table(self.space_key)
+
+
+@dataclass(frozen=True)
+class VectorRow:
+    """The vector of one object version in one space."""
+
+    scope_id: str
+    object_id: str
+    version_id: str
+    version_sequence: int
+    ledger_sequence: int
+    truncated: bool
+    vector: Sequence[float]
+
+
+def vector_table(space_key: int) -> sql.Identifier:
+    return sql.Identifier(f"embedding_vectors_{int(space_key)}")
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    """pgvector's text form. Refuses NaN and infinities, which no similarity can be computed from."""
+    if not all(math.isfinite(x) for x in vector):
+        raise ValueError("vector holds NaN or an infinite value")
+    return "[" + ",".join(format(float(x), ".9g") for x in vector) + "]"
+
+
+_SPACE_COLUMNS = ("embedding_space_id, space_key, descriptor, space_digest, dimensions, registered_sequence,"
+                  " state, filled_sequence, is_default, default_sequence")
+
+
+def _space(row: Any) -> SpaceRow:
+    return SpaceRow(row[0], int(row[1]), decode_space(bytes(row[2])), row[3], int(row[4]), int(row[5]), row[6],
+                    row[7], bool(row[8]), row[9])
+
+
+async def list_spaces(conn: psycopg.AsyncConnection[Any]) -> list[SpaceRow]:
+    cur = await conn.execute(f"SELECT {_SPACE_COLUMNS} FROM embedding_spaces ORDER BY space_key")
+    return [_space(row) for row in await cur.fetchall()]
+
+
+async def find_space(conn: psycopg.AsyncConnection[Any], embedding_space_id: str | None) -> SpaceRow | None:
+    """The registered space with this id, or the default space when the id is None; None when there is none."""
+    if embedding_space_id is None:
+        cur = await conn.execute(f"SELECT {_SPACE_COLUMNS} FROM embedding_spaces WHERE is_default")
+    else:
+        cur = await conn.execute(f"SELECT {_SPACE_COLUMNS} FROM embedding_spaces WHERE embedding_space_id = %s",
+                                 (embedding_space_id,))
+    row = await cur.fetchone()
+    return _space(row) if row else None
+
+
+async def create_space(conn: psycopg.AsyncConnection[Any], space: EmbeddingSpace, encoded: bytes, digest: str,
+                       registered_sequence: int) -> SpaceRow | None:
+    """Project one registration: the registry row and the space's vector table with its HNSW index.
+
+    The first registration of an id wins (the writer refuses another descriptor under a registered id, so a
+    second one can only be the same); returns the row, or None when the id was already there."""
+    cur = await conn.execute(
+        "INSERT INTO embedding_spaces (embedding_space_id, space_key, descriptor, space_digest, dimensions,"
+        " registered_sequence) VALUES (%s, (SELECT coalesce(max(space_key), 0) + 1 FROM embedding_spaces),"
+        " %s, %s, %s, %s) ON CONFLICT (embedding_space_id) DO NOTHING RETURNING space_key",
+        (space.embedding_space_id, encoded, digest, space.dimensions, registered_sequence))
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    key = int(row[0])
+    table = vector_table(key)
+    await conn.execute(sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {} ("
+        " scope_id text NOT NULL, object_id text NOT NULL, version_id text NOT NULL,"
+        " version_sequence integer NOT NULL, ledger_sequence bigint NOT NULL, truncated boolean NOT NULL,"
+        " embedding vector({}) NOT NULL, PRIMARY KEY (scope_id, object_id))"
+    ).format(table, sql.Literal(space.dimensions)))
+    await conn.execute(sql.SQL(
+        "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops) WITH (m = {}, ef_construction = {})"
+    ).format(sql.Identifier(f"embedding_vectors_{key}_hnsw"), table, sql.Literal(HNSW_M),
+             sql.Literal(HNSW_EF_CONSTRUCTION)))
+    return await find_space(conn, space.embedding_space_id)
+
+
+async def upsert_vectors(conn: psycopg.AsyncConnection[Any], space: SpaceRow, rows: Sequence[VectorRow],
+                         require_content: bool = False) -> None:
+    """Write vectors, each only over an older version's (never back to an older one).
+
+    `require_content` (a rebuild, which embeds outside the follower's order): write a row only while the
+    version's content still exists, checked by the same statement, so a rebuild racing a delete cannot put an
+    erased object's vector back (run it under `space_write_lock`, which the follower's erasure takes too)."""
+    if not rows:
+        return
+    guard = sql.SQL(
+        " WHERE EXISTS (SELECT 1 FROM memory_versions v JOIN content_store c ON c.content_digest = v.content_digest"
+        " WHERE v.version_id = r.version_id AND v.scope_id = r.scope_id AND v.object_id = r.object_id)"
+    ) if require_content else sql.SQL("")
+    statement = sql.SQL(
+        "INSERT INTO {t} (scope_id, object_id, version_id, version_sequence, ledger_sequence, truncated, embedding)"
+        " SELECT r.scope_id, r.object_id, r.version_id, r.version_sequence, r.ledger_sequence, r.truncated,"
+        " r.embedding::vector"
+        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::bigint[], %s::bool[], %s::text[])"
+        " AS r(scope_id, object_id, version_id, version_sequence, ledger_sequence, truncated, embedding)"
+        "{guard}"
+        " ON CONFLICT (scope_id, object_id) DO UPDATE SET version_id = excluded.version_id,"
+        " version_sequence = excluded.version_sequence, ledger_sequence = excluded.ledger_sequence,"
+        " truncated = excluded.truncated, embedding = excluded.embedding"
+        " WHERE {t}.version_sequence < excluded.version_sequence"
+    ).format(t=space.table, guard=guard)
+    await conn.execute(statement, (
+        [r.scope_id for r in rows], [r.object_id for r in rows], [r.version_id for r in rows],
+        [r.version_sequence for r in rows], [r.ledger_sequence for r in rows], [r.truncated for r in rows],
+        [vector_literal(r.vector) for r in rows]))
+
+
+async def delete_object_vectors(conn: psycopg.AsyncConnection[Any], spaces: Sequence[SpaceRow],
+                                objects: Sequence[tuple[str, str]]) -> None:
+    """Remove every vector of these (scope_id, object_id) in every given space (erasure, or no text left)."""
+    if not objects:
+        return
+    scopes, ids = [o[0] for o in objects], [o[1] for o in objects]
+    for space in spaces:
+        await conn.execute(sql.SQL(
+            "DELETE FROM {} t USING unnest(%s::text[], %s::text[]) AS d(scope_id, object_id)"
+            " WHERE t.scope_id = d.scope_id AND t.object_id = d.object_id").format(space.table), (scopes, ids))
+
+
+def space_write_lock(space_key: int) -> int:
+    """The transaction-level advisory lock a rebuild batch and the follower's erasure both take for a space."""
+    return 0x70616D6500_0000 + int(space_key)  # 'pame' + key

@@ -62,3 +62,20 @@ def test_descriptor_is_an_official_embedding_space_per_dimension() -> None:
     assert embedder.descriptor.dimensions == 128
     assert same_space(embedder.descriptor, hashing_space(128))
     assert not same_space(hashing_space(128), hashing_space(256))
+
+
+def test_an_embedder_is_handed_out_only_for_its_exact_space() -> None:
+    import msgspec
+
+    from infra.embedding.known import descriptor_for, embedder_for
+
+    space = descriptor_for("hashing-16")
+    embedder = embedder_for(space)
+    assert embedder is not None and embedder.descriptor == space
+    assert embedder_for(space) is embedder  # loaded once
+    # Same id and dimensions, another descriptor: not the same space, no embedder.
+    assert embedder_for(msgspec.structs.replace(space, model_revision="other")) is None
+    assert embedder_for(msgspec.structs.replace(space, embedding_space_id="space:other:1")) is None
+    for bad in ("hashing-0", "hashing-2001", "hashing-x", "bert", "hashing-16\n"):
+        with pytest.raises(ValueError):
+            descriptor_for(bad)

@@ -38,7 +38,7 @@ import structlog
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from infra.ledger_identity import projector_disagreement, wait_for_agreement
+from infra.ledger_identity import REBUILD_PROJECTION, follower_disagreement, wait_for_agreement
 from infra.nats_raw import RawClient, stream_sequence
 from infra.pg_pipeline import pipelined_transaction
 from infra.projections import advance_checkpoint, checkpoint, notify_checkpoint
@@ -81,6 +81,9 @@ class FollowerSpec:
     lock_base: int
     step: Callable[[], ApplyStep]
     batch: int = 500  # events per transaction at most (the indexer takes fewer: each costs an embedding)
+    # What an operator runs when this follower's checkpoint is another ledger's or ahead of it (its refusal
+    # names it): the projection is rebuilt by replay; another follower brings its own rebuild.
+    recovery: str = REBUILD_PROJECTION
 
     def durable(self, partition: int) -> str:
         return f"pamledger-{self.name}-p{partition}"
@@ -162,8 +165,8 @@ class Follower:
 
     async def _subscribe(self) -> Any:
         js = self.nc.jetstream()
-        await wait_for_agreement(self.spec.name, lambda: projector_disagreement(
-            self.conn, js, self.stream, self.spec.checkpoint, self.partition))
+        await wait_for_agreement(self.spec.name, lambda: follower_disagreement(
+            self.conn, js, self.stream, self.spec.checkpoint, self.partition, self.spec.recovery))
         self.applied = await checkpoint(self.conn, self.spec.checkpoint)
         self._buffer = []
         self._arrived.clear()

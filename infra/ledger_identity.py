@@ -182,7 +182,7 @@ def stream_description(ledger_id: str) -> str:
 
 
 async def checkpoint_disagreement(conn: psycopg.AsyncConnection[Any], projection: str,
-                                  partition: int) -> Disagreement | None:
+                                  partition: int, recovery: str = REBUILD_PROJECTION) -> Disagreement | None:
     """None when the projection's checkpoint is this ledger's and not ahead of it (a checkpoint made before
     identities is stamped when it is not ahead)."""
     ledger_id = await ledger_identity(conn, partition)
@@ -197,7 +197,7 @@ async def checkpoint_disagreement(conn: psycopg.AsyncConnection[Any], projection
                else "is ahead of the ledger" if sequence > head else None)
     if problem:
         return Disagreement(what="checkpoint", problem=problem, ledger_id=ledger_id, found_ledger_id=found,
-                            ledger_head=head, found_sequence=sequence, recovery=REBUILD_PROJECTION)
+                            ledger_head=head, found_sequence=sequence, recovery=recovery)
     if found is None:
         await conn.execute("UPDATE projection_checkpoints SET ledger_id = %s WHERE projection = %s",
                            (ledger_id, projection))
@@ -239,11 +239,13 @@ async def close_foreign_subscriptions(conn: psycopg.AsyncConnection[Any], partit
     return ids
 
 
-async def projector_disagreement(conn: psycopg.AsyncConnection[Any], js: JetStreamContext, stream: str,
-                                 projection: str, partition: int) -> Disagreement | None:
-    """What a projector checks before it follows: the stream, then its checkpoint."""
+async def follower_disagreement(conn: psycopg.AsyncConnection[Any], js: JetStreamContext, stream: str,
+                                checkpoint_name: str, partition: int,
+                                recovery: str = REBUILD_PROJECTION) -> Disagreement | None:
+    """What a follower of the stream checks before it follows: the stream, then its checkpoint (`recovery`:
+    the follower's own way back when its checkpoint is another ledger's or ahead of this one)."""
     return (await stream_disagreement(conn, js, stream, partition)
-            or await checkpoint_disagreement(conn, projection, partition))
+            or await checkpoint_disagreement(conn, checkpoint_name, partition, recovery))
 
 
 async def gateway_disagreement(conn: psycopg.AsyncConnection[Any], js: JetStreamContext, stream: str,

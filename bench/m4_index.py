@@ -1,0 +1,284 @@
+"""`python -m bench.m4_index`: the indexer against its embedder, its freshness, and its memory (issue #13).
+
+Three measurements, each with its baseline from the same run, on a fresh database and private servers:
+
+1. Throughput. The service runs without an indexer; an indexer process (`pamledger run --roles indexer`)
+   starts once to register the space, and is stopped; N creates are committed; the indexer starts again
+   and follows them. Committed embeddings/s = vectors committed between the indexer's first and last
+   checkpoint move (model load excluded) / that time. Baseline: the raw embedder's batch throughput on the
+   same texts (through the same text profile), in this process, while the servers idle. Target >= 0.8x.
+2. Freshness. All roles run; creates are paced open loop at `--rate`/s for `--seconds`; a LISTEN on the
+   indexer's checkpoint channel notes when each create's ledger sequence became searchable. Lag = that
+   time - the time the create's reply arrived (the writer replies after COMMIT). Target p99 <= 1 s at
+   200 creates/s with the real model. Baseline: the same creates' reply latency.
+3. Memory. The indexer's RSS sampled once a second while it embeds `--rss-objects` creates (hashing
+   space by default: the model's memory is fixed; what could grow is ours). Flat = the last tenth's mean
+   within 10% (and 20 MiB) of the second tenth's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import psutil
+import psycopg
+from psycopg import sql
+
+from bench.load import ACTOR, PROVENANCE, check_result, drive_count
+from bench.m3_pace import lag_stats, paced_creates
+from bench.m4_embed import corpus
+from bench.procs import Child, python_child, wait_answering
+from bench.servers import Servers, bench_servers
+from bench.service import connect, service_names
+from infra.embedding.known import descriptor_for, embedder_for
+from infra.subjects import command_subject, status_subject
+
+SCOPE = "workspace:m4-index"
+CORE_ROLES = "writer,query,projector,gateway"
+
+
+def create_bodies(texts: list[str]) -> list[bytes]:
+    """One create (a claim whose statement is the text) per text."""
+    return [msgspec.json.encode({"scope_id": SCOPE, "object_type": "claim", "actor": ACTOR,
+                                 "provenance": PROVENANCE, "canonical_content": {"statement": t}})
+            for t in texts]
+
+
+class Bench:
+    """The servers, a fresh database, and the service children of one run."""
+
+    def __init__(self, servers: Servers, model: str, label: str) -> None:
+        self.servers = servers
+        self.model = model
+        _, self.url = servers.fresh_database(label)
+        self.prefix, self.stream = service_names(label)
+        self.children: list[Child] = []
+
+    def child(self, name: str, roles: str) -> Child:
+        child = python_child(name, "pamledger", {
+            "PAMLEDGER_NATS_URL": self.servers.nats_url, "PAMLEDGER_DATABASE_URL": self.url,
+            "PAMLEDGER_SUBJECT_PREFIX": self.prefix, "PAMLEDGER_STREAM_NAME": self.stream,
+            "PAMLEDGER_LOG_FORMAT": "json", "PAMLEDGER_INDEXER__DEFAULT_SPACE": self.model,
+        }, self.servers.work_dir, "run", "--roles", roles)
+        self.children.append(child)
+        return child.start()
+
+    async def started(self, nc: Any, name: str, roles: str) -> Child:
+        child = self.child(name, roles)
+        for role in roles.split(","):
+            await wait_answering(nc, child, status_subject(self.prefix, role), timeout=180)
+        return child
+
+    def stop(self) -> None:
+        for child in self.children:
+            child.stop()
+
+    def query(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            return conn.execute(statement, params).fetchall()  # type: ignore[call-overload,no-any-return]
+
+    def checkpoint(self) -> int:
+        rows = self.query("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = 'indexer'")
+        return int(rows[0][0]) if rows else 0
+
+    def head(self) -> int:
+        return int(self.query("SELECT coalesce(max(ledger_sequence), 0) FROM ledger")[0][0])
+
+    def vectors(self) -> int:
+        rows = self.query("SELECT space_key FROM embedding_spaces WHERE is_default")
+        if not rows:
+            return 0
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            found = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                sql.Identifier(f"embedding_vectors_{int(rows[0][0])}"))).fetchone()
+        return int(found[0]) if found else 0
+
+
+def role_rss(child: Child, role: str) -> int:
+    """RSS of the process serving `role` under a `pamledger run` supervisor (the supervisor itself excluded)."""
+    total = 0
+    for proc in psutil.Process(child.pid).children(recursive=True):
+        try:
+            argv = proc.cmdline()
+            if "--roles" in argv[:-1] and argv[argv.index("--roles") + 1] == role:
+                total += int(proc.memory_info().rss)
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached within {timeout:g} s")
+        await asyncio.sleep(interval)
+
+
+async def create_all(nc: Any, prefix: str, bodies: list[bytes], tag: str,
+                     marks: dict[int, Callable[[], None]] | None = None) -> float:
+    """Commit every body (64 in flight); creates/s."""
+    subject = command_subject(prefix, "create")
+    result = await drive_count(nc, subject, "creates", lambda i: (bodies[i % len(bodies)], {
+        "Pam-Idempotency-Key": f"bench:m4:{tag}:{i}"}), check_result, 64, len(bodies), marks or {})
+    return result.rate
+
+
+async def ensure_scope(nc: Any, prefix: str) -> None:
+    msg = await nc.request(command_subject(prefix, "create_scope"),
+                           msgspec.json.encode({"scope_id": SCOPE, "scope_kind": "workspace"}), timeout=30)
+    check_result(msg.data, b"")
+
+
+async def throughput(servers: Servers, model: str, n: int, batch: int) -> dict[str, Any]:
+    texts = corpus(n, most_clauses=3, seed=41)
+    embedder = embedder_for(descriptor_for(model))
+    assert embedder is not None
+    embedder.embed(texts[:8])
+    t0 = time.perf_counter()
+    for start in range(0, n, batch):
+        embedder.embed(texts[start:start + batch])
+    raw = n / (time.perf_counter() - t0)
+    bench = Bench(servers, model, "m4_throughput")
+    nc = await connect(servers.nats_url)
+    try:
+        await bench.started(nc, "m4-core", CORE_ROLES)
+        await ensure_scope(nc, bench.prefix)
+        first = await bench.started(nc, "m4-indexer-1", "indexer")
+        await wait_until(lambda: bool(bench.query("SELECT 1 FROM embedding_spaces WHERE is_default AND state = 'ready'")),
+                         180, "the default space registered and ready")
+        first.stop()
+        creates = await create_all(nc, bench.prefix, create_bodies(texts), "throughput")
+        head, base = bench.head(), bench.checkpoint()
+        await bench.started(nc, "m4-indexer-2", "indexer")
+        await wait_until(lambda: bench.checkpoint() > base, 300, "the indexer's first commit", 0.01)
+        t_first, v_first = time.perf_counter(), bench.vectors()
+        await wait_until(lambda: bench.checkpoint() >= head, 1800, "the indexer reaching the head", 0.05)
+        seconds, vectors = time.perf_counter() - t_first, bench.vectors() - v_first
+    finally:
+        bench.stop()
+        await nc.close()
+    committed = vectors / seconds if seconds > 0 else float("nan")
+    return {"model": model, "objects": n, "creates_per_s": round(creates, 1), "raw_embed_per_s": round(raw, 1),
+            "committed_per_s": round(committed, 1), "ratio": round(committed / raw, 3), "target": 0.8,
+            "verdict": "PASS" if committed / raw >= 0.8 else "MISS"}
+
+
+async def freshness(servers: Servers, model: str, rate: float, seconds: float) -> dict[str, Any]:
+    bench = Bench(servers, model, "m4_fresh")
+    nc = await connect(servers.nats_url)
+    seen: list[tuple[int, float]] = []
+    listener: asyncio.Task[None] | None = None
+    try:
+        await bench.started(nc, "m4-fresh-core", CORE_ROLES)
+        await ensure_scope(nc, bench.prefix)
+        await bench.started(nc, "m4-fresh-indexer", "indexer")
+        await wait_until(lambda: bool(bench.query("SELECT 1 FROM embedding_spaces WHERE is_default AND state = 'ready'")),
+                         180, "the default space ready")
+
+        async def listen() -> None:
+            async with await psycopg.AsyncConnection.connect(bench.url, autocommit=True) as conn:
+                await conn.execute("LISTEN pamledger_indexer")
+                async for note in conn.notifies():
+                    seen.append((int(note.payload), time.monotonic()))
+
+        listener = asyncio.create_task(listen())
+        bodies = create_bodies(corpus(int(rate * (seconds + 2)) + 1, most_clauses=3, seed=43))
+        paced = await paced_creates(nc, bench.prefix, bodies, lambda i: i, rate, 2.0, seconds, uuid.uuid4().hex[:6])
+        last = max((c.sequence for c in paced.creates), default=0)
+        await wait_until(lambda: bool(seen) and seen[-1][0] >= last, 120, "the indexer catching up", 0.05)
+    finally:
+        if listener is not None:
+            listener.cancel()
+        bench.stop()
+        await nc.close()
+    lags, replies = [], []
+    for c in paced.measured():
+        when = next((t for s, t in seen if s >= c.sequence), None)
+        if when is not None:
+            lags.append((when - c.replied) * 1e3)
+        replies.append((c.replied - c.scheduled) * 1e3)
+    stats = lag_stats(lags)
+    return {"model": model, "rate": rate, "sustained": paced.sustained, "stopped": paced.stopped,
+            "commit_to_searchable": stats, "reply_latency_baseline": lag_stats(replies),
+            "target_p99_ms": 1000, "verdict": "PASS" if paced.sustained and stats["p99_ms"] <= 1000 else "MISS"}
+
+
+async def memory(servers: Servers, model: str, n: int) -> dict[str, Any]:
+    bench = Bench(servers, model, "m4_rss")
+    nc = await connect(servers.nats_url)
+    samples: list[float] = []
+    try:
+        await bench.started(nc, "m4-rss-core", CORE_ROLES)
+        await ensure_scope(nc, bench.prefix)
+        indexer = await bench.started(nc, "m4-rss-indexer", "indexer")
+        await wait_until(lambda: bool(bench.query("SELECT 1 FROM embedding_spaces WHERE is_default AND state = 'ready'")),
+                         180, "the default space ready")
+
+        async def sample() -> None:
+            while True:
+                samples.append(role_rss(indexer, "indexer") / 2**20)
+                await asyncio.sleep(1.0)
+
+        sampler = asyncio.create_task(sample())
+        await create_all(nc, bench.prefix, create_bodies(corpus(n, most_clauses=3, seed=47)), "rss")
+        head = bench.head()
+        await wait_until(lambda: bench.checkpoint() >= head, 3600, "the indexer reaching the head", 0.5)
+        sampler.cancel()
+        vectors = bench.vectors()
+    finally:
+        bench.stop()
+        await nc.close()
+    tenth = max(1, len(samples) // 10)
+    early, late = statistics.fmean(samples[tenth:2 * tenth]), statistics.fmean(samples[-tenth:])
+    flat = late <= early * 1.1 or late - early <= 20
+    return {"model": model, "embeddings": vectors, "samples": len(samples), "rss_mib_second_tenth": round(early, 1),
+            "rss_mib_last_tenth": round(late, 1), "rss_mib_max": round(max(samples), 1),
+            "verdict": "PASS" if flat and vectors >= n else "MISS"}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with bench_servers() as servers:
+        if "throughput" in args.only:
+            out["throughput"] = await throughput(servers, args.model, args.objects, args.batch)
+            print(json.dumps(out["throughput"]), flush=True)
+        if "freshness" in args.only:
+            out["freshness"] = await freshness(servers, args.model, args.rate, args.seconds)
+            print(json.dumps(out["freshness"]), flush=True)
+        if "memory" in args.only:
+            out["memory"] = await memory(servers, args.rss_model, args.rss_objects)
+            print(json.dumps(out["memory"]), flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.m4_index", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="minilm", help="space of the throughput and freshness runs")
+    parser.add_argument("--objects", type=int, default=2000, help="creates the throughput run indexes")
+    parser.add_argument("--batch", type=int, default=64, help="raw embedder batch (the indexer's batch)")
+    parser.add_argument("--rate", type=float, default=200.0, help="creates/s of the freshness run")
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds of the freshness run")
+    parser.add_argument("--rss-model", default="hashing-384", help="space of the memory run")
+    parser.add_argument("--rss-objects", type=int, default=100_000, help="embeddings of the memory run")
+    parser.add_argument("--only", default="throughput,freshness,memory")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    args = parser.parse_args(argv)
+    args.only = {x.strip() for x in args.only.split(",")}
+    result = asyncio.run(run(args))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(result, out, indent=2)
+
+
+if __name__ == "__main__":
+    main()

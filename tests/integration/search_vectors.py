@@ -20,7 +20,7 @@ from infra.embedding.text_profile import prepare
 from infra.projections import PROJECTION, advance_checkpoint, checkpoint, notify_checkpoint
 from schemas.canonical import decode_json
 from schemas.embedding import EmbeddingSpace, encode_space, space_digest
-from tests.conftest import Env
+from tests.conftest import Env, wait_for
 
 _CURRENT = (
     "SELECT p.object_id, p.version_id, p.sequence, p.ledger_sequence, p.object_type, c.content"
@@ -35,6 +35,7 @@ async def write_vectors(env: Env, space: EmbeddingSpace, scope_id: str, embedder
     """Register `space` (once), vector the scope's current objects (`objects` only, when given) with
     `embedder` over the profile's text or with the given `vectors` by object id, and move the index
     checkpoint to `through` (default: the projection's checkpoint) with its NOTIFY, in one transaction."""
+    await wait_for(lambda: _projected(env), timeout=60)
     async with await psycopg.AsyncConnection.connect(env.database_url) as conn:
         row = await find_space(conn, space.embedding_space_id)
         if row is None:
@@ -56,6 +57,14 @@ async def write_vectors(env: Env, space: EmbeddingSpace, scope_id: str, embedder
         found = await find_space(conn, space.embedding_space_id)
         assert found is not None
         return found
+
+
+async def _projected(env: Env) -> bool:
+    """The projection has applied the whole ledger (the indexer would follow the same events)."""
+    async with await psycopg.AsyncConnection.connect(env.database_url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT coalesce(max(ledger_sequence), 0) FROM ledger")
+        head = (await cur.fetchone() or (0,))[0]
+        return await checkpoint(conn, PROJECTION) >= head
 
 
 def _vector_rows(scope_id: str, rows: list[Any], embedder: Embedder | None,

@@ -130,6 +130,16 @@ async def test_a_vector_of_an_older_version_is_flagged_stale_until_replaced(
     assert item["stale"] is False and item["vector_version_id"] == updated["version_id"]
 
 
+async def test_a_space_still_filling_answers_and_says_results_may_miss_older_objects(
+        service: Env, client: MemoryClient, data: dict[str, Any]) -> None:
+    await write_vectors(service, SPACE, SCOPE, objects=[], state="filling")
+    try:
+        result = await client.search(SCOPE, vector=axis(0), mode="semantic", limit=1)
+        assert result["index"]["state"] == "filling" and ids(result) == [data["near"]["object_id"]]
+    finally:
+        await write_vectors(service, SPACE, SCOPE, objects=[], state="ready")
+
+
 async def test_hybrid_fuses_both_lists_and_shows_both_scores(service: Env, client: MemoryClient,
                                                              data: dict[str, Any]) -> None:
     scope = "workspace:search-hybrid"

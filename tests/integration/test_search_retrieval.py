@@ -110,3 +110,12 @@ def test_the_corpus_holds_each_answer_once() -> None:
     assert len(set(CORPUS)) == len(CORPUS) == 30
     assert all(0 <= answer < len(CORPUS) for _, answer in QUESTIONS)
 
+
+
+async def test_a_query_the_models_window_cuts_says_so_and_a_short_one_does_not(client: MemoryClient,
+                                                                                corpus: list[str]) -> None:
+    long = " ".join(["where are the backups kept"] * 80)  # ~400 word pieces, far under the 4,096 characters
+    cut = await client.search(SCOPE, text=long, mode="semantic", limit=1)
+    assert cut["query_truncated"] is True and cut["items"][0]["object_id"] == corpus[14]
+    whole = await client.search(SCOPE, text="where are the backups kept", mode="semantic", limit=1)
+    assert whole["query_truncated"] is False

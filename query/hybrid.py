@@ -13,6 +13,7 @@ REPEATABLE READ snapshot as the rows.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from dataclasses import dataclass
 from typing import Any
@@ -76,9 +77,12 @@ async def run_search(pool: AsyncConnectionPool[Any], projection: CheckpointWatch
                      request: SearchRequest, settings: QuerySettings) -> bytes:
     reached = await _wait(request, projection, index)
     count = candidate_count(request)
+    found = Probe(None, None, False)
+    if request.mode != "lexical":
+        async with pool.connection() as conn:  # given back while the text is embedded (a first use loads the model)
+            found = await probe(conn, request)
+    space_id = found.space.embedding_space_id if found.space else None
     async with pool.connection() as conn:
-        found = await probe(conn, request) if request.mode != "lexical" else Probe(None, None, False)
-        space_id = found.space.embedding_space_id if found.space else None
         await conn.execute(b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         try:
             cur = await conn.execute(_STATE, (request.scope_id, PROJECTION, INDEX_CHECKPOINT, space_id))
@@ -113,10 +117,13 @@ async def _wait(request: SearchRequest, projection: CheckpointWatcher, index: Ch
     if request.min_sequence is None:
         return True
     watchers = {"lexical": [projection], "semantic": [index], "hybrid": [projection, index]}[request.mode]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.wait_ms / 1000
     reached = True
-    for watcher in watchers:
+    for watcher in watchers:  # one deadline for all: hybrid waits wait_ms in all, not per follower
         if watcher.sequence < request.min_sequence:
-            reached = await watcher.wait_for(request.min_sequence, request.wait_ms / 1000) and reached
+            remaining = max(0.0, deadline - loop.time())
+            reached = await watcher.wait_for(request.min_sequence, remaining) and reached
     return reached
 
 

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from infra.embedding.embedders import FeatureHashingEmbedder, hashing_space
-from memory_client.client import MemoryClient, PamspecError
+from memory_client.client import MemoryClient, PamspecError, SyncMemoryClient
 from tests.conftest import ACTOR, PROVENANCE, Env, run_cli
 from tests.integration.search_vectors import write_vectors
 
@@ -245,3 +245,16 @@ async def test_the_cli_prints_the_reply_and_errors_as_the_envelope(service: Env,
     bad = await asyncio.to_thread(run_cli, service, "search", SCOPE, "kettle", "--space", "space:nobody:v1")
     assert bad.returncode != 0
     assert json.loads(bad.stderr.strip().splitlines()[-1])["error"]["code"] == "invalid_request"
+
+
+async def test_the_sync_client_searches_with_a_filter(service: Env, data: dict[str, Any]) -> None:
+    def run() -> list[str]:
+        sync = SyncMemoryClient(service.nats_url, service.settings.subject_prefix)
+        try:
+            found = sync.search(SCOPE, vector=axis(0), mode="semantic", limit=5,
+                                filter={"validation_states": ["unverified"], "object_types": ["claim"]})
+            return ids(found)
+        finally:
+            sync.close()
+
+    assert await asyncio.to_thread(run) == [data["draft"]["object_id"]]

@@ -6,9 +6,9 @@ scales (ts_rank_cd is unbounded, cosine similarity lies in [-1, 1]), and ranks n
 damps the difference between the first few ranks so neither list dominates. Each list contributes its top
 max(50, 5 * limit) candidates. Ties: fused score desc, object_id, version_id.
 
-Freshness: the lexical part reads the projection, the semantic part the vectors; `min_sequence` waits for
-the follower(s) the mode reads (hybrid: both) and the reply reports both checkpoints, read in the same
-REPEATABLE READ snapshot as the rows.
+Freshness: every mode reads the projection (filters, envelopes), semantic and hybrid the vectors too;
+`min_sequence` waits for the followers the mode reads (the projection alone for lexical, both otherwise)
+and the reply reports both checkpoints, read in the same REPEATABLE READ snapshot as the rows.
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ async def _wait(request: SearchRequest, projection: CheckpointWatcher, index: Ch
     """Wait (up to wait_ms in all) for each follower this mode reads to reach min_sequence."""
     if request.min_sequence is None:
         return True
-    watchers = {"lexical": [projection], "semantic": [index], "hybrid": [projection, index]}[request.mode]
+    # Every mode reads the projection (filters, envelopes); semantic and hybrid read the vectors too.
+    watchers = [projection] if request.mode == "lexical" else [projection, index]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.wait_ms / 1000
     reached = True
@@ -130,8 +131,6 @@ async def _wait(request: SearchRequest, projection: CheckpointWatcher, index: Ch
 def _fresh(request: SearchRequest, wanted: int, projected: int, indexed: int) -> bool:
     if request.mode == "lexical":
         return projected >= wanted
-    if request.mode == "semantic":
-        return indexed >= wanted
     return min(projected, indexed) >= wanted
 
 
@@ -157,7 +156,7 @@ def items(request: SearchRequest, lexical: list[Any], semantic: list[Any]) -> li
     """The page: each object once, in the mode's order, with every score and rank (null where not found).
 
     Lexical rows: (meta, content, rank, ledger_sequence, object_id, version_id) from query.plan;
-    semantic rows: (meta, content, object_id, version_id, ledger_sequence, vector_version_id, distance)."""
+    semantic rows: (meta, content, object_id, version_id, ledger_sequence, vector_version_id, distance, stale)."""
     lex = {(r[4], r[5]): (i, r) for i, r in enumerate(lexical, start=1)}
     sem = {(r[2], r[3]): (i, r) for i, r in enumerate(semantic, start=1)}
     fused = rrf([list(lex), list(sem)])
@@ -179,6 +178,6 @@ def items(request: SearchRequest, lexical: list[Any], semantic: list[Any]) -> li
             "semantic_score": 1.0 - float(srow[6]) if srow is not None else None, "semantic_rank": hit.ranks[1],
             "fused_score": hit.score if request.mode == "hybrid" else None,
             "vector_version_id": srow[5] if srow is not None else None,
-            "stale": srow[5] != srow[3] if srow is not None else None,
+            "stale": bool(srow[7]) if srow is not None else None,
         })
     return out

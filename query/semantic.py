@@ -32,8 +32,10 @@ from schemas.errors import InvalidRequest
 from schemas.search import EmbeddingSpaceMismatch, SearchRequest
 
 # Columns every candidate row carries, in this order.
+# `stale`: the vector was made from an older version than the projected one (the indexer has not caught up).
+# By sequence, not by id: when the projector lags the indexer, the vector may be the NEWER of the two.
 _COLUMNS = ("p.meta, c.content, p.object_id, p.version_id, p.ledger_sequence, v.version_id AS vector_version_id,"
-            " v.embedding <=> %s::vector AS distance")
+            " v.embedding <=> %s::vector AS distance, v.version_sequence < p.sequence AS stale")
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ async def nearest(conn: psycopg.AsyncConnection[Any], space: SpaceRow, vector: l
                   count: int, settings: QuerySettings) -> tuple[list[Any], Plan]:
     """The `count` nearest rows of the scope that pass the filters, inside the caller's snapshot.
 
-    Rows: (meta, content, object_id, version_id, ledger_sequence, vector_version_id, distance)."""
+    Rows: (meta, content, object_id, version_id, ledger_sequence, vector_version_id, distance, stale)."""
     threshold = settings.search_exact_threshold
     cur = await conn.execute(sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {} WHERE scope_id = %s LIMIT %s) s")
                              .format(space.table), (request.scope_id, threshold + 1))
@@ -114,7 +116,8 @@ def exact_statement(space: SpaceRow, literal: str, request: SearchRequest, count
     """Every vector of the scope compared: the MATERIALIZED CTE keeps the planner off the HNSW index."""
     where, params = _filters(request)
     statement = sql.SQL(
-        "WITH v AS MATERIALIZED (SELECT object_id, version_id, embedding FROM {t} WHERE scope_id = %s)"
+        "WITH v AS MATERIALIZED (SELECT object_id, version_id, version_sequence, embedding FROM {t}"
+        " WHERE scope_id = %s)"
         " SELECT " + _COLUMNS + " FROM v JOIN current_objects p ON p.scope_id = %s AND p.object_id = v.object_id"
         " LEFT JOIN content_store c ON c.content_digest = p.content_digest"
         " WHERE {where} ORDER BY distance, p.object_id, p.version_id LIMIT %s"

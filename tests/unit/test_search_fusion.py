@@ -47,7 +47,7 @@ META = canonical_bytes({"object_id": "a", "availability_state": "available"})
 
 def test_items_name_every_score_and_flag_a_vector_of_an_older_version_stale() -> None:
     lexical = [(META, b'"x"', 0.5, 9, "a", "v2")]
-    semantic = [(META, b'"x"', "a", "v2", 9, "v1", 0.25), (META, b'"y"', "b", "v1", 8, "v1", 0.5)]
+    semantic = [(META, b'"x"', "a", "v2", 9, "v1", 0.25, True), (META, b'"y"', "b", "v1", 8, "v1", 0.5, False)]
     page = items(_request(), lexical, semantic)  # type: ignore[arg-type]
     assert [i["object_id"] for i in page] == ["a", "b"]
     first = page[0]

@@ -17,6 +17,7 @@ Why this shape:
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +73,8 @@ async def probe(conn: psycopg.AsyncConnection[Any], request: SearchRequest) -> P
         return Probe(space, list(request.vector), False)
     assert request.text is not None
     vector, truncated = await asyncio.to_thread(embed_query, space, request.text)
-    return Probe(space, vector, truncated)
+    # A text with nothing the model keeps (feature hashing of "!!!") embeds to zero: nothing to rank by.
+    return Probe(space, vector if any(vector) else None, truncated)
 
 
 def embed_query(space: SpaceRow, text: str) -> tuple[list[float], bool]:
@@ -109,7 +111,9 @@ async def nearest(conn: psycopg.AsyncConnection[Any], space: SpaceRow, vector: l
         statement, params = hnsw_statement(space, literal, request, count, max(count, settings.search_ef_search))
         plan = Plan("hnsw", settings.search_ef_search)
     cur = await conn.execute(statement, params)
-    return await cur.fetchall(), plan
+    # A stored zero vector (an object whose text embedded to nothing) has a NaN distance to everything:
+    # no rank, so it is never returned.
+    return [row for row in await cur.fetchall() if math.isfinite(row[6])], plan
 
 
 def exact_statement(space: SpaceRow, literal: str, request: SearchRequest, count: int) -> tuple[sql.Composed, list[Any]]:

@@ -5,7 +5,7 @@ identity and the index's freshness, none of which a Query has. The structured fi
 defaults: active, available, retained, corroborated) are Query's own `Filters`, so both apply the same.
 
 Every problem with the request itself is invalid_request, found before anything is read: neither or both of
-text and vector, a vector in lexical mode, empty or whitespace text, text longer than the preprocessing
+text and vector, a vector in lexical mode, a zero vector, empty or whitespace text, text longer than the preprocessing
 profile's MAX_CHARS (never cut silently), a non-finite vector component, a limit out of 1..MAX_LIMIT.
 Problems that need the registry (an unknown space, a vector of the wrong length, a space this build cannot
 embed text for) are found by query.semantic against the space rows.
@@ -78,3 +78,6 @@ def check_inputs(request: SearchRequest) -> None:
         raise InvalidRequest("text is empty or whitespace", details={"field": "text"})
     if request.vector is not None and request.mode == "lexical":
         raise InvalidRequest("lexical search needs text, not a vector", details={"field": "vector", "mode": "lexical"})
+    if request.vector is not None and not any(request.vector):
+        raise InvalidRequest("a zero vector has no direction: no cosine similarity to rank by",
+                             details={"field": "vector"})

@@ -195,6 +195,7 @@ BAD = [
     ({"text": "kettle", "colour": "red"}, "invalid_request"),
     ({"text": "kettle", "validation_states": []}, "invalid_request"),
     ({"text": "kettle\u0000"}, "invalid_request"),
+    ({"vector": [0.0] * DIMS}, "invalid_request"),  # no direction
     ({"vector": axis(0)[:10]}, "embedding_space_mismatch"),
     ({"vector": axis(0) + [0.0]}, "embedding_space_mismatch"),
     ({"text": "kettle", "embedding_space_id": "space:nobody:v1"}, "invalid_request"),
@@ -258,3 +259,14 @@ async def test_the_sync_client_searches_with_a_filter(service: Env, data: dict[s
             sync.close()
 
     assert await asyncio.to_thread(run) == [data["draft"]["object_id"]]
+
+
+async def test_zero_vectors_rank_nothing_and_break_nothing(service: Env, client: MemoryClient,
+                                                           data: dict[str, Any]) -> None:
+    blank = await make(client, "blank")
+    await write_vectors(service, SPACE, SCOPE, vectors={blank["object_id"]: [0.0] * DIMS}, objects=[blank["object_id"]])
+    found = await client.search(SCOPE, vector=axis(0), mode="semantic", limit=100)
+    assert blank["object_id"] not in ids(found) and data["near"]["object_id"] in ids(found)
+    assert all(isinstance(i["semantic_score"], float) for i in found["items"])
+    nothing = await client.search(SCOPE, text="!!! ???", mode="semantic")  # hashes to the zero vector
+    assert nothing["items"] == [] and nothing["index"]["method"] is None

@@ -39,7 +39,7 @@ def test_query_and_search_share_one_definition_of_the_filters() -> None:
 @pytest.mark.parametrize("body", [
     {}, {"text": "a", "vector": [1.0]}, {"vector": [1.0], "mode": "lexical"}, {"text": " \t\n"}, {"text": ""},
     {"text": "x" * (MAX_TEXT_CHARS + 1)}, {"text": "a", "limit": 101}, {"text": "a", "limit": 0},
-    {"vector": []}, {"vector": [0.0] * 2001}, {"text": "a", "mode": "exact"}, {"text": "a", "extra": 1},
+    {"vector": []}, {"vector": [0.0] * 2001}, {"vector": [0.0, -0.0]}, {"text": "a", "mode": "exact"}, {"text": "a", "extra": 1},
     {"text": "a", "wait_ms": -1}, {"text": "a", "lifecycle_states": []}, {"text": "a\u0000"},
     {"text": "a", "ledger_sequence": {"gte": 5, "lte": 2}},
 ])

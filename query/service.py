@@ -53,7 +53,7 @@ _history_decoder = msgspec.json.Decoder(HistoryRequest)
 
 
 class QueryService:
-    """Answers read/history/query requests from any number of instances (queue group `pamledger-query`)."""
+    """Answers read/history/query/search requests from any number of instances (queue group `pamledger-query`)."""
 
     def __init__(self, nc: RawClient, pool: AsyncConnectionPool[Any], prefix: str, watcher: CheckpointWatcher,
                  settings: QuerySettings, partition: int, policy: Policy | None = None,

@@ -24,7 +24,8 @@ def add_search_parser(sub: Any) -> None:
     s.add_argument("--mode", default="hybrid", choices=MODES, help="(default: %(default)s)")
     s.add_argument("--space", help="embedding space id (default: the default space)")
     s.add_argument("--limit", type=int, default=10, help=f"1 to {MAX_LIMIT} (default: %(default)s)")
-    s.add_argument("--min-sequence", type=sequence, help="wait until the projection (and for semantic/hybrid the index) has reached this sequence")
+    s.add_argument("--min-sequence", type=sequence,
+                   help="wait until the projection (and for semantic/hybrid the index) has reached this sequence")
     for flag, dest in LIST_OPTIONS[:4]:
         s.add_argument(flag, dest=dest, action="append", help=f"repeatable; filters {dest}")
     for flag, dest, dimension in STATE_OPTIONS:

@@ -44,6 +44,14 @@ class QuerySettings(_Group):
     max_in_flight: int = Field(default=256, ge=1, le=100_000)
     # At stop, how long requests in flight may finish before they are cancelled.
     stop_grace_seconds: float = Field(default=2.0, ge=0, le=60)
+    # Search: a scope with at most this many vectors in the space is searched exactly (every vector
+    # compared); a larger one through the HNSW index with iterative scans, then re-ranked exactly.
+    search_exact_threshold: int = Field(default=10_000, ge=0, le=10_000_000)
+    # HNSW candidate list size (pgvector hnsw.ef_search): higher finds truer neighbours, slower.
+    search_ef_search: int = Field(default=100, ge=1, le=1000)
+    # How many index tuples one iterative HNSW scan may visit before it gives up (hnsw.max_scan_tuples):
+    # bounds the work of a filter that almost nothing passes.
+    search_max_scan_tuples: int = Field(default=20_000, ge=1, le=10_000_000)
 
 
 class GatewaySettings(_Group):

@@ -1,6 +1,7 @@
 """The client side of the `pamledger` command line: commands that speak to the service through the SDK.
 
-create / read / history / update / transition / delete / scope-create / query / subscribe / subscriptions
+create / read / history / update / transition / delete / scope-create / query / search / subscribe /
+subscriptions
 and the conformance adapter. The composition root's CLI (pamledger.cli) adds the server and admin
 commands and hands these to `handler_for`; `python -m memory_client` runs them alone. Every command prints
 JSON on stdout; errors ({"error": {...}}, the PAMSPEC envelope) and logs go to stderr, with a non-zero exit.
@@ -19,6 +20,7 @@ from infra.settings import Settings
 from memory_client.cli_common import Parser, connect, emit_error, json_content, pam_id, print_json
 from memory_client.cli_errors import failed
 from memory_client.cli_query import add_query_parser, query_filters
+from memory_client.cli_search import add_search_parser, search_arguments
 from memory_client.cli_subscribe import add_subscribe_parser, cmd_subscribe, cmd_subscriptions
 from schemas.common import DIMENSION_STATES
 
@@ -62,6 +64,8 @@ async def _client_call(settings: Settings, args: argparse.Namespace) -> Any:
                 return await client.history(args.scope_id, args.object_id)
             case "query":
                 return await client.query(args.scope_id, **query_filters(args))
+            case "search":
+                return await client.search(args.scope_id, **search_arguments(args))
     finally:
         await client.close()
     raise SystemExit(f"unknown command {args.command}")
@@ -120,6 +124,7 @@ def add_client_parsers(sub: Any) -> None:
     hist.add_argument("scope_id", type=pam_id)
     hist.add_argument("object_id", type=pam_id)
     add_query_parser(sub)
+    add_search_parser(sub)
     add_subscribe_parser(sub)
 
 

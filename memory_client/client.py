@@ -123,6 +123,21 @@ class MemoryClient:
             body["min_sequence"] = self.last_sequence
         return await self._request(query_subject(self.prefix, "query"), body, self.actor_header(actor), retry=True)
 
+    async def search(self, scope_id: str, text: str | None = None, vector: list[float] | None = None,
+                     space: str | None = None, mode: str = "hybrid", filter: dict[str, Any] | None = None,
+                     limit: int = 10, min_sequence: int | None = None, actor: dict[str, Any] | None = None,
+                     wait_ms: int | None = None) -> dict[str, Any]:
+        """Search the scope by text or vector in one Embedding Space (`space`; None = the default space).
+        `filter` takes Query's structured filters (docs/protocol.md). Sends the last ledger sequence this
+        client wrote as `min_sequence` unless given, so a search waits until its own writes are indexed."""
+        body: dict[str, Any] = {"scope_id": scope_id, "mode": mode, "limit": limit, **(filter or {})}
+        for name, value in (("text", text), ("vector", vector), ("embedding_space_id", space),
+                            ("min_sequence", min_sequence if min_sequence is not None else self.last_sequence or None),
+                            ("wait_ms", wait_ms)):
+            if value is not None:
+                body[name] = value
+        return await self._request(query_subject(self.prefix, "search"), body, self.actor_header(actor), retry=True)
+
     async def subscribe(self, scope_id: str, actor: dict[str, Any], after_sequence: int | None = None,
                         filter: dict[str, Any] | None = None, delivery: dict[str, Any] | None = None,
                         subscription_id: str | None = None) -> Subscription:

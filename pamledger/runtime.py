@@ -34,6 +34,7 @@ from infra.subjects import status_subject
 from infra.tasks import stop_task
 from pamledger.followers import FOLLOWERS
 from pamledger.supervisor import ROLES
+from infra.embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from query.search import CheckpointWatcher
 from query.service import QueryService
 from schemas.canonical import canonical_bytes
@@ -81,10 +82,12 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
                                        kwargs={"autocommit": True}, check=AsyncConnectionPool.check_connection)
             await pool.open()
             watcher = CheckpointWatcher()
+            index_watcher = CheckpointWatcher(INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL)  # search's min_sequence
             query = QueryService(await connection("query"), pool, settings.subject_prefix, watcher, settings.query,
-                                 settings.partition, policy)
+                                 settings.partition, policy, index_watcher)
             await query.start()
             tasks.append(asyncio.create_task(watcher.run(database_url)))
+            tasks.append(asyncio.create_task(index_watcher.run(database_url)))
         if "writer" in roles:
             tasks.append(asyncio.create_task(lead_forever(settings, await connection("writer"), database_url,
                                                           policy)))

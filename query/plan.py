@@ -16,7 +16,7 @@ from typing import Any
 from psycopg import sql
 
 from infra.projections import SEARCH_EXPRESSION
-from schemas.queries import QueryRequest
+from schemas.queries import Filters, QueryRequest
 
 _FILTERS = (
     ("object_types", "object_type"), ("schema_ids", "schema_id"), ("lifecycle_states", "lifecycle_state"),
@@ -92,6 +92,25 @@ def _where(request: QueryRequest, after: list[Any] | None, keys: list[tuple[str,
            direction: str) -> tuple[sql.Composed, list[Any]]:
     clauses: list[sql.Composable] = [sql.SQL("p.scope_id = %s")]
     params: list[Any] = [request.scope_id]
+    filters, filter_params = filter_clauses(request)
+    clauses += filters
+    params += filter_params
+    if request.text:
+        clauses.append(sql.SQL("p.search @@ q.query"))
+    if after is not None:
+        left = sql.SQL(", ").join(sql.SQL(expr) for expr, _, _ in keys)
+        right = sql.SQL(", ").join(sql.SQL(param) for _, _, param in keys)
+        op = "<" if direction == "DESC" else ">"
+        clauses.append(sql.SQL("({}) {} ({})").format(left, sql.SQL(op), right))
+        params += after
+    return sql.SQL(" AND ").join(clauses), params
+
+
+def filter_clauses(request: Filters) -> tuple[list[sql.Composable], list[Any]]:
+    """The structured filters as clauses over the projection row `p` (current_objects or its temporal
+    twin), ANDed by the caller: Query and Search apply exactly the same ones."""
+    clauses: list[sql.Composable] = []
+    params: list[Any] = []
     for attr, column in _FILTERS:
         values = getattr(request, attr)
         if values is not None:
@@ -111,12 +130,4 @@ def _where(request: QueryRequest, after: list[Any] | None, keys: list[tuple[str,
         if request.ledger_sequence.lte is not None:
             clauses.append(sql.SQL("p.ledger_sequence <= %s"))
             params.append(request.ledger_sequence.lte)
-    if request.text:
-        clauses.append(sql.SQL("p.search @@ q.query"))
-    if after is not None:
-        left = sql.SQL(", ").join(sql.SQL(expr) for expr, _, _ in keys)
-        right = sql.SQL(", ").join(sql.SQL(param) for _, _, param in keys)
-        op = "<" if direction == "DESC" else ">"
-        clauses.append(sql.SQL("({}) {} ({})").format(left, sql.SQL(op), right))
-        params += after
-    return sql.SQL(" AND ").join(clauses), params
+    return clauses, params

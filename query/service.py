@@ -1,4 +1,4 @@
-"""The read side as a NATS service in a queue group: Read, Inspect History and Query.
+"""The read side as a NATS service in a queue group: Read, Inspect History, Query and Search.
 
 Each request is answered in its own task, so a query that waits for the projection (`min_sequence`, up to
 `wait_ms`) or a slow full-text query never holds up the others; the connection pool bounds how many reach
@@ -17,13 +17,16 @@ import structlog
 from nats.aio.msg import Msg
 from psycopg_pool import AsyncConnectionPool
 
+from infra.embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from infra.nats_raw import RawClient, parse_headers
 from infra.request_shell import Policy, RequestContext, RequestShell
 from infra.settings import QuerySettings
 from infra.subjects import QUERIES, query_subject, status_subject
 from query.reads import history, read_envelope
 from schemas.queries import decode_query
+from query.hybrid import run_search
 from query.search import CheckpointWatcher, run_query
+from schemas.search import SearchRequest, decode_search
 from schemas.canonical import canonical_bytes
 from schemas.common import Id
 from schemas.errors import InvalidRequest, ServiceUnavailable
@@ -50,10 +53,13 @@ _history_decoder = msgspec.json.Decoder(HistoryRequest)
 
 
 class QueryService:
-    """Answers read/history/query requests from any number of instances (queue group `pamledger-query`)."""
+    """Answers read/history/query/search requests from any number of instances (queue group `pamledger-query`)."""
 
     def __init__(self, nc: RawClient, pool: AsyncConnectionPool[Any], prefix: str, watcher: CheckpointWatcher,
-                 settings: QuerySettings, partition: int, policy: Policy | None = None):
+                 settings: QuerySettings, partition: int, policy: Policy | None = None,
+                 index_watcher: CheckpointWatcher | None = None):
+        """`watcher` follows the projection (Query, lexical search), `index_watcher` the indexer (semantic
+        search); without one, a search's min_sequence on the index is never reached and says so."""
         self.nc = nc
         self.shell = RequestShell(policy)
         self.partition = partition
@@ -61,6 +67,7 @@ class QueryService:
         self.pool = pool
         self.prefix = prefix
         self.watcher = watcher
+        self.index_watcher = index_watcher or CheckpointWatcher(INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL)
         self._subs: list[Any] = []
         self._in_flight: set[asyncio.Task[None]] = set()
 
@@ -116,6 +123,8 @@ class QueryService:
                 return _history_decoder.decode(data)
             if name == "query":
                 return decode_query(data)
+            if name == "search":
+                return decode_search(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidRequest(f"malformed {name} request: {exc}", details={"reason": str(exc)}) from None
         raise InvalidRequest(f"unknown query {name!r}")
@@ -128,4 +137,6 @@ class QueryService:
         if isinstance(request, HistoryRequest):
             async with self.pool.connection() as conn:
                 return await history(conn, request.scope_id, request.object_id)
+        if isinstance(request, SearchRequest):
+            return await run_search(self.pool, self.watcher, self.index_watcher, request, self.settings)
         return await run_query(self.pool, self.watcher, request, self.partition)

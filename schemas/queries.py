@@ -50,8 +50,9 @@ class SequenceRange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     lte: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
-class QueryRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    scope_id: Id
+class Filters(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The structured filters Query and Search share (query.plan.filter_clauses turns them into SQL)."""
+
     object_types: TypeList | None = None
     schema_ids: TypeList | None = None
     lifecycle_states: LifecycleList = msgspec.field(default_factory=lambda: ["active"])
@@ -62,6 +63,10 @@ class QueryRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     provenance_ids: IdList | None = None
     time: dict[TimeField, TimeRange] | None = None
     ledger_sequence: SequenceRange | None = None
+
+
+class QueryRequest(Filters, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    scope_id: Id
     text: Annotated[str, msgspec.Meta(min_length=1, max_length=512)] | None = None
     order: Order = "newest"
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_LIMIT)] = 50
@@ -84,13 +89,14 @@ def decode_query(data: bytes) -> QueryRequest:
         raise InvalidRequest(f"malformed query: {exc}", details={"reason": str(exc)}) from None
     except BadValue as exc:  # e.g. NUL in a text filter, which Postgres cannot even compare with
         raise InvalidRequest(f"invalid query: {exc}", details={"field": exc.path, "reason": exc.reason}) from None
-    _check_ranges(request)
+    check_ranges(request)
     if request.order == "score" and request.text is None:
         raise InvalidRequest("order 'score' needs a text query", details={"order": "score"})
     return request
 
 
-def _check_ranges(request: QueryRequest) -> None:
+def check_ranges(request: Filters) -> None:
+    """Empty or inverted time and sequence windows are invalid_request (Query and Search alike)."""
     for name, window in (request.time or {}).items():
         if window.gte is not None and window.lt is not None and window.gte >= window.lt:
             raise InvalidRequest(f"time range {name} is empty or inverted (gte must be before lt)",

@@ -61,10 +61,13 @@ async def generated(env: Env) -> list[dict[str, Any]]:
 
 
 async def indexed_through(env: Env, sequence: int) -> bool:
-    """The indexer has applied the ledger through `sequence` and its outbox is empty."""
+    """The indexer has applied the ledger through `sequence`, its default space is registered and filled, and
+    its outbox is empty."""
     async with await psycopg.AsyncConnection.connect(env.database_url, autocommit=True) as conn:
         outbox = (await (await conn.execute("SELECT count(*) FROM index_outbox")).fetchone() or (0,))[0]
-        return await checkpoint(conn, INDEX_CHECKPOINT) >= sequence and outbox == 0
+        default = await find_space(conn, None)
+        return (await checkpoint(conn, INDEX_CHECKPOINT) >= sequence and outbox == 0 and default is not None
+                and default.state == "ready")
 
 
 async def head(env: Env) -> int:

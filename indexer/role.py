@@ -23,6 +23,7 @@ from infra.requester import CommandRequester
 from infra.settings import IndexerSettings
 from schemas.common import SYSTEM_SCOPE
 from schemas.embedding import EmbeddingSpace
+from schemas.errors import PamledgerError
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +59,14 @@ async def ensure_default_space(requester: CommandRequester, database_url: str, m
                 await set_default(requester, space.embedding_space_id, INITIAL_DEFAULT_KEY)
             log.info("indexer.default_space_registered", embedding_space_id=space.embedding_space_id)
             return
+        except PamledgerError as exc:
+            if exc.code not in ("service_unavailable", "internal_error"):
+                # Refused for good (this id is registered with another descriptor: a changed model file under
+                # the same space id). Say it once; the registered spaces go on being indexed.
+                log.error("indexer.default_space_refused", embedding_space_id=space.embedding_space_id,
+                          code=exc.code, reason=exc.message)
+                return
+            await asyncio.sleep(retry_seconds)
         except Exception as exc:  # noqa: BLE001 - writer or database not there yet: try again
             log.debug("indexer.default_space_waiting", error=type(exc).__name__)
             await asyncio.sleep(retry_seconds)

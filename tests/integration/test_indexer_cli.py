@@ -96,6 +96,12 @@ async def test_set_default_switches_by_a_ledger_entry_and_refuses_unknown_or_unf
         await wait_for(lambda: _exists(env, other.embedding_space_id), timeout=30)
         code, out, err = await asyncio.to_thread(cli_json, env, "index", "set-default", other.embedding_space_id)
         assert code != 0 and out["error"]["details"]["state"] == "filling"
+        code, out, err = await asyncio.to_thread(cli_json, env, "spaces")
+        reported = {s["embedding_space_id"]: s for s in out["spaces"]}[other.embedding_space_id]
+        assert (reported["embedder"], reported["state"], reported["missing"]) == ("unavailable", "filling", 12)
+        code, out, err = await asyncio.to_thread(cli_json, env, "index", "rebuild", "--space",
+                                                 other.embedding_space_id)
+        assert code != 0 and out["error"]["code"] == "invalid_request"
         code, out, err = await asyncio.to_thread(cli_json, env, "index", "set-default", NEW.embedding_space_id)
         assert code == 0, err
         assert out["default"] is True

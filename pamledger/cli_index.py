@@ -85,13 +85,15 @@ async def _rebuild(settings: Settings, args: argparse.Namespace) -> dict[str, An
     from indexer.role import register_space, usable_embedder
     from infra.embedding.known import descriptor_for
 
+    descriptor = None
+    if args.model is not None:  # checked before any server is looked for
+        try:
+            descriptor = descriptor_for(args.model)
+        except ValueError as exc:
+            raise invalid(str(exc), model=args.model) from None
     endpoints = resolve(settings)
     async with await psycopg.AsyncConnection.connect(endpoints.database_url, autocommit=True) as conn:
-        if args.model is not None:
-            try:
-                descriptor = descriptor_for(args.model)
-            except ValueError as exc:
-                raise invalid(str(exc), model=args.model) from None
+        if descriptor is not None:
             nc, requester = await _requester(settings, endpoints.nats_url)
             try:
                 await register_space(requester, descriptor)

@@ -81,7 +81,7 @@ class IndexerSettings(_Group):
     and how its outbox of ledger entries reaches the writer."""
 
     # "minilm" (the offline model) or "hashing-N" (feature hashing, N dimensions: tests, no model).
-    default_space: str = Field(default="minilm", pattern=r"^(minilm|hashing-[1-9][0-9]{0,3})$")
+    default_space: str = Field(default="minilm", pattern=r"^(minilm|hashing-([1-9][0-9]{0,2}|1[0-9]{3}|2000))$")
     # Threads the model may use per process (0: onnxruntime decides); 1 when several indexers share a box.
     model_threads: int = Field(default=0, ge=0, le=64)
     # Texts per embedder call inside a batch.

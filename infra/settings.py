@@ -84,6 +84,26 @@ class FollowerSettings(_Group):
     idle_check_seconds: float = Field(default=2.0, gt=0, le=300)
 
 
+class IndexerSettings(_Group):
+    """The indexer role: the space it registers (and makes the default when none is) on start, how it embeds,
+    and how its outbox of ledger entries reaches the writer."""
+
+    # "minilm" (the offline model) or "hashing-N" (feature hashing, N dimensions: tests, no model).
+    default_space: str = Field(default="minilm", pattern=r"^(minilm|hashing-([1-9][0-9]{0,2}|1[0-9]{3}|2000))$")
+    # Threads the model may use per process (0: onnxruntime decides); 1 when several indexers share a box.
+    model_threads: int = Field(default=0, ge=0, le=64)
+    # Texts per embedder call inside a batch.
+    embed_batch: int = Field(default=64, ge=1, le=4096)
+    # Outbox sender: entries per pass, how often it looks when idle, and its backoff cap when the writer is away.
+    outbox_batch: int = Field(default=64, ge=1, le=10_000)
+    outbox_poll_seconds: float = Field(default=0.2, gt=0, le=60)
+    outbox_retry_max_seconds: float = Field(default=10.0, gt=0, le=600)
+    # How often it looks for a space left `filling` to fill (one at a time, an advisory lock per space).
+    rebuild_poll_seconds: float = Field(default=1.0, gt=0, le=600)
+    # Current objects read, embedded and written per rebuild step.
+    rebuild_batch: int = Field(default=64, ge=1, le=10_000)
+
+
 class Settings(BaseSettings):
     """Everything a pamledger process needs; unset URLs mean 'the servers `pamledger up` started'."""
 
@@ -103,3 +123,4 @@ class Settings(BaseSettings):
     query: QuerySettings = QuerySettings()
     gateway: GatewaySettings = GatewaySettings()
     follower: FollowerSettings = FollowerSettings()
+    indexer: IndexerSettings = IndexerSettings()

@@ -20,6 +20,7 @@ from memory_client.cli import Handler, add_client_parsers, dispatch, handler_for
 from memory_client.cli_common import Parser, print_json
 from memory_client.client import MemoryClient, PamspecError
 from pamledger.cli_audit import add_audit_parsers, cmd_audit, cmd_replay
+from pamledger.cli_index import add_index_parsers, cmd_index, cmd_spaces
 from pamledger.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report
 from pamledger.supervisor import ROLES
 
@@ -142,6 +143,7 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
             # How far Query's current-version tables trail the ledger (0: every committed event is queryable).
             out["postgres"] = {"answers": True, "ledger_sequence": head, "projection_checkpoint": projected,
                                "projection_behind": head - projected}
+            out["postgres"].update(await _index_position(conn, settings.partition))
     except psycopg.Error as exc:
         out["postgres"] = {"answers": False, "error": type(exc).__name__}
     try:
@@ -165,6 +167,16 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
     return out
 
 
+async def _index_position(conn: Any, partition: int) -> dict[str, Any]:
+    """The indexer's checkpoint and backlog, and each space's state and backlog (no counts: status stays cheap)."""
+    from indexer.report import spaces_report
+
+    report = await spaces_report(conn, partition, counts=False)
+    return {"indexer_checkpoint": report["indexer_checkpoint"], "indexer_behind": report["backlog"], "spaces": [
+        {k: s[k] for k in ("embedding_space_id", "state", "default", "embedder", "backlog")}
+        for s in report["spaces"]]}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="pamledger", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -175,18 +187,20 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="serve in the foreground (starts local servers unless URLs are set)")
     run.add_argument("--local", action="store_true", help="accepted for clarity; local servers are the default")
     run.add_argument("--single-process", action="store_true", help="every role in one process (default: one each)")
-    run.add_argument("--roles", default="all", help="comma-separated subset of writer,query,projector,gateway")
+    run.add_argument("--roles", default="all", help=f"comma-separated subset of {','.join(ROLES)}")
     serve = sub.add_parser("serve", help="serve some roles in this process on running servers (what run spawns)")
-    serve.add_argument("--roles", default="all", help="comma-separated subset of writer,query,projector,gateway")
+    serve.add_argument("--roles", default="all", help=f"comma-separated subset of {','.join(ROLES)}")
     add_ledger_parsers(sub)
     add_client_parsers(sub)
     add_audit_parsers(sub)
+    add_index_parsers(sub)
     return parser
 
 
 HANDLERS: dict[str, Handler] = {
     "up": cmd_up, "down": cmd_down, "clean": cmd_clean, "run": cmd_run, "serve": cmd_serve, "status": cmd_status,
     "verify": cmd_verify, "stream": cmd_stream, "replay": cmd_replay, "audit": cmd_audit,
+    "spaces": cmd_spaces, "index": cmd_index,
 }
 
 

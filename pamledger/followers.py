@@ -6,7 +6,8 @@ roles to ask) all read this one list.
 
 from __future__ import annotations
 
+from indexer.step import INDEXER
 from infra.follower import FollowerSpec
 from projector.step import PROJECTOR
 
-FOLLOWERS: tuple[FollowerSpec, ...] = (PROJECTOR,)
+FOLLOWERS: tuple[FollowerSpec, ...] = (PROJECTOR, INDEXER)

@@ -23,7 +23,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from command_handler.store import PostgresLedgerStore, writer_lock_key
 from command_handler.writer import Writer
+from indexer.role import run_beside_follower
+from indexer.step import INDEXER, indexer_spec
 from infra.follower import EventFailed, Follower, FollowerSpec
+from infra.requester import CommandRequester
 from infra.nats_log import ConnectionLog
 from infra.nats_raw import RawClient, connect_raw
 from infra.request_shell import Policy
@@ -93,8 +96,12 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
                                                           policy)))
         for spec in FOLLOWERS:
             if spec.name in roles:
-                tasks.append(asyncio.create_task(
-                    follow_forever(settings, await connection(spec.name), database_url, spec)))
+                follower_nc = await connection(spec.name)
+                if spec.name == INDEXER.name:
+                    spec = indexer_spec(settings.indexer, INDEXER.batch)
+                    requester = CommandRequester(follower_nc, settings.subject_prefix, retries=0)
+                    tasks.append(asyncio.create_task(run_beside_follower(requester, database_url, settings.indexer)))
+                tasks.append(asyncio.create_task(follow_forever(settings, follower_nc, database_url, spec)))
         if "gateway" in roles:
             tasks.append(asyncio.create_task(
                 gateway_forever(settings, await connection("gateway"), database_url, authorizer or AllowAll(),

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from infra.migrations import migrate
-from infra.settings import Settings
+from infra.settings import IndexerSettings, Settings
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 PAMSPEC = SHARED / "pamspec"
@@ -85,6 +85,7 @@ def service_environment(env: "Env", database_url: str | None = None, **extra: st
     return {**os.environ, "PAMLEDGER_NATS_URL": env.nats_url,
             "PAMLEDGER_DATABASE_URL": database_url or env.database_url,
             "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix, "PAMLEDGER_STREAM_NAME": env.settings.stream_name,
+            "PAMLEDGER_INDEXER__DEFAULT_SPACE": env.settings.indexer.default_space,
             "PAMLEDGER_LOG_FORMAT": "json", **extra}
 
 
@@ -94,9 +95,14 @@ def run_cli(env: "Env", *args: str, database_url: str | None = None) -> subproce
                           env=service_environment(env, database_url), capture_output=True, text=True, timeout=120)
 
 
+TEST_SPACE = "hashing-16"  # the indexer's default space in tests: no model to load
+
+
 def fresh_settings(label: str, **overrides: Any) -> Settings:
-    """Subject prefix and stream name of their own, so modules never see each other's traffic."""
+    """Subject prefix and stream name of their own, so modules never see each other's traffic; an indexer
+    defaults to a small feature-hashing space (TEST_SPACE) instead of the model."""
     tag = f"{label}_{uuid.uuid4().hex[:6]}".lower()
+    overrides.setdefault("indexer", IndexerSettings(default_space=TEST_SPACE))
     return Settings(subject_prefix=f"pam_{tag}", stream_name=f"PAM_{tag.upper()}", **overrides)
 
 
@@ -119,20 +125,22 @@ def env(servers: Servers, request: pytest.FixtureRequest) -> Env:
     return Env(servers, fresh_database(servers, label), fresh_settings(label))
 
 
-ROLES = ("writer", "query", "projector", "gateway")
+ROLES = ("writer", "query", "projector", "gateway")  # the indexer runs where a test asks for it (roles=)
 
 
 @contextlib.asynccontextmanager
 async def serving(env: Env, ready: tuple[str, ...] = ROLES, timeout: float = 60.0, authorizer: Any = None,
-                  policy: Any = None) -> AsyncIterator[Any]:
-    """The whole service (query, writer, relay, projector, gateway) as a task in this event loop, ready once
-    the `ready` roles answer their status; yields a client that does not retry."""
+                  policy: Any = None, roles: tuple[str, ...] = ROLES) -> AsyncIterator[Any]:
+    """The service's `roles` (query, writer, relay, projector, gateway; the indexer when asked) as a task in
+    this event loop, ready once the `ready` roles answer their status; yields a client that does not retry.
+    Why not the indexer by default: it appends its own ledger entries (space registrations, embedding
+    records in each scope), which tests of other parts would have to step around."""
     from pamledger.runtime import run_service
     from memory_client.client import MemoryClient
 
     stop = asyncio.Event()
     task = asyncio.create_task(run_service(env.settings, env.nats_url, env.database_url, stop, authorizer,
-                                            policy=policy))
+                                            roles=roles, policy=policy))
     client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
     client.retries = 0
     try:

@@ -62,6 +62,19 @@ class VectorRow:
     ledger_sequence: int
     truncated: bool
     vector: Sequence[float]
+    content_digest: str | None = None  # the content it was made from: a version with the same one only moves it
+
+
+@dataclass(frozen=True)
+class MovedRow:
+    """A newer version of an object whose content (digest) its vector was already made from (a transition)."""
+
+    scope_id: str
+    object_id: str
+    version_id: str
+    version_sequence: int
+    ledger_sequence: int
+    content_digest: str
 
 
 def vector_table(space_key: int) -> sql.Identifier:
@@ -120,7 +133,7 @@ async def create_space(conn: psycopg.AsyncConnection[Any], space: EmbeddingSpace
         "CREATE TABLE IF NOT EXISTS {} ("
         " scope_id text NOT NULL, object_id text NOT NULL, version_id text NOT NULL,"
         " version_sequence integer NOT NULL, ledger_sequence bigint NOT NULL, truncated boolean NOT NULL,"
-        " embedding vector({}) NOT NULL, PRIMARY KEY (scope_id, object_id))"
+        " content_digest text, embedding vector({}) NOT NULL, PRIMARY KEY (scope_id, object_id))"
     ).format(table, sql.Literal(space.dimensions)))
     await conn.execute(sql.SQL(
         "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops) WITH (m = {}, ef_construction = {})"
@@ -143,21 +156,74 @@ async def upsert_vectors(conn: psycopg.AsyncConnection[Any], space: SpaceRow, ro
         " WHERE v.version_id = r.version_id AND v.scope_id = r.scope_id AND v.object_id = r.object_id)"
     ) if require_content else sql.SQL("")
     statement = sql.SQL(
-        "INSERT INTO {t} (scope_id, object_id, version_id, version_sequence, ledger_sequence, truncated, embedding)"
+        "INSERT INTO {t} (scope_id, object_id, version_id, version_sequence, ledger_sequence, truncated,"
+        " content_digest, embedding)"
         " SELECT r.scope_id, r.object_id, r.version_id, r.version_sequence, r.ledger_sequence, r.truncated,"
-        " r.embedding::vector"
-        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::bigint[], %s::bool[], %s::text[])"
-        " AS r(scope_id, object_id, version_id, version_sequence, ledger_sequence, truncated, embedding)"
+        " r.content_digest, r.embedding::vector"
+        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::bigint[], %s::bool[], %s::text[],"
+        " %s::text[])"
+        " AS r(scope_id, object_id, version_id, version_sequence, ledger_sequence, truncated, content_digest,"
+        " embedding)"
         "{guard}"
         " ON CONFLICT (scope_id, object_id) DO UPDATE SET version_id = excluded.version_id,"
         " version_sequence = excluded.version_sequence, ledger_sequence = excluded.ledger_sequence,"
-        " truncated = excluded.truncated, embedding = excluded.embedding"
+        " truncated = excluded.truncated, content_digest = excluded.content_digest, embedding = excluded.embedding"
         " WHERE {t}.version_sequence < excluded.version_sequence"
     ).format(t=space.table, guard=guard)
     await conn.execute(statement, (
         [r.scope_id for r in rows], [r.object_id for r in rows], [r.version_id for r in rows],
         [r.version_sequence for r in rows], [r.ledger_sequence for r in rows], [r.truncated for r in rows],
-        [vector_literal(r.vector) for r in rows]))
+        [r.content_digest for r in rows], [vector_literal(r.vector) for r in rows]))
+
+
+async def move_vectors(conn: psycopg.AsyncConnection[Any], space: SpaceRow, rows: Sequence[MovedRow]) -> None:
+    """Let each object's vector name a newer version made of the same content, without embedding again.
+
+    Only a row still holding that content and an older version moves: if a rebuild or an update changed the
+    row meanwhile, the newer row stands."""
+    if not rows:
+        return
+    await conn.execute(sql.SQL(
+        "UPDATE {t} t SET version_id = r.version_id, version_sequence = r.version_sequence,"
+        " ledger_sequence = r.ledger_sequence"
+        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::bigint[], %s::text[])"
+        " AS r(scope_id, object_id, version_id, version_sequence, ledger_sequence, content_digest)"
+        " WHERE t.scope_id = r.scope_id AND t.object_id = r.object_id AND t.content_digest = r.content_digest"
+        " AND t.version_sequence < r.version_sequence").format(t=space.table), (
+        [r.scope_id for r in rows], [r.object_id for r in rows], [r.version_id for r in rows],
+        [r.version_sequence for r in rows], [r.ledger_sequence for r in rows], [r.content_digest for r in rows]))
+
+
+async def vector_digests(conn: psycopg.AsyncConnection[Any], space: SpaceRow,
+                         objects: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+    """The content digest each of these objects' vectors was made from (objects without a vector left out)."""
+    if not objects:
+        return {}
+    cur = await conn.execute(sql.SQL(
+        "SELECT t.scope_id, t.object_id, t.content_digest FROM {} t"
+        " JOIN unnest(%s::text[], %s::text[]) AS d(scope_id, object_id)"
+        " ON t.scope_id = d.scope_id AND t.object_id = d.object_id").format(space.table),
+        ([o[0] for o in objects], [o[1] for o in objects]))
+    return {(r[0], r[1]): r[2] for r in await cur.fetchall()}
+
+
+async def make_default(conn: psycopg.AsyncConnection[Any], embedding_space_id: str, sequence: int) -> bool:
+    """Project a `default_space_set` entry: this space becomes the only default. False (nothing changed) for
+    an id nobody registered. Two statements in one transaction: the unique index allows one default."""
+    cur = await conn.execute("SELECT 1 FROM embedding_spaces WHERE embedding_space_id = %s", (embedding_space_id,))
+    if await cur.fetchone() is None:
+        return False
+    await conn.execute("UPDATE embedding_spaces SET is_default = false, default_sequence = NULL"
+                       " WHERE is_default AND embedding_space_id <> %s", (embedding_space_id,))
+    await conn.execute("UPDATE embedding_spaces SET is_default = true, default_sequence = %s"
+                       " WHERE embedding_space_id = %s", (sequence, embedding_space_id))
+    return True
+
+
+async def mark_ready(conn: psycopg.AsyncConnection[Any], embedding_space_id: str, filled_sequence: int) -> None:
+    """A fill finished: every current version up to `filled_sequence` has its vector (or has no text)."""
+    await conn.execute("UPDATE embedding_spaces SET state = 'ready', filled_sequence = %s"
+                       " WHERE embedding_space_id = %s", (filled_sequence, embedding_space_id))
 
 
 async def delete_object_vectors(conn: psycopg.AsyncConnection[Any], spaces: Sequence[SpaceRow],
@@ -170,6 +236,11 @@ async def delete_object_vectors(conn: psycopg.AsyncConnection[Any], spaces: Sequ
         await conn.execute(sql.SQL(
             "DELETE FROM {} t USING unnest(%s::text[], %s::text[]) AS d(scope_id, object_id)"
             " WHERE t.scope_id = d.scope_id AND t.object_id = d.object_id").format(space.table), (scopes, ids))
+
+
+def space_fill_lock(space_key: int) -> int:
+    """The session-level advisory lock a fill holds for its whole run: one fill of a space at a time."""
+    return 0x70616D6600_0000 + int(space_key)  # 'pamf' + key
 
 
 def space_write_lock(space_key: int) -> int:

@@ -20,6 +20,7 @@ import pytest
 
 from command_handler.verify import verify_ledger
 from memory_client.client import MemoryClient, PamspecError
+from pamledger.supervisor import ROLES as ALL_ROLES
 from tests.conftest import service_environment, ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, wait_for
 from tests.integration.test_writer import assert_stream_equals_ledger
 
@@ -186,8 +187,9 @@ def role_children(supervisor_pid: int) -> dict[str, int]:
 async def test_the_supervisor_restarts_a_role_process_that_dies(pair: list[ServiceProcess],
                                                                fault_env: Env) -> None:
     supervisor = pair[0].proc.pid
-    before = await wait_for(lambda: len(role_children(supervisor)) == 4 and role_children(supervisor), timeout=30)
-    assert set(before) == {"writer", "query", "projector", "gateway"}
+    before = await wait_for(lambda: len(role_children(supervisor)) == len(ALL_ROLES) and role_children(supervisor),
+                            timeout=30)
+    assert set(before) == set(ALL_ROLES)  # writer, query, projector, indexer, gateway
     os.kill(before["query"], signal.SIGKILL)
     after = await wait_for(lambda: (c := role_children(supervisor)).get("query") not in (None, before["query"])
                            and c, timeout=60)

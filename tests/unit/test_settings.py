@@ -24,6 +24,10 @@ TUNABLES = {  # environment variable -> (group, field, a valid value other than 
     "PAMLEDGER_GATEWAY__LIVE_BUFFER_EVENTS": ("gateway", "live_buffer_events", 500),
     "PAMLEDGER_GATEWAY__READER_IDLE_SECONDS": ("gateway", "reader_idle_seconds", 30.0),
     "PAMLEDGER_GATEWAY__FEED_PAUSE_AFTER_SECONDS": ("gateway", "feed_pause_after_seconds", 60.0),
+    "PAMLEDGER_INDEXER__DEFAULT_SPACE": ("indexer", "default_space", "hashing-64"),
+    "PAMLEDGER_INDEXER__MODEL_THREADS": ("indexer", "model_threads", 1),
+    "PAMLEDGER_INDEXER__OUTBOX_BATCH": ("indexer", "outbox_batch", 500),
+    "PAMLEDGER_INDEXER__REBUILD_BATCH": ("indexer", "rebuild_batch", 256),
 }
 OUT_OF_RANGE = {
     "PAMLEDGER_WRITER__TAIL_CHECK_ROWS": "0",
@@ -39,6 +43,8 @@ OUT_OF_RANGE = {
     "PAMLEDGER_GATEWAY__LIVE_BUFFER_EVENTS": "0",
     "PAMLEDGER_GATEWAY__READER_IDLE_SECONDS": "0.5",
     "PAMLEDGER_GATEWAY__FEED_PAUSE_AFTER_SECONDS": "-3",
+    "PAMLEDGER_INDEXER__DEFAULT_SPACE": "hashing-2001",  # minilm or hashing-N (1..2000) only
+    "PAMLEDGER_INDEXER__OUTBOX_BATCH": "0",
 }
 
 

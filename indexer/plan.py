@@ -1,0 +1,133 @@
+"""Pure core of the indexer: a batch of ledger events → what the batch asks of the vector tables.
+
+Why a fold: only an object's last version in a batch matters (an update then a transition in the same batch
+needs one vector, of the transition's version); an erasure anywhere after a version wins over it. Events
+carry digests, never content, so the plan names versions and content digests; the shell reads the content.
+
+What each event means here:
+- `index_rebuilt` in the system scope: a space registration or a default switch (registry rows);
+- `embedding_generated` / other `index_rebuilt` entries: the indexer's own records coming back, ignored;
+- an event whose version is deleted or redacted (`object_deleted`, `object_redacted`, availability →
+  deleted/redacted): erase every vector of the object;
+- any other event with an envelope and a content digest: the object's new current version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from schemas.common import SYSTEM_SCOPE
+
+ERASING_EVENTS = frozenset({"object_deleted", "object_redacted"})
+ERASED_STATES = frozenset({"deleted", "redacted"})
+OWN_EVENTS = frozenset({"embedding_generated", "index_rebuilt"})
+
+
+@dataclass(frozen=True)
+class Version:
+    """An object's version whose content may need a vector."""
+
+    scope_id: str
+    object_id: str
+    version_id: str
+    version_sequence: int
+    ledger_sequence: int
+    object_type: str
+    content_digest: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.scope_id, self.object_id)
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A `space_registered` entry: the descriptor as the ledger holds it (decoded by the shell)."""
+
+    ledger_sequence: int
+    embedding_space: Any
+    space_digest: str
+
+
+@dataclass(frozen=True)
+class DefaultSwitch:
+    ledger_sequence: int
+    embedding_space_id: str
+
+
+@dataclass
+class Plan:
+    """A batch's work, in the order the shell applies it: registry rows first, then erasures, then vectors."""
+
+    registry: list[Registration | DefaultSwitch] = field(default_factory=list)
+    versions: dict[tuple[str, str], Version] = field(default_factory=dict)
+    erased: set[tuple[str, str]] = field(default_factory=set)
+    from_sequence: int = 0
+    through_sequence: int = 0
+
+
+class _Actor(msgspec.Struct):
+    actor_id: str = ""
+
+
+class _Meta(msgspec.Struct):
+    version_id: str
+    sequence: int
+    object_type: str
+    availability_state: str = "active"
+
+
+class _Payload(msgspec.Struct):
+    envelope: _Meta | None = None
+    content_digest: str | None = None
+    action: str | None = None
+    embedding_space: Any = None
+    embedding_space_id: str | None = None
+    space_digest: str | None = None
+
+
+class _Event(msgspec.Struct):
+    event_type: str
+    scope_id: str
+    object_id: str | None = None
+    payload: _Payload | None = None
+
+
+_decode = msgspec.json.Decoder(_Event).decode
+
+
+def plan_batch(events: list[tuple[int, bytes]]) -> Plan:
+    """Fold a batch (ledger sequence, canonical event bytes), in ledger order, into one Plan.
+
+    Tolerant: fields it does not know are ignored (old readers read new data); an event it cannot decode at
+    all raises (msgspec.DecodeError), and the follower reports it stuck rather than skipping it."""
+    plan = Plan(from_sequence=events[0][0] if events else 0, through_sequence=events[-1][0] if events else 0)
+    for seq, raw in events:
+        event = _decode(raw)
+        payload = event.payload or _Payload()
+        if event.event_type in OWN_EVENTS:
+            if event.scope_id == SYSTEM_SCOPE and event.event_type == "index_rebuilt":
+                _registry(plan, seq, payload)
+            continue
+        if event.object_id is None or payload.envelope is None:
+            continue
+        key = (event.scope_id, event.object_id)
+        meta = payload.envelope
+        if event.event_type in ERASING_EVENTS or meta.availability_state in ERASED_STATES:
+            plan.versions.pop(key, None)
+            plan.erased.add(key)
+        elif payload.content_digest is not None:
+            plan.erased.discard(key)  # cannot happen after an erasure today; a later version would win anyway
+            plan.versions[key] = Version(event.scope_id, event.object_id, meta.version_id, meta.sequence, seq,
+                                         meta.object_type, payload.content_digest)
+    return plan
+
+
+def _registry(plan: Plan, seq: int, payload: _Payload) -> None:
+    if payload.action == "space_registered" and payload.embedding_space is not None and payload.space_digest:
+        plan.registry.append(Registration(seq, payload.embedding_space, payload.space_digest))
+    elif payload.action == "default_space_set" and payload.embedding_space_id:
+        plan.registry.append(DefaultSwitch(seq, payload.embedding_space_id))

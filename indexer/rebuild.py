@@ -1,0 +1,130 @@
+"""Fill a space from the current versions: a new space (a new model) or a rebuild, beside the live follower.
+
+Why it is safe beside the follower: the follower embeds every version after the space's registration into
+it; the fill covers what was current before. It starts from the indexer's checkpoint `start` (the space row
+exists there, so every later version reaches the space live) and first waits for the projection to reach
+`start`, so `current_objects` holds every version the live follower will not embed. Writes never go back a
+version (`upsert_vectors`), so the two may write one object in any order; and each fill batch writes under
+the space's write lock, and only while the version's content still exists, so a fill racing a delete cannot
+put an erased object's vector back (the follower erases under the same lock).
+
+Only one fill of a space runs at a time (a session advisory lock: the indexer role and a CLI rebuild never
+both fill it). Objects whose vector already names their current version are skipped, so a fill that was
+stopped resumes cheaply. At the end the space is `ready` (with `filled_sequence`) and an `index_rebuilt`
+{action: rebuild_completed} entry goes to the outbox, in one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from indexer.outbox import Entry, add_entries, entry_key
+from indexer.texts import embed, read_contents, text_of
+from infra.embedding.embedders import Embedder
+from infra.embedding.store import (
+    INDEX_CHECKPOINT, SpaceRow, VectorRow, mark_ready, space_fill_lock, space_write_lock, upsert_vectors,
+)
+from infra.projections import PROJECTION, checkpoint
+from schemas.common import SYSTEM_SCOPE
+
+_LIVE = "availability_state NOT IN ('deleted', 'redacted') AND content_digest IS NOT NULL"
+_COUNT = f"SELECT count(*) FROM current_objects WHERE {_LIVE}"
+_PAGE = (f"SELECT scope_id, object_id, version_id, sequence, ledger_sequence, object_type, content_digest"
+         f" FROM current_objects WHERE {_LIVE} AND (scope_id, object_id) > (%s, %s)"
+         f" ORDER BY scope_id, object_id LIMIT %s")
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int  # current objects looked at
+    total: int
+    embedded: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class FillReport:
+    embedding_space_id: str
+    filled_sequence: int
+    total: int
+    embedded: int
+    seconds: float
+
+
+class FillBusy(Exception):
+    """Another process is filling this space right now."""
+
+
+async def fill_space(conn: psycopg.AsyncConnection[Any], space: SpaceRow, embedder: Embedder, batch: int = 64,
+                     progress: Callable[[Progress], None] | None = None,
+                     projection_wait_seconds: float = 60.0) -> FillReport:
+    """Fill `space` (see the module docstring) on an autocommit connection; raises FillBusy when another
+    fill holds the space, TimeoutError when the projection does not reach the start in time."""
+    lock = space_fill_lock(space.space_key)
+    got = await (await conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,))).fetchone()
+    if not (got and got[0]):
+        raise FillBusy(space.embedding_space_id)
+    try:
+        return await _fill(conn, space, embedder, batch, progress, projection_wait_seconds)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+
+
+async def _fill(conn: psycopg.AsyncConnection[Any], space: SpaceRow, embedder: Embedder, batch: int,
+                progress: Callable[[Progress], None] | None, wait_seconds: float) -> FillReport:
+    started = time.monotonic()
+    start = max(await checkpoint(conn, INDEX_CHECKPOINT), space.registered_sequence)
+    deadline = started + wait_seconds
+    while await checkpoint(conn, PROJECTION) < start:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the projection has not reached ledger sequence {start}")
+        await asyncio.sleep(0.05)
+    total = int((await (await conn.execute(_COUNT)).fetchone() or (0,))[0])
+    done = embedded = 0
+    after = ("", "")
+    while True:
+        rows = await (await conn.execute(_PAGE, (*after, batch))).fetchall()
+        if not rows:
+            break
+        after = (rows[-1][0], rows[-1][1])
+        embedded += await _fill_page(conn, space, embedder, batch, rows)
+        done += len(rows)
+        if progress is not None:
+            progress(Progress(done, total, embedded, time.monotonic() - started))
+    report = FillReport(space.embedding_space_id, start, done, embedded, time.monotonic() - started)
+    async with conn.transaction():
+        await mark_ready(conn, space.embedding_space_id, start)
+        await add_entries(conn, [Entry(SYSTEM_SCOPE, "index_rebuilt", entry_key("rebuilt", space.space_key, start), {
+            "action": "rebuild_completed", "embedding_space_id": space.embedding_space_id,
+            "space_digest": space.space_digest, "count": embedded, "objects": done, "filled_sequence": start})])
+    return report
+
+
+async def _fill_page(conn: psycopg.AsyncConnection[Any], space: SpaceRow, embedder: Embedder, batch: int,
+                     rows: list[Any]) -> int:
+    """Embed and write one page of current objects; returns how many vectors it wrote."""
+    cur = await conn.execute(sql.SQL(
+        "SELECT t.version_id FROM {} t JOIN unnest(%s::text[], %s::text[]) AS d(scope_id, object_id)"
+        " ON t.scope_id = d.scope_id AND t.object_id = d.object_id").format(space.table),
+        ([r[0] for r in rows], [r[1] for r in rows]))
+    have = {r[0] for r in await cur.fetchall()}
+    todo = [r for r in rows if r[2] not in have]
+    contents = await read_contents(conn, [r[2] for r in todo])
+    texts = {r[2]: text_of(r[5], contents[r[2]]) for r in todo if r[2] in contents}
+    wanted = [r for r in todo if r[2] in texts and texts[r[2]].text]
+    if not wanted:
+        return 0
+    made = await embed(embedder, [texts[r[2]] for r in wanted], batch)
+    vectors = [VectorRow(r[0], r[1], r[2], r[3], r[4], e.truncated, e.vector, r[6])
+               for r, e in zip(wanted, made, strict=True)]
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (space_write_lock(space.space_key),))
+        await upsert_vectors(conn, space, vectors, require_content=True)
+    return len(vectors)

@@ -1,0 +1,158 @@
+"""The indexer's apply step: a batch of ledger events → registry rows, erasures, vectors and outbox entries.
+
+Why split in two: embedding is slow (milliseconds per text with the model), so it happens in `prepare`,
+before the follower's transaction and in a thread; `apply` then writes, in one transaction with the
+checkpoint: the registry rows of the batch, the erasures (under every space's write lock, in every space),
+the vectors (never over a newer version), the moves of vectors to versions with unchanged content (a
+transition), and one outbox entry per (scope, space) saying what was embedded.
+
+What `prepare` read may change before `apply` commits: a vector written since is newer and wins
+(`upsert_vectors` and `move_vectors` only move forward); content erased since has its erasure still to come
+in a later batch of this very follower, which deletes what this batch wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import psycopg
+import structlog
+
+from indexer.outbox import Entry, add_entries, entry_key
+from indexer.plan import DefaultSwitch, Plan, Registration, Version, plan_batch
+from indexer.texts import embed, read_contents, text_of
+from infra.embedding.known import embedder_for
+from infra.embedding.store import (
+    INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL, MovedRow, SpaceRow, VectorRow, create_space, delete_object_vectors,
+    list_spaces, make_default, move_vectors, space_write_lock, upsert_vectors, vector_digests,
+)
+from infra.follower import Event, FollowerSpec
+from infra.settings import IndexerSettings
+from schemas.embedding import encode_space, decode_space
+
+log = structlog.get_logger(__name__)
+
+INDEXER_LOCK_BASE = 0x70616D69_00  # 'pami' + partition
+
+
+@dataclass
+class Prepared:
+    """What `prepare` made for one batch, keyed by its last ledger sequence."""
+
+    plan: Plan
+    spaces: list[SpaceRow]
+    writes: dict[int, list[VectorRow]] = field(default_factory=dict)  # space_key → vectors
+    moves: dict[int, list[MovedRow]] = field(default_factory=dict)
+    textless: set[tuple[str, str]] = field(default_factory=set)  # current version has no text: no vector
+
+
+class IndexerStep:
+    """Embeds in `prepare`, writes in `apply` (see the module docstring)."""
+
+    def __init__(self, settings: IndexerSettings | None = None):
+        self.settings = settings or IndexerSettings()
+        self._prepared: Prepared | None = None
+
+    async def prepare(self, conn: psycopg.AsyncConnection[Any], events: list[Event]) -> None:
+        plan = plan_batch(events)
+        spaces = await list_spaces(conn)
+        prepared = Prepared(plan, spaces)
+        self._prepared = None
+        versions = list(plan.versions.values())
+        if versions:
+            await self._embed(conn, prepared, versions)
+        self._prepared = prepared
+
+    async def _embed(self, conn: psycopg.AsyncConnection[Any], prepared: Prepared, versions: list[Version]) -> None:
+        threads = self.settings.model_threads or None
+        todo: dict[int, list[Version]] = {}
+        embedders = {s.space_key: await asyncio.to_thread(embedder_for, s.descriptor, threads)  # loads once
+                     for s in prepared.spaces}
+        for space in prepared.spaces:
+            if embedders[space.space_key] is None:
+                continue  # another provider's space: reported by `pamledger spaces`, never filled here
+            digests = await vector_digests(conn, space, [v.key for v in versions])
+            same = [v for v in versions if digests.get(v.key, "") == v.content_digest]
+            prepared.moves[space.space_key] = [MovedRow(v.scope_id, v.object_id, v.version_id, v.version_sequence,
+                                                        v.ledger_sequence, v.content_digest) for v in same]
+            todo[space.space_key] = [v for v in versions if v not in same]
+        needed = {v.version_id for vs in todo.values() for v in vs}
+        contents = await read_contents(conn, sorted(needed))
+        texts = {v.version_id: text_of(v.object_type, contents[v.version_id])
+                 for v in versions if v.version_id in contents}
+        prepared.textless = {v.key for v in versions if v.version_id in texts and not texts[v.version_id].text}
+        for space in prepared.spaces:
+            wanted = [v for v in todo.get(space.space_key, []) if v.version_id in texts and texts[v.version_id].text]
+            embedder = embedders[space.space_key]
+            if not wanted or embedder is None:
+                continue
+            made = await embed(embedder, [texts[v.version_id] for v in wanted], self.settings.embed_batch)
+            prepared.writes[space.space_key] = [
+                VectorRow(v.scope_id, v.object_id, v.version_id, v.version_sequence, v.ledger_sequence,
+                          e.truncated, e.vector, v.content_digest) for v, e in zip(wanted, made, strict=True)]
+
+    async def apply(self, conn: psycopg.AsyncConnection[Any], events: list[Event]) -> None:
+        prepared = self._prepared
+        if prepared is None or prepared.plan.through_sequence != events[-1][0] \
+                or prepared.plan.from_sequence != events[0][0]:
+            raise RuntimeError("indexer: apply called without prepare for the same events")
+        self._prepared = None
+        plan = prepared.plan
+        spaces = list(prepared.spaces)
+        for item in plan.registry:
+            created = await _registry(conn, item)
+            if created is not None:
+                spaces.append(created)
+        gone = sorted(plan.erased | prepared.textless)
+        if gone:
+            for space in sorted(spaces, key=lambda s: s.space_key):  # one order: no deadlock with fills
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (space_write_lock(space.space_key),))
+            await delete_object_vectors(conn, spaces, gone)
+        entries: list[Entry] = []
+        for space in prepared.spaces:
+            await move_vectors(conn, space, prepared.moves.get(space.space_key, []))
+            rows = prepared.writes.get(space.space_key, [])
+            await upsert_vectors(conn, space, rows)
+            entries.extend(generated_entries(space, rows, plan.from_sequence, plan.through_sequence))
+        await add_entries(conn, entries)
+
+
+async def _registry(conn: psycopg.AsyncConnection[Any], item: Registration | DefaultSwitch) -> SpaceRow | None:
+    """Project one registry entry; returns a space it created. A descriptor this build cannot read (the writer
+    checked it, so only a newer writer's) is logged and left out rather than wedging the indexer."""
+    if isinstance(item, DefaultSwitch):
+        if not await make_default(conn, item.embedding_space_id, item.ledger_sequence):
+            log.warning("indexer.default_of_unknown_space", embedding_space_id=item.embedding_space_id,
+                        ledger_sequence=item.ledger_sequence)
+        return None
+    try:
+        space = decode_space(msgspec.json.encode(item.embedding_space))
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        log.error("indexer.unreadable_space", ledger_sequence=item.ledger_sequence, reason=str(exc))
+        return None
+    return await create_space(conn, space, encode_space(space), item.space_digest, item.ledger_sequence)
+
+
+def generated_entries(space: SpaceRow, rows: list[VectorRow], from_sequence: int,
+                      through_sequence: int) -> list[Entry]:
+    """One `embedding_generated` entry per scope for what this batch embedded in `space`."""
+    by_scope: dict[str, list[list[str]]] = defaultdict(list)
+    for row in rows:
+        by_scope[row.scope_id].append([row.object_id, row.version_id])
+    return [Entry(scope, "embedding_generated", entry_key("emb", space.space_key, through_sequence, scope), {
+        "embedding_space_id": space.embedding_space_id, "space_digest": space.space_digest, "count": len(items),
+        "items": items, "from_ledger_sequence": from_sequence, "through_ledger_sequence": through_sequence,
+    }) for scope, items in sorted(by_scope.items())]
+
+
+def indexer_spec(settings: IndexerSettings | None = None, batch: int = 64) -> FollowerSpec:
+    """The indexer follower with these settings (the composition root passes the process's own)."""
+    return FollowerSpec(name="indexer", checkpoint=INDEX_CHECKPOINT, notify_channel=INDEX_NOTIFY_CHANNEL,
+                        lock_base=INDEXER_LOCK_BASE, step=lambda: IndexerStep(settings), batch=batch)
+
+
+INDEXER = indexer_spec()

@@ -1,0 +1,176 @@
+"""`pamledger spaces | index rebuild | index set-default`: the operator's view of Embedding Spaces and the two
+explicit steps on them (fill a space, switch the default).
+
+Why here (the composition root): they talk to the writer over NATS (registrations and the default switch
+are ledger entries) and fill a space in this process with the indexer's own code, while the service keeps
+serving searches from the old default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+import uuid
+from typing import Any
+
+import psycopg
+
+from infra.embedding.store import SpaceRow, find_space
+from infra.endpoints import resolve
+from infra.settings import Settings
+from memory_client.cli_common import invalid
+from memory_client.errors import PamspecError
+
+WAIT_SECONDS = 60.0
+
+
+def add_index_parsers(sub: Any) -> None:
+    sub.add_parser("spaces", help="registered Embedding Spaces: descriptor, state, default, vector, stale and"
+                                  " missing counts, the indexer's checkpoint and backlog")
+    index = sub.add_parser("index", help="fill a space from the current versions, or switch the default space")
+    actions = index.add_subparsers(dest="index_action", required=True)
+    rebuild = actions.add_parser("rebuild", help="register the space if needed, then fill it here from the"
+                                                 " current versions (progress on stderr); the default keeps serving")
+    which = rebuild.add_mutually_exclusive_group(required=True)
+    which.add_argument("--space", help="a registered embedding_space_id")
+    which.add_argument("--model", help="minilm | hashing-N: register this build's space for it, then fill it")
+    default = actions.add_parser("set-default", help="make a registered, filled space the default (a ledger entry)")
+    default.add_argument("space", help="the embedding_space_id")
+    default.add_argument("--force", action="store_true", help="even while the space is still filling")
+
+
+def cmd_spaces(settings: Settings, args: argparse.Namespace) -> int:
+    from indexer.report import spaces_report
+
+    async def run() -> dict[str, Any]:
+        async with await psycopg.AsyncConnection.connect(resolve(settings).database_url, autocommit=True) as conn:
+            return await spaces_report(conn, settings.partition)
+
+    print(json.dumps(asyncio.run(run()), indent=2, sort_keys=True))
+    return 0
+
+
+def cmd_index(settings: Settings, args: argparse.Namespace) -> int:
+    runner = _rebuild if args.index_action == "rebuild" else _set_default
+    print(json.dumps(asyncio.run(runner(settings, args)), indent=2, sort_keys=True))
+    return 0
+
+
+async def _requester(settings: Settings, nats_url: str) -> Any:
+    from infra.requester import CommandRequester
+    from pamledger.runtime import connect_nats
+
+    nc = await connect_nats(nats_url, "pamledger-cli-index")
+    return nc, CommandRequester(nc, settings.subject_prefix, timeout=settings.request_timeout_seconds, retries=3)
+
+
+async def _projected(conn: psycopg.AsyncConnection[Any], space_id: str, ok: Any = lambda s: True) -> SpaceRow:
+    """The space's registry row once the indexer projected it (and `ok(row)`), or service_unavailable."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        space = await find_space(conn, space_id)
+        if space is not None and ok(space):
+            return space
+        if time.monotonic() > deadline:
+            raise PamspecError.of("service_unavailable", "the indexer has not projected this space's entry"
+                                  " (is the indexer role running?)", {"embedding_space_id": space_id})
+        await asyncio.sleep(0.1)
+
+
+async def _rebuild(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    from indexer.rebuild import FillBusy, fill_space
+    from indexer.role import register_space, usable_embedder
+    from infra.embedding.known import descriptor_for
+
+    descriptor = None
+    if args.model is not None:  # checked before any server is looked for
+        try:
+            descriptor = descriptor_for(args.model)
+        except ValueError as exc:
+            raise invalid(str(exc), model=args.model) from None
+    endpoints = resolve(settings)
+    async with await psycopg.AsyncConnection.connect(endpoints.database_url, autocommit=True) as conn:
+        if descriptor is not None:
+            nc, requester = await _requester(settings, endpoints.nats_url)
+            try:
+                await register_space(requester, descriptor)
+            finally:
+                await nc.close()
+            space_id = descriptor.embedding_space_id
+        else:
+            space_id = args.space
+            if await find_space(conn, space_id) is None:
+                raise invalid("no such embedding space is registered", embedding_space_id=space_id)
+        space = await _projected(conn, space_id)
+        embedder = await usable_embedder(space, settings.indexer.model_threads or None)
+        if embedder is None:
+            raise invalid("this build has no embedder for this space (another provider or descriptor)",
+                          embedding_space_id=space_id)
+        bar = ProgressBar()
+        while True:
+            try:
+                report = await fill_space(conn, space, embedder, settings.indexer.rebuild_batch, bar.update)
+                break
+            except FillBusy:  # the indexer role is filling it: wait, then pass over what it left (cheap)
+                bar.note("another process is filling this space; waiting for it")
+                await asyncio.sleep(0.5)
+        bar.done()
+        return {"embedding_space_id": report.embedding_space_id, "state": "ready", "objects": report.total,
+                "embedded": report.embedded, "filled_sequence": report.filled_sequence,
+                "seconds": round(report.seconds, 3)}
+
+
+async def _set_default(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    from indexer.role import set_default
+
+    endpoints = resolve(settings)
+    async with await psycopg.AsyncConnection.connect(endpoints.database_url, autocommit=True) as conn:
+        space = await find_space(conn, args.space)
+        if space is None:
+            raise invalid("no such embedding space is registered", embedding_space_id=args.space)
+        if space.state != "ready" and not args.force:
+            raise invalid("the space is still filling: searches in it would miss objects (--force to switch"
+                          " anyway)", embedding_space_id=args.space, state=space.state)
+        nc, requester = await _requester(settings, endpoints.nats_url)
+        try:
+            result = await set_default(requester, args.space, f"default-space:{args.space}:{uuid.uuid4()}")
+        finally:
+            await nc.close()
+        space = await _projected(conn, args.space, lambda s: s.is_default)
+        return {"embedding_space_id": space.embedding_space_id, "default": True,
+                "default_sequence": space.default_sequence, "ledger_sequence": result.get("ledger_sequence")}
+
+
+class ProgressBar:
+    """done/total, rate and ETA on stderr: redrawn in place on a terminal, a line every 2 s otherwise."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.last = 0.0
+        self.line = ""
+
+    def update(self, p: Any) -> None:
+        rate = p.done / p.seconds if p.seconds > 0 else 0.0
+        eta = (p.total - p.done) / rate if rate > 0 and p.total > p.done else 0.0
+        width = 30
+        filled = int(width * p.done / p.total) if p.total else width
+        self.line = (f"[{'#' * filled}{'.' * (width - filled)}] {p.done}/{p.total} objects, {p.embedded} embedded,"
+                     f" {rate:.0f}/s, ETA {eta:.0f}s")
+        now = time.monotonic()
+        if self.tty:
+            print("\r" + self.line, end="", file=sys.stderr, flush=True)
+        elif now - self.last >= 2.0:
+            print(self.line, file=sys.stderr, flush=True)
+            self.last = now
+
+    def note(self, text: str) -> None:
+        if self.line != text:
+            print(text, file=sys.stderr, flush=True)
+            self.line = text
+
+    def done(self) -> None:
+        if self.line:
+            print(("\r" if self.tty else "") + self.line, file=sys.stderr, flush=True)

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-import psutil
+import psutil  # type: ignore[import-untyped]
 import psycopg
 from psycopg import sql
 
@@ -83,7 +83,7 @@ class Bench:
 
     def query(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with psycopg.connect(self.url, autocommit=True) as conn:
-            return conn.execute(statement, params).fetchall()  # type: ignore[call-overload,no-any-return]
+            return conn.execute(statement, params).fetchall()
 
     def checkpoint(self) -> int:
         rows = self.query("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = 'indexer'")

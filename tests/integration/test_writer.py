@@ -185,19 +185,23 @@ async def test_the_stream_equals_the_ledger(client: MemoryClient, service: Env) 
 
 
 async def assert_stream_equals_ledger(nc: Any, env: Env) -> None:
+    """The stream holds exactly the ledger's rows. The ledger is read afresh on each try: other writers
+    (the indexer's entries) may append meanwhile, and the stream must then catch up with those too."""
     js = nc.jetstream()
-    async with await psycopg.AsyncConnection.connect(env.database_url) as conn:
-        cur = await conn.execute("SELECT ledger_sequence, event_id, event FROM ledger ORDER BY ledger_sequence")
-        rows = await cur.fetchall()
+    rows: list[Any] = []
 
     async def caught_up() -> bool:
+        nonlocal rows
+        async with await psycopg.AsyncConnection.connect(env.database_url) as conn:
+            cur = await conn.execute("SELECT ledger_sequence, event_id, event FROM ledger ORDER BY ledger_sequence")
+            rows = await cur.fetchall()
         try:
             info = await js.stream_info(env.settings.stream_name)
         except NotFoundError:  # being rebuilt
             return False
         return bool(info.state.last_seq == len(rows))
 
-    await wait_for(caught_up, timeout=30)
+    await wait_for(caught_up, timeout=30, interval=0.2)
     for seq, event_id, event in rows:
         msg = await js.get_msg(env.settings.stream_name, seq)
         assert msg.headers["Nats-Msg-Id"] == event_id

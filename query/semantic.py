@@ -35,8 +35,13 @@ from schemas.search import EmbeddingSpaceMismatch, SearchRequest
 # Columns every candidate row carries, in this order.
 # `stale`: the vector was made from an older version than the projected one (the indexer has not caught up).
 # By sequence, not by id: when the projector lags the indexer, the vector may be the NEWER of the two.
-_COLUMNS = ("p.meta, c.content, p.object_id, p.version_id, p.ledger_sequence, v.version_id AS vector_version_id,"
+# Ranked without content: content is read for the rows returned only (the outer query), not for every
+# row of the scope or every HNSW candidate.
+_COLUMNS = ("p.meta, p.content_digest, p.object_id, p.version_id, p.ledger_sequence, v.version_id AS vector_version_id,"
             " v.embedding <=> %s::vector AS distance, v.version_sequence < p.sequence AS stale")
+_WITH_CONTENT = ("SELECT r.meta, c.content, r.object_id, r.version_id, r.ledger_sequence, r.vector_version_id,"
+                 " r.distance, r.stale FROM ({ranked}) r LEFT JOIN content_store c ON c.content_digest = r.content_digest"
+                 " ORDER BY r.distance, r.object_id, r.version_id")
 
 
 @dataclass(frozen=True)
@@ -105,10 +110,13 @@ async def nearest(conn: psycopg.AsyncConnection[Any], space: SpaceRow, vector: l
         statement, params = exact_statement(space, literal, request, count)
         plan = Plan("exact", None)
     else:
+        # enable_sort off: the planner must not trade the index for a scan and a sort of the whole scope
+        # (it does for scopes it misjudges as small, or with a generic prepared plan: bench/m4_search).
         for name, value in (("hnsw.ef_search", settings.search_ef_search), ("hnsw.iterative_scan", "relaxed_order"),
-                            ("hnsw.max_scan_tuples", settings.search_max_scan_tuples)):
+                            ("hnsw.max_scan_tuples", settings.search_max_scan_tuples), ("enable_sort", "off")):
             await conn.execute("SELECT set_config(%s, %s, true)", (name, str(value)))
-        statement, params = hnsw_statement(space, literal, request, count, max(count, settings.search_ef_search))
+        # Relaxed order may hand candidates back slightly out of order: a few more than asked, re-ranked.
+        statement, params = hnsw_statement(space, literal, request, count, max(4 * count, 40))
         plan = Plan("hnsw", settings.search_ef_search)
     cur = await conn.execute(statement, params)
     # A stored zero vector (an object whose text embedded to nothing) has a NaN distance to everything:
@@ -119,13 +127,14 @@ async def nearest(conn: psycopg.AsyncConnection[Any], space: SpaceRow, vector: l
 def exact_statement(space: SpaceRow, literal: str, request: SearchRequest, count: int) -> tuple[sql.Composed, list[Any]]:
     """Every vector of the scope compared: the MATERIALIZED CTE keeps the planner off the HNSW index."""
     where, params = _filters(request)
+    ranked = sql.SQL(
+        "SELECT " + _COLUMNS + " FROM v JOIN current_objects p ON p.scope_id = %s AND p.object_id = v.object_id"
+        " WHERE {where} ORDER BY distance, p.object_id, p.version_id LIMIT %s"
+    ).format(where=where)
     statement = sql.SQL(
         "WITH v AS MATERIALIZED (SELECT object_id, version_id, version_sequence, embedding FROM {t}"
-        " WHERE scope_id = %s)"
-        " SELECT " + _COLUMNS + " FROM v JOIN current_objects p ON p.scope_id = %s AND p.object_id = v.object_id"
-        " LEFT JOIN content_store c ON c.content_digest = p.content_digest"
-        " WHERE {where} ORDER BY distance, p.object_id, p.version_id LIMIT %s"
-    ).format(t=space.table, where=where)
+        " WHERE scope_id = %s) "
+    ).format(t=space.table) + sql.SQL(_WITH_CONTENT).format(ranked=ranked)
     return statement, [request.scope_id, literal, request.scope_id, *params, count]
 
 
@@ -133,14 +142,14 @@ def hnsw_statement(space: SpaceRow, literal: str, request: SearchRequest, count:
                    candidates: int) -> tuple[sql.Composed, list[Any]]:
     """HNSW candidates (iterative scan, scope and filters applied during the scan), re-ranked exactly."""
     where, params = _filters(request)
-    statement = sql.SQL(
+    ranked = sql.SQL(
         "SELECT * FROM (SELECT " + _COLUMNS + " FROM {t} v"
         " JOIN current_objects p ON p.scope_id = v.scope_id AND p.object_id = v.object_id"
-        " LEFT JOIN content_store c ON c.content_digest = p.content_digest"
         " WHERE v.scope_id = %s AND {where} ORDER BY v.embedding <=> %s::vector LIMIT %s) candidates"
         " ORDER BY distance, object_id, version_id LIMIT %s"
     ).format(t=space.table, where=where)
-    return statement, [literal, request.scope_id, *params, literal, candidates, count]
+    return sql.SQL(_WITH_CONTENT).format(ranked=ranked), [literal, request.scope_id, *params, literal, candidates,
+                                                          count]
 
 
 def _filters(request: SearchRequest) -> tuple[sql.Composable, list[Any]]:

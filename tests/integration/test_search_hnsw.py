@@ -84,7 +84,7 @@ async def test_hnsw_and_exact_give_the_same_top_k(pool: Any, scope: str) -> None
         exact = await search(pool, QuerySettings(), vector, scope)
         approx = await search(pool, hnsw_settings, vector, scope)
         assert exact["index"]["method"] == "exact" and exact["index"]["approximate"] is False
-        assert approx["index"] == {**approx["index"], "method": "hnsw", "approximate": True, "ef_search": 100}
+        assert approx["index"] == {**approx["index"], "method": "hnsw", "approximate": True, "ef_search": 400}
         assert [i["object_id"] for i in approx["items"]] == [i["object_id"] for i in exact["items"]]
         scores = [i["semantic_score"] for i in approx["items"]]
         assert scores == sorted(scores, reverse=True) and len(scores) == 10

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from bench.m4_search_data import BIG_SCOPE, Layout, assemble, noisy_copies, small_scope, texts
+from bench.m4_search_data import (BIG_SCOPE, Layout, assemble, nearest_neighbour_cosine, noisy_copies, small_scope,
+                                  texts)
 from bench.m4_search_load import Loaded, load
 from bench.m4_search_report import Row, percentile, render
 from bench.m4_search_sql import (EXACT_SETTINGS, GROUND_TRUTH_SETTINGS, HnswSetting, exact_query,
@@ -59,8 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--real", type=int, default=None, help="real MiniLM vectors among them (default 2500)")
     parser.add_argument("--queries", type=int, default=None, help="query vectors (default 200)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 20,000 vectors, 500 real, 40 queries")
-    parser.add_argument("--hnsw", default="40,100", help="HNSW settings ef[:candidates[:max_scan_tuples]]"
-                                                         " (default 40,100; candidates = ef)")
+    parser.add_argument("--hnsw", default="40,100,200,400", help="HNSW settings ef[:candidates[:max_scan_tuples]]"
+                                                                 " (default 40,100,200,400; candidates = ef)")
     parser.add_argument("--exact-big-queries", type=int, default=20,
                         help="queries timed for exact search of the big scope (slow by design; default 20)")
     parser.add_argument("--maintenance-work-mem", default="1GB", help="for the HNSW build (default 1GB)")
@@ -160,7 +161,11 @@ def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
     log(f"embedded {embedding['texts']} texts at {embedding['per_second']:.0f}/s")
     rng = np.random.default_rng(args.seed)
     vectors, scopes = assemble(real, layout, rng)
-    log(f"loading {layout.total:,} vectors (1 scope of {layout.big:,}, {layout.small_count} of {layout.small_size:,}) ...")
+    stats_rng = np.random.default_rng(args.seed + 2)
+    neighbours = {"real": nearest_neighbour_cosine(real, real, stats_rng),
+                  "table": nearest_neighbour_cosine(vectors, vectors, stats_rng)}
+    log(f"loading {layout.total:,} vectors (1 scope of {layout.big:,}, {layout.small_count} of"
+        f" {layout.small_size:,}) ...")
     loaded = asyncio.run(load(url, vectors, scopes, args.probe, args.maintenance_work_mem, args.build_workers, log))
     literals = [vector_literal(q.tolist()) for q in queries]
     small_ids = rng.integers(0, layout.small_count, len(queries))
@@ -189,7 +194,8 @@ def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
     return {"layout": vars(layout), "embedding": embedding, "load": vars(loaded.timings), "sizes": loaded.sizes,
             "select1_p50_ms": percentile(select1, 50), "select1_p95_ms": percentile(select1, 95),
             "ground_truth_p50_ms": {k: percentile(v, 50) for k, v in gt_times.items()},
-            "numpy_agreement": agreement, "rows": [vars(r) for r in rows], "queries": len(queries),
+            "numpy_agreement": agreement, "nn_cosine": neighbours, "rows": [vars(r) for r in rows],
+            "queries": len(queries),
             "settings": [vars(s) for s in args.settings]}
 
 

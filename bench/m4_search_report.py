@@ -51,31 +51,34 @@ def _load_lines(r: dict[str, Any]) -> list[str]:
                      f" {t['probe_with_index_s']:.1f} s ({with_index:,.0f} rows/s){scaled}; COPY then build:"
                      f" {after:,.0f} rows/s -> building after the load is {after / with_index:.1f}x faster")
     s = r["sizes"]
-    lines.append(f"sizes: table {s['table_bytes'] / 2**20:.0f} MiB (with TOAST and primary key"
-                 f" {s['table_total_bytes'] / 2**20:.0f} MiB incl. index), HNSW index {s['hnsw_bytes'] / 2**20:.0f} MiB;"
-                 " shared_buffers 256MB (the product's local default), the rest from the OS page cache")
+    lines.append(f"sizes: heap {s['table_bytes'] / 2**20:.0f} MiB, HNSW index {s['hnsw_bytes'] / 2**20:.0f} MiB,"
+                 f" all with TOAST and primary key {s['table_total_bytes'] / 2**20:.0f} MiB; shared_buffers 256MB"
+                 " (the product's local default): the rest is read from the OS page cache")
     return lines
 
 
 def render(r: dict[str, Any]) -> str:
     lay, emb = r["layout"], r["embedding"]
     select1, exact_small = r["select1_p50_ms"], _exact_small(r)
-    out = [f"pamledger bench.m4_search{' --quick' if r.get('quick') else ''}: {lay['big'] + lay['small_count'] * lay['small_size']:,}"
-           f" vectors x 384 dims in one space table (1 scope of {lay['big']:,}, {lay['small_count']} of"
+    total = lay["big"] + lay["small_count"] * lay["small_size"]
+    out = [f"pamledger bench.m4_search{' --quick' if r.get('quick') else ''}: {total:,} vectors"
+           f" x 384 dims in one space table (1 scope of {lay['big']:,}, {lay['small_count']} of"
            f" {lay['small_size']:,}); {emb['texts']:,} MiniLM texts embedded at {emb['per_second']:.0f}/s"
            f" (real vectors + held-out queries), the rest clustered synthetic; {r['queries']} queries per scope kind;"
            f" {r.get('cores')} cores; {r.get('wall_seconds', 0):.0f} s wall; load average"
            f" {r.get('loadavg_start', 0):.1f} -> {r.get('loadavg_end', 0):.1f}",
+           f"clusters: median cosine to the nearest neighbour: real MiniLM vectors among themselves"
+           f" {r['nn_cosine']['real']:.3f}, table rows among all rows {r['nn_cosine']['table']:.3f}",
            *_load_lines(r),
            f"ground truth: exact top-10 per query in its scope with index scans off (p50 big"
            f" {r['ground_truth_p50_ms']['big']:.1f} ms, small {r['ground_truth_p50_ms']['small']:.1f} ms);"
            f" agreement with numpy float32 top-10: big {r['numpy_agreement']['big']:.4f},"
            f" small {r['numpy_agreement']['small']:.4f}",
            f"baselines (same run, one connection): SELECT 1 round trip p50 {select1:.3f} ms"
-           f" (p95 {r['select1_p95_ms']:.3f}); exact search of a 1,000 scope p50 {exact_small:.2f} ms",
+           f" (p95 {r['select1_p95_ms']:.3f}); exact search of a {lay['small_size']:,} scope p50 {exact_small:.2f} ms",
            "",
            f"{'scope':<14}{'method':<13}{'setting':<22}{'HNSW':>5}{'n':>5}{'recall@10':>10}{'min':>6}"
-           f"{'p50 ms':>9}{'p95 ms':>9}{'/SELECT1':>9}{'/exact1k':>9}  {'recall':<7}{'p50':<5}"]
+           f"{'p50 ms':>9}{'p95 ms':>9}{'/SELECT1':>9}{'/exact-s':>9}  {'recall':<7}{'p50':<5}"]
     for row in r["rows"]:
         scope = "100k scope" if row["kind"] == "big" else "1k scopes"
         if lay["big"] != 100_000:

@@ -69,6 +69,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="max_parallel_maintenance_workers for the HNSW build (default 1: 2 cores)")
     parser.add_argument("--probe", type=int, default=20_000,
                         help="rows COPYed into the table with its index present, to compare (default 20000)")
+    parser.add_argument("--graph", default=None, metavar="M:EF_CONSTRUCTION",
+                        help="rebuild the HNSW index with these parameters instead of create_space's (16:64)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", default=None, help="also write every number as JSON to this path")
     args = parser.parse_args(argv)
@@ -76,6 +78,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.real = args.real or (500 if args.quick else 2_500)
     args.queries = args.queries or (40 if args.quick else 200)
     args.settings = parse_settings(args.hnsw)
+    args.graph = tuple(int(x) for x in args.graph.split(":")) if args.graph else None
+    if args.graph is not None and len(args.graph) != 2:
+        parser.error("--graph takes M:EF_CONSTRUCTION, e.g. 16:128")
     if args.real > args.vectors or args.vectors < 200 or args.queries < 2 or not args.settings:
         parser.error("need --vectors >= 200, --real <= --vectors, --queries >= 2 and one HNSW setting")
     return args
@@ -166,7 +171,8 @@ def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
                   "table": nearest_neighbour_cosine(vectors, vectors, stats_rng)}
     log(f"loading {layout.total:,} vectors (1 scope of {layout.big:,}, {layout.small_count} of"
         f" {layout.small_size:,}) ...")
-    loaded = asyncio.run(load(url, vectors, scopes, args.probe, args.maintenance_work_mem, args.build_workers, log))
+    loaded = asyncio.run(load(url, vectors, scopes, args.probe, args.maintenance_work_mem, args.build_workers, log,
+                              args.graph))
     literals = [vector_literal(q.tolist()) for q in queries]
     small_ids = rng.integers(0, layout.small_count, len(queries))
     jobs = {"big": [(BIG_SCOPE, q) for q in literals],

@@ -35,6 +35,7 @@ class Timings:
     analyze_s: float = 0.0
     maintenance_work_mem: str = ""
     build_workers: int = 0
+    index: str = ""  # the parameters the index was built with
 
 
 @dataclass
@@ -57,8 +58,11 @@ async def _copy(conn: psycopg.AsyncConnection[object], table: sql.Identifier, ve
 
 
 async def load(url: str, vectors: np.ndarray, scopes: list[str], probe: int, maintenance_work_mem: str,
-               build_workers: int, log: Callable[[str], None]) -> Loaded:
-    """Register the MiniLM space (registry row, table, HNSW index), probe, bulk load, build, analyze."""
+               build_workers: int, log: Callable[[str], None], graph: tuple[int, int] | None = None) -> Loaded:
+    """Register the MiniLM space (registry row, table, HNSW index), probe, bulk load, build, analyze.
+
+    `graph` = (m, ef_construction) rebuilds the index with other parameters than create_space's (an
+    experiment: what a denser graph buys in recall and costs in build time)."""
     space = minilm_space()
     timings = Timings(len(vectors), maintenance_work_mem=maintenance_work_mem, build_workers=build_workers)
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
@@ -70,6 +74,10 @@ async def load(url: str, vectors: np.ndarray, scopes: list[str], probe: int, mai
         found = await cur.fetchone()
         assert found is not None, "create_space made no HNSW index"
         definition = found[0]
+        if graph is not None:
+            definition = sql.SQL(
+                "CREATE INDEX {} ON {} USING hnsw (embedding vector_cosine_ops) WITH (m = {}, ef_construction = {})"
+            ).format(sql.Identifier(index_name), table, sql.Literal(graph[0]), sql.Literal(graph[1])).as_string(conn)
         timings.probe_rows = min(probe, len(vectors))
         if timings.probe_rows:
             log(f"probe: COPY of {timings.probe_rows:,} rows with the HNSW index present ...")
@@ -80,7 +88,8 @@ async def load(url: str, vectors: np.ndarray, scopes: list[str], probe: int, mai
         timings.copy_s = await _copy(conn, table, vectors, scopes, len(vectors))
         await conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(maintenance_work_mem)))
         await conn.execute(sql.SQL("SET max_parallel_maintenance_workers = {}").format(sql.Literal(build_workers)))
-        log(f"building the HNSW index ({definition.split(' USING ')[1]}) ...")
+        timings.index = definition.split(" USING ")[1]
+        log(f"building the HNSW index ({timings.index}) ...")
         began = time.perf_counter()
         await conn.execute(definition)
         timings.build_s = time.perf_counter() - began

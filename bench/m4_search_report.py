@@ -39,7 +39,7 @@ def meets(row: dict[str, Any]) -> bool:
 def _load_lines(r: dict[str, Any]) -> list[str]:
     t = r["load"]
     lines = [f"load: COPY (binary) of {t['rows']:,} rows without the index {t['copy_s']:.1f} s"
-             f" ({t['rows'] / t['copy_s']:,.0f} rows/s); HNSW build {t['build_s']:.1f} s, {t.get('index', '')}"
+             f" ({t['rows'] / t['copy_s']:,.0f} rows/s); HNSW build {t['build_s']:.1f} s {t.get('index', '')}"
              f" (maintenance_work_mem {t['maintenance_work_mem']}, {t['build_workers']} parallel worker(s));"
              f" VACUUM ANALYZE {t['analyze_s']:.1f} s"]
     if t["probe_rows"]:

@@ -122,6 +122,11 @@ def _terminate(signum: int, frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--m4-search" in argv:  # `make bench BENCH_ARGS="--m4-search --quick"`: bench/m4_search.py, its own flags
+        from bench import m4_search
+
+        return m4_search.main([a for a in argv if a != "--m4-search"])
     args = parse_args(argv)
     cfg = make_config(args)
     configure_logging("console", os.environ.get("PAMLEDGER_BENCH_LOG_LEVEL", "warning"))

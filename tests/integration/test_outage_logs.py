@@ -3,7 +3,7 @@
 Why: the relay, projector and gateway logged `*.identity_check_failed` on every retry of the ledger
 identity check (every 2 s plus a 5 s request timeout), so the log grew with the outage's length. A real
 `pamledger serve` process (every role) with JSON logs against a nats-server of the module's own, SIGKILLed;
-two equal windows of the outage are compared.
+two equal windows of the outage are compared: the second may only say what was not said yet.
 """
 
 from __future__ import annotations
@@ -83,9 +83,19 @@ async def test_a_long_nats_outage_adds_almost_no_log_lines(
     first_lines = first.count("\n")
     added = second.splitlines()
     assert "Traceback" not in first + second
-    # One line per change of state: what the outage says, it says in its first seconds.
-    assert not added, f"{len(added)} more lines in the second {OUTAGE_WINDOW_SECONDS}s (first: " \
-                            f"{first_lines}):\n" + "\n".join(added[-40:])
+    # One line per change of state: the second window says nothing the outage already said. (A role may
+    # reach a new state late: a follower notices the outage only after its idle check and a resubscribe
+    # timed out, ~12 s on a loaded machine; that first line is a change, not a repeat.)
+    said = {json.loads(line)["event"] for line in first.splitlines()}
+    repeats = []
+    for line in added:
+        event = json.loads(line)["event"]
+        if event in said:
+            repeats.append(line)
+        said.add(event)
+    assert not repeats, f"{len(repeats)} repeated lines in the second {OUTAGE_WINDOW_SECONDS}s (first: " \
+                        f"{first_lines}):\n" + "\n".join(added[-40:])
+    assert len(added) <= 6, "the second window may only hold late first lines:\n" + "\n".join(added[-40:])
 
     client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix, timeout=10.0)
     for role in ("writer", "projector", "gateway"):

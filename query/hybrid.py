@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from infra.embedding.store import INDEX_CHECKPOINT
+from infra.embedding.store import INDEX_CHECKPOINT, SpaceRow
 from infra.projections import PROJECTION
 from infra.settings import QuerySettings
 from query.plan import build
@@ -105,7 +105,7 @@ async def run_search(pool: AsyncConnectionPool[Any], projection: CheckpointWatch
         "items": items(request, lexical, semantic), "mode": request.mode, "tie_break": TIE_BREAKS[request.mode],
         "filters": applied_filters(request), "as_of_sequence": projected, "query_truncated": found.truncated,
         "embedding_space_id": space_id, "space_digest": found.space.space_digest if found.space else None,
-        "index": None if request.mode == "lexical" else index_block(space_state, indexed, plan),
+        "index": None if request.mode == "lexical" else index_block(found.space, space_state, indexed, plan),
     }
     if request.min_sequence is not None:
         result["min_sequence_reached"] = reached and _fresh(request, request.min_sequence, projected, indexed)
@@ -145,9 +145,12 @@ def applied_filters(request: SearchRequest) -> dict[str, Any]:
             if getattr(request, name) is not None}
 
 
-def index_block(state: str | None, checkpoint: int, plan: Plan | None) -> dict[str, Any]:
-    """The index identity's freshness and how it was searched; no space at all reads as still filling."""
-    return {"state": state or "filling", "checkpoint": checkpoint,
+def index_block(space: SpaceRow | None, state: str | None, checkpoint: int, plan: Plan | None) -> dict[str, Any]:
+    """The index's identity, its freshness and how it was searched; no space at all reads as still filling.
+
+    The identity names the space's vector table and the ledger entry that registered the space."""
+    identity = f"pamledger:vectors:{space.space_key}@{space.registered_sequence}" if space else None
+    return {"index_id": identity, "state": state or "filling", "checkpoint": checkpoint,
             "method": plan.method if plan else None, "approximate": plan is not None and plan.method == "hnsw",
             "ef_search": plan.ef_search if plan else None}
 

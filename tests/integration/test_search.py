@@ -94,8 +94,10 @@ async def test_a_nearer_vector_in_another_scope_is_never_returned(service: Env, 
     assert top["semantic_score"] == pytest.approx(1 / (1.01 ** 0.5), abs=1e-6)
     assert top["envelope"]["canonical_content"] == {"statement": "the kettle boils water for tea"}
     assert result["embedding_space_id"] == SPACE.embedding_space_id
-    assert result["index"] == {"state": "ready", "checkpoint": result["index"]["checkpoint"], "method": "exact",
+    assert result["index"] == {"index_id": result["index"]["index_id"], "state": "ready",
+                               "checkpoint": result["index"]["checkpoint"], "method": "exact",
                                "approximate": False, "ef_search": None}
+    assert result["index"]["index_id"].startswith("pamledger:vectors:")
     assert result["index"]["checkpoint"] >= data["stranger"]["ledger_sequence"]
 
 

@@ -55,18 +55,21 @@ def create_bodies(texts: list[str]) -> list[bytes]:
 class Bench:
     """The servers, a fresh database, and the service children of one run."""
 
-    def __init__(self, servers: Servers, model: str, label: str) -> None:
+    def __init__(self, servers: Servers, model: str, label: str, threads: int = 0) -> None:
         self.servers = servers
         self.model = model
+        self.threads = threads  # the indexer's model threads (0: onnxruntime decides)
         _, self.url = servers.fresh_database(label)
         self.prefix, self.stream = service_names(label)
         self.children: list[Child] = []
+        self._conn: psycopg.Connection[Any] | None = None
 
     def child(self, name: str, roles: str) -> Child:
         child = python_child(name, "pamledger", {
             "PAMLEDGER_NATS_URL": self.servers.nats_url, "PAMLEDGER_DATABASE_URL": self.url,
             "PAMLEDGER_SUBJECT_PREFIX": self.prefix, "PAMLEDGER_STREAM_NAME": self.stream,
             "PAMLEDGER_LOG_FORMAT": "json", "PAMLEDGER_INDEXER__DEFAULT_SPACE": self.model,
+            "PAMLEDGER_INDEXER__MODEL_THREADS": str(self.threads),
         }, self.servers.work_dir, "run", "--roles", roles)
         self.children.append(child)
         return child.start()
@@ -80,10 +83,15 @@ class Bench:
     def stop(self) -> None:
         for child in self.children:
             child.stop()
+        if self._conn is not None:
+            self._conn.close()
 
-    def query(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            return conn.execute(statement, params).fetchall()
+    def query(self, statement: str | sql.Composed, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        # One connection for every poll: a connection per poll (every 10-50 ms) forks a Postgres backend
+        # each time, CPU taken from the very indexer and database being measured.
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self.url, autocommit=True)
+        return self._conn.execute(statement, params).fetchall()
 
     def checkpoint(self) -> int:
         rows = self.query("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = 'indexer'")
@@ -96,10 +104,9 @@ class Bench:
         rows = self.query("SELECT space_key FROM embedding_spaces WHERE is_default")
         if not rows:
             return 0
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            found = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
-                sql.Identifier(f"embedding_vectors_{int(rows[0][0])}"))).fetchone()
-        return int(found[0]) if found else 0
+        found = self.query(sql.SQL("SELECT count(*) FROM {}").format(
+            sql.Identifier(f"embedding_vectors_{int(rows[0][0])}")))
+        return int(found[0][0]) if found else 0
 
 
 def role_rss(child: Child, role: str) -> int:
@@ -138,7 +145,7 @@ async def ensure_scope(nc: Any, prefix: str) -> None:
     check_result(msg.data, b"")
 
 
-async def throughput(servers: Servers, model: str, n: int, batch: int) -> dict[str, Any]:
+async def throughput(servers: Servers, model: str, n: int, batch: int, threads: int = 0) -> dict[str, Any]:
     texts = corpus(n, most_clauses=3, seed=41)
     embedder = embedder_for(descriptor_for(model))
     assert embedder is not None
@@ -147,7 +154,7 @@ async def throughput(servers: Servers, model: str, n: int, batch: int) -> dict[s
     for start in range(0, n, batch):
         embedder.embed(texts[start:start + batch])
     raw = n / (time.perf_counter() - t0)
-    bench = Bench(servers, model, "m4_throughput")
+    bench = Bench(servers, model, "m4_throughput", threads)
     nc = await connect(servers.nats_url)
     try:
         await bench.started(nc, "m4-core", CORE_ROLES)
@@ -167,7 +174,7 @@ async def throughput(servers: Servers, model: str, n: int, batch: int) -> dict[s
         bench.stop()
         await nc.close()
     committed = vectors / seconds if seconds > 0 else float("nan")
-    return {"model": model, "objects": n, "creates_per_s": round(creates, 1), "raw_embed_per_s": round(raw, 1),
+    return {"model": model, "objects": n, "indexer_threads": threads, "creates_per_s": round(creates, 1), "raw_embed_per_s": round(raw, 1),
             "committed_per_s": round(committed, 1), "ratio": round(committed / raw, 3), "target": 0.8,
             "verdict": "PASS" if committed / raw >= 0.8 else "MISS"}
 
@@ -249,7 +256,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with bench_servers() as servers:
         if "throughput" in args.only:
-            out["throughput"] = await throughput(servers, args.model, args.objects, args.batch)
+            out["throughput"] = await throughput(servers, args.model, args.objects, args.batch, args.threads)
             print(json.dumps(out["throughput"]), flush=True)
         if "freshness" in args.only:
             out["freshness"] = await freshness(servers, args.model, args.rate, args.seconds)
@@ -266,6 +273,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="minilm", help="space of the throughput and freshness runs")
     parser.add_argument("--objects", type=int, default=2000, help="creates the throughput run indexes")
     parser.add_argument("--batch", type=int, default=64, help="raw embedder batch (the indexer's batch)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="the indexer's model threads (PAMLEDGER_INDEXER__MODEL_THREADS; 0: onnxruntime decides)")
     parser.add_argument("--rate", type=float, default=200.0, help="creates/s of the freshness run")
     parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds of the freshness run")
     parser.add_argument("--rss-model", default="hashing-384", help="space of the memory run")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import psycopg
 import pytest
 from psycopg import sql
@@ -47,6 +48,15 @@ async def _write(conn: psycopg.AsyncConnection[Any], step: IndexerStep, batch: l
         await step.apply_prepared(conn, batch, prepared)
 
 
+def _with_digest(event: tuple[int, bytes], like: tuple[int, bytes]) -> tuple[int, bytes]:
+    """`event` naming `like`'s content digest. The writer salts every new content, so today a digest comes
+    back only through a transition (of the version just before); the step must not depend on that: a
+    digest that recurs (content restored under its old digest) is the case where a stale read would move."""
+    value, other = msgspec.json.decode(event[1]), msgspec.json.decode(like[1])
+    value["payload"]["content_digest"] = other["payload"]["content_digest"]
+    return event[0], msgspec.json.encode(value)
+
+
 @pytest.fixture(scope="module")
 async def reverted(env: Env) -> AsyncIterator[tuple[str, list[str]]]:
     """An object whose third version has its first version's content again: (object id, version ids)."""
@@ -76,13 +86,15 @@ async def test_a_batch_prepared_ahead_of_one_that_rewrites_its_object_embeds_ins
             space = await create_space(writing, SPACE, encode_space(SPACE), space_digest(SPACE), 1)
         assert space is not None
         first, second, third = ([e] for e in await _events(preparing, oid))
+        third = [_with_digest(third[0], first[0])]
         step = IndexerStep()
         await _write(writing, step, first, await step.prepare(preparing, first, None) or Prepared(Plan(), []))
         version, original = await _vector(writing, space, oid)
         assert version == versions[0]
 
-        # Batch k (the other content) is prepared; k+1 (the first content again) is prepared before k is
-        # written: the vector it reads still names the first content, which k is about to replace.
+        # Batch k (the other content) is prepared; k+1 (the first content again, under its first digest) is
+        # prepared before k is written: the vector it reads still names that digest, which k is about to
+        # replace, so a move decided on it would find nothing to move once k committed.
         k = await step.prepare(preparing, second, None)
         assert k is not None
         ahead = await step.prepare(preparing, third, k)

@@ -1,14 +1,17 @@
 """The indexer's apply step: a batch of ledger events → registry rows, erasures, vectors and outbox entries.
 
 Why split in two: embedding is slow (milliseconds per text with the model), so it happens in `prepare`,
-before the follower's transaction and in a thread; `apply` then writes, in one transaction with the
+outside the follower's transaction and in a thread; `apply_prepared` then writes, in one transaction with the
 checkpoint: the registry rows of the batch, the erasures (under every space's write lock, in every space),
 the vectors (never over a newer version), the moves of vectors to versions with unchanged content (a
 transition), and one outbox entry per (scope, space) saying what was embedded.
 
 What `prepare` read may change before `apply` commits: a vector written since is newer and wins
 (`upsert_vectors` and `move_vectors` only move forward); content erased since has its erasure still to come
-in a later batch of this very follower, which deletes what this batch wrote.
+in a later batch of this very follower, which deletes what this batch wrote. The follower prepares batch
+k+1 while batch k's transaction runs (infra.prepare_ahead): a move is decided on the digest a vector names,
+which batch k may be replacing, so objects batch k writes or erases are embedded again, never moved; and a
+batch after a registry entry is prepared only once that entry committed (see `prepare`).
 """
 
 from __future__ import annotations
@@ -51,23 +54,30 @@ class Prepared:
 
 
 class IndexerStep:
-    """Embeds in `prepare`, writes in `apply` (see the module docstring)."""
+    """Embeds in `prepare`, writes in `apply_prepared` (see the module docstring; the protocol is
+    infra.prepare_ahead.PreparingStep)."""
 
     def __init__(self, settings: IndexerSettings | None = None):
         self.settings = settings or IndexerSettings()
-        self._prepared: Prepared | None = None
 
-    async def prepare(self, conn: psycopg.AsyncConnection[Any], events: list[Event]) -> None:
+    async def prepare(self, conn: psycopg.AsyncConnection[Any], events: list[Event],
+                      pending: Prepared | None = None) -> Prepared | None:
+        """Embed a batch. Ahead of a `pending` batch still being written, nothing it changes is trusted: an
+        object it writes or erases is embedded rather than moved (the digest read may be the one it is
+        replacing), and after a registry entry (a space created then must receive every later version
+        live: indexer.rebuild) nothing is prepared ahead at all."""
+        if pending is not None and pending.plan.registry:
+            return None
         plan = plan_batch(events)
-        spaces = await list_spaces(conn)
-        prepared = Prepared(plan, spaces)
-        self._prepared = None
+        prepared = Prepared(plan, await list_spaces(conn))
+        unsure = set(pending.plan.versions) | pending.plan.erased if pending is not None else set()
         versions = list(plan.versions.values())
         if versions:
-            await self._embed(conn, prepared, versions)
-        self._prepared = prepared
+            await self._embed(conn, prepared, versions, unsure)
+        return prepared
 
-    async def _embed(self, conn: psycopg.AsyncConnection[Any], prepared: Prepared, versions: list[Version]) -> None:
+    async def _embed(self, conn: psycopg.AsyncConnection[Any], prepared: Prepared, versions: list[Version],
+                     unsure: set[tuple[str, str]]) -> None:
         threads = self.settings.model_threads or None
         todo: dict[int, list[Version]] = {}
         embedders = {s.space_key: await asyncio.to_thread(embedder_for, s.descriptor, threads)  # loads once
@@ -76,7 +86,7 @@ class IndexerStep:
             if embedders[space.space_key] is None:
                 continue  # another provider's space: reported by `pamledger spaces`, never filled here
             digests = await vector_digests(conn, space, [v.key for v in versions])
-            same = [v for v in versions if digests.get(v.key, "") == v.content_digest]
+            same = [v for v in versions if v.key not in unsure and digests.get(v.key, "") == v.content_digest]
             prepared.moves[space.space_key] = [MovedRow(v.scope_id, v.object_id, v.version_id, v.version_sequence,
                                                         v.ledger_sequence, v.content_digest) for v in same]
             todo[space.space_key] = [v for v in versions if v not in same]
@@ -95,12 +105,10 @@ class IndexerStep:
                 VectorRow(v.scope_id, v.object_id, v.version_id, v.version_sequence, v.ledger_sequence,
                           e.truncated, e.vector, v.content_digest) for v, e in zip(wanted, made, strict=True)]
 
-    async def apply(self, conn: psycopg.AsyncConnection[Any], events: list[Event]) -> None:
-        prepared = self._prepared
-        if prepared is None or prepared.plan.through_sequence != events[-1][0] \
-                or prepared.plan.from_sequence != events[0][0]:
-            raise RuntimeError("indexer: apply called without prepare for the same events")
-        self._prepared = None
+    async def apply_prepared(self, conn: psycopg.AsyncConnection[Any], events: list[Event],
+                             prepared: Prepared) -> None:
+        if prepared.plan.through_sequence != events[-1][0] or prepared.plan.from_sequence != events[0][0]:
+            raise RuntimeError("indexer: apply called with what was prepared for other events")
         plan = prepared.plan
         spaces = list(prepared.spaces)
         for item in plan.registry:

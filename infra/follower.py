@@ -9,7 +9,8 @@ On start the follower reads its checkpoint from Postgres and (re)creates its dur
 right after it, so the consumer's position can never run ahead of what was committed. The server pushes
 events to a private inbox; a callback (on the raw bytes: `infra.nats_raw`) only buffers them, and the
 loop takes what is buffered (up to `batch`) as one batch: the step's rows, the checkpoint and a NOTIFY
-commit in one pipelined transaction. Acknowledgements are cumulative (AckPolicy.ALL) and sent in bulk
+commit in one pipelined transaction. A step that prepares (the indexer embeds) prepares the next buffered
+batch while this one's transaction runs, on a connection of its own (`infra.prepare_ahead`). Acknowledgements are cumulative (AckPolicy.ALL) and sent in bulk
 (every quarter of `max_ack_pending` events or `ack_every_seconds`, and when idle: `follower.*` settings).
 
 Why push, not pull: nats-py's `fetch` costs about 5x more client CPU per message than a subscription
@@ -30,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import nats
 import psycopg
@@ -41,6 +42,7 @@ from nats.js.errors import NotFoundError
 from infra.ledger_identity import REBUILD_PROJECTION, follower_disagreement, wait_for_agreement
 from infra.nats_raw import RawClient, stream_sequence
 from infra.pg_pipeline import pipelined_transaction
+from infra.prepare_ahead import Ahead, Connect, PreparingStep
 from infra.projections import advance_checkpoint, checkpoint, notify_checkpoint
 from infra.settings import FollowerSettings
 from infra.stuck import StuckState, describe, traceback_text
@@ -61,15 +63,6 @@ class ApplyStep(Protocol):
     async def apply(self, conn: psycopg.AsyncConnection[Any], events: list[Event]) -> None: ...
 
 
-class PreparingStep(ApplyStep, Protocol):
-    """An apply step with slow work to do before its transaction (the indexer embeds there): `prepare` runs on
-    the follower's connection outside any transaction, right before `apply` is called with the same events,
-    so no transaction or row lock is held while it works. What it reads may change before `apply` commits;
-    `apply` must write only what is still true (the indexer writes vectors over older versions only)."""
-
-    async def prepare(self, conn: psycopg.AsyncConnection[Any], events: list[Event]) -> None: ...
-
-
 @dataclass(frozen=True)
 class FollowerSpec:
     """A follower's names: its role (logs, status subject, durable consumer), its checkpoint row, the
@@ -79,7 +72,7 @@ class FollowerSpec:
     checkpoint: str
     notify_channel: str
     lock_base: int
-    step: Callable[[], ApplyStep]
+    step: Callable[[], ApplyStep | PreparingStep]  # a PreparingStep: see infra.prepare_ahead
     batch: int = 500  # events per transaction at most (the indexer takes fewer: each costs an embedding)
     # What an operator runs when this follower's checkpoint is another ledger's or ahead of it (its refusal
     # names it): the projection is rebuilt by replay; another follower brings its own rebuild.
@@ -115,7 +108,7 @@ class Follower:
 
     def __init__(self, spec: FollowerSpec, nc: RawClient, conn: psycopg.AsyncConnection[Any], stream: str,
                  prefix: str, partition: int, settings: FollowerSettings, batch: int | None = None,
-                 stuck: StuckState | None = None):
+                 stuck: StuckState | None = None, connect: Connect | None = None):
         if partition != 0:
             # The checkpoint row and the notify channel are keyed by the follower's name alone (migration
             # 002): a second partition would share partition 0's position. Refuse it loudly until they are
@@ -130,6 +123,10 @@ class Follower:
         self.ack_every_events = max(1, settings.max_ack_pending // 4)
         self.stuck = stuck if stuck is not None else StuckState(0.5, 30.0)
         self.conn = conn
+        # A preparing step prepares on a connection of its own, the next batch while this one's transaction
+        # runs, when `connect` opens one (infra.prepare_ahead); else in place on `conn`, before it.
+        self.ahead = Ahead(cast(PreparingStep, self.step), conn, connect) \
+            if hasattr(self.step, "apply_prepared") else None
         self.stream = stream
         self.subject = f"{prefix}.ledger.p{partition}.>"
         self.durable = spec.durable(partition)
@@ -157,11 +154,18 @@ class Follower:
                             applied=self.applied)
                 await asyncio.sleep(0.5)
             finally:
+                if self.ahead is not None:
+                    await self.ahead.discard()
                 if sub is not None:
                     try:
                         await self.nc.unsubscribe_raw(sub)
                     except nats.errors.Error:
                         pass
+
+    async def close(self) -> None:
+        """Close what the follower opened itself (the prepare connection)."""
+        if self.ahead is not None:
+            await self.ahead.close()
 
     async def _subscribe(self) -> Any:
         js = self.nc.jetstream()
@@ -213,7 +217,10 @@ class Follower:
         wait = self._apply_started + self.settings.linger_seconds - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
-        msgs, self._buffer = self._buffer[:self.batch], self._buffer[self.batch:]
+        # A batch prepared ahead is taken as it was prepared (the same deliveries, fewer than `batch` if
+        # fewer were buffered then), so its preparation is used.
+        take = self.ahead.span if self.ahead is not None and self.ahead.span else self.batch
+        msgs, self._buffer = self._buffer[:take], self._buffer[take:]
         if not self._buffer:
             self._arrived.clear()
         self._apply_started = time.monotonic()
@@ -231,8 +238,10 @@ class Follower:
         """Apply events in one transaction; if that fails, one per transaction up to the one that fails,
         so the good events before a bad one are never held back. Raises EventFailed."""
         try:
-            await self._apply_batch(events)
+            await self._apply_batch(events, ahead=True)
         except Exception as exc:  # noqa: BLE001 - any event-level failure: find the event, report it, retry
+            if self.ahead is not None:
+                await self.ahead.discard()  # prepared behind a batch that did not commit
             self._reraise_if_lost(exc)
             if len(events) == 1:
                 raise self._failed(events[0][0], exc) from exc
@@ -247,22 +256,38 @@ class Follower:
             log.info(f"{self.spec.name}.recovered", ledger_sequence=left.sequence, attempts=left.attempts,
                      stuck_seconds=round((datetime.now(timezone.utc) - left.since).total_seconds(), 3))
 
-    async def _apply_batch(self, events: list[Event]) -> None:
-        """The step's rows, the checkpoint (locked first) and the NOTIFY: one transaction, one round trip."""
+    async def _apply_batch(self, events: list[Event], ahead: bool = False) -> None:
+        """The step's rows, the checkpoint (locked first) and the NOTIFY: one transaction, one round trip.
+        With `ahead`, a preparing step's next buffered batch prepares while this transaction runs."""
         through = events[-1][0]
-        prepare = getattr(self.step, "prepare", None)
-        if prepare is not None:
-            await prepare(self.conn, events)
+        prepared: Any = None
+        if self.ahead is not None:
+            prepared = await self.ahead.prepared_for(events)
+            if ahead:
+                self.ahead.start(*self._next_events(through), prepared)
         async with pipelined_transaction(self.conn):
             await advance_checkpoint(self.conn, self.spec.checkpoint, through)
-            await self.step.apply(self.conn, events)
+            if self.ahead is not None:
+                await cast(PreparingStep, self.step).apply_prepared(self.conn, events, prepared)
+            else:
+                await cast(ApplyStep, self.step).apply(self.conn, events)
             await notify_checkpoint(self.conn, self.spec.notify_channel, through)  # sent at COMMIT
         self.applied = through
+
+    def _next_events(self, through: int) -> tuple[list[Event], int]:
+        """The buffered events contiguous after `through` that the next batch will be (up to `batch`), and
+        how many buffered deliveries they span."""
+        msgs = self._buffer[:self.batch]
+        taken, _ = contiguous([stream_sequence(reply) for reply, _ in msgs], through)
+        if not taken:
+            return [], 0
+        return [(seq, msgs[index][1]) for index, seq in taken], taken[-1][0] + 1
 
     def _reraise_if_lost(self, exc: Exception) -> None:
         """A lost connection is not the event's fault: let the caller reconnect (follow_forever)."""
         reraise_if_cancelled()
-        if isinstance(exc, psycopg.Error) and (self.conn.broken or self.conn.closed):
+        lost = self.conn.broken or self.conn.closed or (self.ahead is not None and self.ahead.lost())
+        if isinstance(exc, psycopg.Error) and lost:
             raise exc
 
     def _failed(self, sequence: int, exc: Exception) -> EventFailed:

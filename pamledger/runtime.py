@@ -184,8 +184,14 @@ async def follow_forever(settings: Settings, nc: RawClient, database_url: str, s
                 async with answering_status(nc, settings, spec.name, lambda: {"stuck": stuck.report()}):
                     try:
                         with failures.running():
-                            await Follower(spec, nc, conn, settings.stream_name, settings.subject_prefix,
-                                           settings.partition, settings.follower, stuck=stuck).run()
+                            follower = Follower(
+                                spec, nc, conn, settings.stream_name, settings.subject_prefix, settings.partition,
+                                settings.follower, stuck=stuck,
+                                connect=lambda: psycopg.AsyncConnection.connect(database_url, autocommit=True))
+                            try:
+                                await follower.run()
+                            finally:
+                                await follower.close()
                     except EventFailed:  # logged once per state change; wait (still leading), then retry
                         await asyncio.sleep(stuck.delay())
                         continue

@@ -81,6 +81,15 @@ class Bench:
             await wait_answering(nc, child, status_subject(self.prefix, role), timeout=180)
         return child
 
+    async def with_indexer(self, nc: Any, core: str, indexer: str) -> Child:
+        """The service's core roles, the bench scope, and an indexer process once its default space is ready."""
+        await self.started(nc, core, CORE_ROLES)
+        await ensure_scope(nc, self.prefix)
+        child = await self.started(nc, indexer, "indexer")
+        await wait_until(lambda: bool(self.query("SELECT 1 FROM embedding_spaces WHERE is_default AND state = 'ready'")),
+                         180, "the default space registered and ready")
+        return child
+
     def stop(self) -> None:
         for child in self.children:
             child.stop()
@@ -162,11 +171,7 @@ async def throughput(servers: Servers, model: str, n: int, batch: int, threads: 
     bench = Bench(servers, model, "m4_throughput", threads)
     nc = await connect(servers.nats_url)
     try:
-        await bench.started(nc, "m4-core", CORE_ROLES)
-        await ensure_scope(nc, bench.prefix)
-        first = await bench.started(nc, "m4-indexer-1", "indexer")
-        await wait_until(lambda: bool(bench.query("SELECT 1 FROM embedding_spaces WHERE is_default AND state = 'ready'")),
-                         180, "the default space registered and ready")
+        first = await bench.with_indexer(nc, "m4-core", "m4-indexer-1")
         first.stop()
         creates = await create_all(nc, bench.prefix, create_bodies(texts), "throughput")
         head, base = bench.head(), bench.checkpoint()
@@ -195,11 +200,7 @@ async def freshness(servers: Servers, model: str, rate: float, seconds: float) -
     seen: list[tuple[int, float]] = []
     listener: asyncio.Task[None] | None = None
     try:
-        await bench.started(nc, "m4-fresh-core", CORE_ROLES)
-        await ensure_scope(nc, bench.prefix)
-        await bench.started(nc, "m4-fresh-indexer", "indexer")
-        await wait_until(lambda: bool(bench.query("SELECT 1 FROM embedding_spaces WHERE is_default AND state = 'ready'")),
-                         180, "the default space ready")
+        await bench.with_indexer(nc, "m4-fresh-core", "m4-fresh-indexer")
 
         async def listen() -> None:
             async with await psycopg.AsyncConnection.connect(bench.url, autocommit=True) as conn:
@@ -234,11 +235,7 @@ async def memory(servers: Servers, model: str, n: int) -> dict[str, Any]:
     nc = await connect(servers.nats_url)
     samples: list[float] = []
     try:
-        await bench.started(nc, "m4-rss-core", CORE_ROLES)
-        await ensure_scope(nc, bench.prefix)
-        indexer = await bench.started(nc, "m4-rss-indexer", "indexer")
-        await wait_until(lambda: bool(bench.query("SELECT 1 FROM embedding_spaces WHERE is_default AND state = 'ready'")),
-                         180, "the default space ready")
+        indexer = await bench.with_indexer(nc, "m4-rss-core", "m4-rss-indexer")
 
         async def sample() -> None:
             while True:
@@ -257,7 +254,10 @@ async def memory(servers: Servers, model: str, n: int) -> dict[str, Any]:
     tenth = max(1, len(samples) // 10)
     early, late = statistics.fmean(samples[tenth:2 * tenth]), statistics.fmean(samples[-tenth:])
     flat = late <= early * 1.1 or late - early <= 20
-    return {"model": model, "embeddings": vectors, "samples": len(samples), "rss_mib_second_tenth": round(early, 1),
+    by_tenth = [round(statistics.fmean(samples[i * tenth:(i + 1) * tenth]), 1) for i in range(10)
+                if samples[i * tenth:(i + 1) * tenth]]
+    return {"model": model, "embeddings": vectors, "samples": len(samples), "rss_mib_by_tenth": by_tenth,
+            "rss_mib_second_tenth": round(early, 1),
             "rss_mib_last_tenth": round(late, 1), "rss_mib_max": round(max(samples), 1),
             "verdict": "PASS" if flat and vectors >= n else "MISS"}
 

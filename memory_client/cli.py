@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -153,6 +155,11 @@ def dispatch(handler: Handler, args: argparse.Namespace, serving: bool = False) 
         settings = Settings()
         configure_logging(settings.log_format, settings.log_level)
         return handler(settings, args)
+    except BrokenPipeError:
+        # The reader of our output went away (`| head`): the command itself ran (a write committed), so say
+        # nothing more and exit as a process killed by SIGPIPE would, like other Unix tools.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope (cli_errors.as_pamspec)
         state_dir = str(settings.state_dir) if settings is not None else None
         return emit_error(failed(exc, state_dir, settings is not None, serving=serving))

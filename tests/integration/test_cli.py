@@ -252,3 +252,21 @@ async def test_clean_with_a_server_it_cannot_stop_answers_the_envelope_and_keeps
     finally:
         holder.kill()
         await holder.wait()
+
+
+async def test_a_reader_that_goes_away_ends_the_command_quietly_after_it_ran(service: Env, scope: str,
+                                                                          client: MemoryClient, tmp_path: Path) -> None:
+    """`pamledger create ... | head -c 10`: the write commits, and closing the pipe is no `internal_error`."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            PAMLEDGER, "create", scope, "claim", '{"statement": "piped away"}', cwd=tmp_path,
+            env=cli_env(service, tmp_path / "state"), stdout=write_end, stderr=asyncio.subprocess.PIPE)
+    finally:
+        os.close(write_end)
+    _, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 128 + signal.SIGPIPE
+    assert '"error"' not in err.decode(), err.decode()
+    found = await client.query(scope, text="piped away", validation_states=["unverified"])
+    assert len(found["items"]) == 1

@@ -91,15 +91,21 @@ async def send_forever(database_url: str, requester: CommandRequester, batch: in
     """Drain the outbox forever: at once while there is work, every `poll_seconds` when idle, backing off
     (doubling up to `retry_max_seconds`) while the writer or Postgres is away."""
     delay = poll_seconds
+    waiting = False  # said once when sending starts failing and once when it works again, not per retry
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
                 while True:
                     sent = await send_some(conn, requester, batch)
+                    if waiting and sent:
+                        log.info("indexer.outbox_sending")
+                        waiting = False
                     delay = poll_seconds
                     if sent < batch:
                         await asyncio.sleep(poll_seconds)
         except Exception as exc:  # noqa: BLE001 - writer away, NATS or Postgres down: wait and go on
-            log.warning("indexer.outbox_waiting", error=type(exc).__name__, retry_in_seconds=round(delay, 2))
+            (log.debug if waiting else log.warning)("indexer.outbox_waiting", error=type(exc).__name__,
+                                                    retry_in_seconds=round(delay, 2))
+            waiting = True
             await asyncio.sleep(delay)
             delay = min(retry_max_seconds, delay * 2)

@@ -30,10 +30,8 @@ import argparse
 import asyncio
 import json
 import os
-import struct
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -41,124 +39,27 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from bench.load import ACTOR, PROVENANCE, check_result
+from bench.load import check_result
 from bench.m4_index import Bench, create_all, wait_until
 from bench.m4_search import embed_corpus
 from bench.m4_search_data import BIG_SCOPE, Layout, assemble, small_scope
 from bench.m4_search_report import percentile
+from bench.m4_search_service_load import create_bodies, load_vectors, make_scopes, register_default
 from bench.m4_search_sql import (EXACT_SETTINGS, GROUND_TRUTH_SETTINGS, HnswSetting, exact_query, ground_truth_query,
                                  hnsw_query, search)
-from bench.pgcopy import HEADER, TRAILER
 from bench.servers import bench_servers
 from bench.service import connect
-from infra.embedding.known import descriptor_for
-from infra.embedding.store import create_space, find_space, vector_literal
-from infra.requester import CommandRequester
+from infra.embedding.store import find_space, vector_literal
 from infra.settings import QuerySettings
-from infra.subjects import command_subject, query_subject, status_subject
-from query.semantic import nearest  # bench only: the service's SQL alone, to split its latency
-from schemas.common import SYSTEM_SCOPE
-from schemas.embedding import encode_space, space_digest
+from infra.subjects import query_subject, status_subject
+from query.semantic import exact_statement, hnsw_statement, nearest  # bench only: the service's SQL alone, to split its latency
 from schemas.search import decode_search
 
 K = 10
-BENCH_ACTOR = {"actor_id": "actor:bench:indexer", "actor_kind": "service"}
-COLUMNS = "(scope_id, object_id, version_id, version_sequence, ledger_sequence, truncated, content_digest, embedding)"
 
 
 def log(message: str) -> None:
     print(f"m4_search_service [{time.strftime('%H:%M:%S')}]: {message}", file=sys.stderr, flush=True)
-
-
-def create_bodies(scopes: list[str]) -> list[bytes]:
-    return [msgspec.json.encode({"scope_id": s, "object_type": "claim", "actor": ACTOR, "provenance": PROVENANCE,
-                                 "canonical_content": {"statement": f"bench object {i} in {s}"}})
-            for i, s in enumerate(scopes)]
-
-
-async def make_scopes(nc: Any, prefix: str, names: list[str]) -> None:
-    for name in names:
-        msg = await nc.request(command_subject(prefix, "create_scope"),
-                               msgspec.json.encode({"scope_id": name, "scope_kind": "workspace"}), timeout=30)
-        check_result(msg.data, b"")
-
-
-async def register_default(nc: Any, prefix: str) -> tuple[Any, int]:
-    """Register hashing-384 through the writer and make it the default: (descriptor, its ledger sequence)."""
-    space = descriptor_for("hashing-384")
-    requester = CommandRequester(nc, prefix, timeout=30)
-    registered = await requester.command("register_embedding_space", {
-        "scope_id": SYSTEM_SCOPE, "space": msgspec.to_builtins(space), "actor": BENCH_ACTOR})
-    await requester.command("record_index_event", {
-        "scope_id": SYSTEM_SCOPE, "event_type": "index_rebuilt", "actor": BENCH_ACTOR,
-        "payload": {"action": "default_space_set", "embedding_space_id": space.embedding_space_id},
-        "idempotency_key": "bench:default-space"})
-    return space, int(registered["ledger_sequence"])
-
-
-def _text(value: str) -> bytes:
-    data = value.encode()
-    return struct.pack("!i", len(data)) + data
-
-
-def copy_rows(objects: list[tuple[str, str, str, int, str]], vectors: np.ndarray) -> Iterator[bytes]:
-    """Binary COPY of (scope, object, version, 1, ledger_sequence, false, digest, vector) per object."""
-    dims = vectors.shape[1]
-    head, big_endian = struct.pack("!ihh", 4 + 4 * dims, dims, 0), vectors.astype(">f4")
-    yield HEADER
-    for base in range(0, len(objects), 5_000):
-        parts: list[bytes] = []
-        for i in range(base, min(len(objects), base + 5_000)):
-            scope, obj, ver, seq, digest = objects[i]
-            parts += (struct.pack("!h", 8), _text(scope), _text(obj), _text(ver), struct.pack("!ii", 4, 1),
-                      struct.pack("!iq", 8, seq), struct.pack("!ib", 1, 0), _text(digest), head,
-                      big_endian[i].tobytes())
-        yield b"".join(parts)
-    yield TRAILER
-
-
-async def load_vectors(url: str, space: Any, registered: int, vectors: np.ndarray,
-                       scopes: list[str]) -> tuple[str, str, dict[str, float]]:
-    """Bypass the indexer: registry row + table, then one vector per projected object. Returns (table, index)."""
-    timings: dict[str, float] = {}
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        row = await create_space(conn, space, encode_space(space), space_digest(space), registered)
-        assert row is not None
-        await conn.execute("UPDATE embedding_spaces SET state = 'ready', is_default = true, filled_sequence = %s"
-                           " WHERE embedding_space_id = %s", (registered, space.embedding_space_id))
-        table_name, index_name = f"embedding_vectors_{row.space_key}", f"embedding_vectors_{row.space_key}_hnsw"
-        cur = await conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (index_name,))
-        found = await cur.fetchone()
-        assert found is not None
-        definition = found[0]
-        # Pair each scope's vectors with its objects (both in creation order): which vector lands on which
-        # object is arbitrary anyway; only the scope matters.
-        cur = await conn.execute("SELECT scope_id, object_id, version_id, ledger_sequence, content_digest"
-                                 " FROM current_objects ORDER BY ledger_sequence")
-        by_scope: dict[str, list[tuple[str, str, str, int, str]]] = {}
-        for s, o, v, seq, d in await cur.fetchall():
-            by_scope.setdefault(s, []).append((s, o, v, int(seq), d))
-        taken = {s: 0 for s in by_scope}
-        objects = []
-        for s in scopes:
-            objects.append(by_scope[s][taken[s]])
-            taken[s] += 1
-        await conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(index_name)))
-        began = time.perf_counter()
-        async with conn.cursor() as c:
-            statement = sql.SQL("COPY {} " + COLUMNS + " FROM STDIN (FORMAT BINARY)").format(row.table)
-            async with c.copy(statement) as copy:
-                for chunk in copy_rows(objects, vectors):
-                    await copy.write(chunk)
-        timings["copy_s"] = time.perf_counter() - began
-        await conn.execute("SET maintenance_work_mem = '1GB'")
-        await conn.execute("SET max_parallel_maintenance_workers = 1")
-        began = time.perf_counter()
-        await conn.execute(definition)
-        timings["build_s"] = time.perf_counter() - began
-        await conn.execute(sql.SQL("VACUUM ANALYZE {}").format(row.table))
-        await conn.execute("VACUUM ANALYZE current_objects")
-    return table_name, index_name, timings
 
 
 def stats(times: list[float], recalls: list[float] | None = None) -> dict[str, Any]:
@@ -243,6 +144,29 @@ async def service_sql(url: str, space_id: str, jobs: list[tuple[str, list[float]
     return stats(times, recalls)
 
 
+async def explain(url: str, space_id: str, kind: str, scope: str, vector: list[float]) -> list[str]:
+    """EXPLAIN (ANALYZE, BUFFERS) of the service's statement for one request, under the service's settings."""
+    settings = QuerySettings()
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        space = await find_space(conn, space_id)
+        assert space is not None
+        request = decode_search(msgspec.json.encode({
+            "scope_id": scope, "vector": vector, "embedding_space_id": space_id, "mode": "semantic", "limit": K,
+            "validation_states": ["unverified"]}))
+        literal = vector_literal(vector)
+        async with conn.transaction():
+            if kind == "big":
+                for name, value in (("hnsw.ef_search", settings.search_ef_search),
+                                    ("hnsw.iterative_scan", "relaxed_order"),
+                                    ("hnsw.max_scan_tuples", settings.search_max_scan_tuples), ("enable_sort", "off")):
+                    await conn.execute("SELECT set_config(%s, %s, true)", (name, str(value)))
+                statement, params = hnsw_statement(space, literal, request, K, max(4 * K, 40))
+            else:
+                statement, params = exact_statement(space, literal, request, K)
+            cur = await conn.execute(sql.SQL("EXPLAIN (ANALYZE, BUFFERS) ") + statement, params)
+            return [str(r[0]) for r in await cur.fetchall()]
+
+
 async def status_round_trip(nc: Any, prefix: str, n: int = 300) -> dict[str, Any]:
     subject = status_subject(prefix, "query")
     await nc.request(subject, b"", timeout=10)
@@ -302,7 +226,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 direct = await service_sql(bench.url, space.embedding_space_id,
                                            [(s, q.tolist()) for s, q in zip(kscopes, queries)], truth[kind], warm)
                 sql_alone = bench_sql(bench.url, table, kind, list(zip(kscopes, literals)), truth[kind], warm)
-                out[kind] = {"service": service, "service_sql": direct, "bench_sql": sql_alone}
+                out[kind] = {"service": service, "service_sql": direct, "bench_sql": sql_alone,
+                             "explain": await explain(bench.url, space.embedding_space_id, kind, kscopes[0],
+                                                      queries[0].tolist())}
         finally:
             bench.stop()
             await nc.close()
@@ -344,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real", type=int, default=None, help="real MiniLM vectors among them (default 2500)")
     parser.add_argument("--quick", action="store_true", help="20,000 objects, 500 real, 40 queries")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--explain", action="store_true", help="print EXPLAIN ANALYZE of one service statement per kind")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
     args.objects = args.objects or (20_000 if args.quick else 200_000)
@@ -351,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     args.queries = args.queries or (40 if args.quick else 200)
     out = asyncio.run(run(args))
     print(render(out))
+    if args.explain:
+        for kind in ("big", "small"):
+            print(f"\nEXPLAIN ANALYZE, {kind} scope, the service's statement:\n" + "\n".join(
+                line if len(line) <= 200 else line[:200] + " ..." for line in out[kind]["explain"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2, default=str)

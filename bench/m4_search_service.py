@@ -162,7 +162,7 @@ async def explain(url: str, space_id: str, kind: str, scope: str, vector: list[f
                     await conn.execute("SELECT set_config(%s, %s, true)", (name, str(value)))
                 statement, params = hnsw_statement(space, literal, request, K, max(4 * K, 40))
             else:
-                statement, params = exact_statement(space, literal, request, K)
+                statement, params = exact_statement(space, literal, request, K, max(4 * K, 100))
             cur = await conn.execute(sql.SQL("EXPLAIN (ANALYZE, BUFFERS) ") + statement, params)
             return [str(r[0]) for r in await cur.fetchall()]
 

@@ -104,38 +104,55 @@ async def nearest(conn: psycopg.AsyncConnection[Any], space: SpaceRow, vector: l
     cur = await conn.execute(sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {} WHERE scope_id = %s LIMIT %s) s")
                              .format(space.table), (request.scope_id, threshold + 1))
     row = await cur.fetchone()
-    exact = row is not None and int(row[0]) <= threshold
+    size = int(row[0]) if row is not None else 0
     literal = vector_literal(vector)
-    if exact:
-        statement, params = exact_statement(space, literal, request, count)
-        plan = Plan("exact", None)
-    else:
-        # enable_sort off: the planner must not trade the index for a scan and a sort of the whole scope
-        # (it does for scopes it misjudges as small, or with a generic prepared plan: bench/m4_search).
-        for name, value in (("hnsw.ef_search", settings.search_ef_search), ("hnsw.iterative_scan", "relaxed_order"),
-                            ("hnsw.max_scan_tuples", settings.search_max_scan_tuples), ("enable_sort", "off")):
-            await conn.execute("SELECT set_config(%s, %s, true)", (name, str(value)))
-        # Relaxed order may hand candidates back slightly out of order: a few more than asked, re-ranked.
-        statement, params = hnsw_statement(space, literal, request, count, max(4 * count, 40))
-        plan = Plan("hnsw", settings.search_ef_search)
+    if size <= threshold:
+        # Rank the scope's vectors first and read the projection rows of a shortlist only (reading all of a
+        # scope's rows cost most of an exact search: they lie scattered over the heap). When the filters leave
+        # fewer than `count` of the shortlist and the scope holds more, rank every vector instead.
+        shortlist = max(4 * count, 100)
+        cur = await conn.execute(*exact_statement(space, literal, request, count, shortlist))
+        rows = await cur.fetchall()
+        if len(rows) < count and size > shortlist:
+            cur = await conn.execute(*exact_statement(space, literal, request, count, None))
+            rows = await cur.fetchall()
+        return _finite(rows), Plan("exact", None)
+    # enable_sort off: the planner must not trade the index for a scan and a sort of the whole scope
+    # (it does for scopes it misjudges as small, or with a generic prepared plan: bench/m4_search). One
+    # round trip for the four settings.
+    await conn.execute("SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan',"
+                       " 'relaxed_order', true), set_config('hnsw.max_scan_tuples', %s, true),"
+                       " set_config('enable_sort', 'off', true)",
+                       (str(settings.search_ef_search), str(settings.search_max_scan_tuples)))
+    # Relaxed order may hand candidates back slightly out of order: a few more than asked, re-ranked.
+    statement, params = hnsw_statement(space, literal, request, count, max(4 * count, 40))
+    plan = Plan("hnsw", settings.search_ef_search)
     cur = await conn.execute(statement, params)
-    # A stored zero vector (an object whose text embedded to nothing) has a NaN distance to everything:
-    # no rank, so it is never returned.
-    return [row for row in await cur.fetchall() if math.isfinite(row[6])], plan
+    return _finite(await cur.fetchall()), plan
 
 
-def exact_statement(space: SpaceRow, literal: str, request: SearchRequest, count: int) -> tuple[sql.Composed, list[Any]]:
-    """Every vector of the scope compared: the MATERIALIZED CTE keeps the planner off the HNSW index."""
+def _finite(rows: list[Any]) -> list[Any]:
+    """A stored zero vector (an object whose text embedded to nothing) has a NaN distance to everything: no
+    rank, so it is never returned."""
+    return [row for row in rows if math.isfinite(row[6])]
+
+
+def exact_statement(space: SpaceRow, literal: str, request: SearchRequest, count: int,
+                    shortlist: int | None) -> tuple[sql.Composed, list[Any]]:
+    """Every vector of the scope compared (a MATERIALIZED CTE: the planner cannot use the HNSW index), the
+    nearest `shortlist` of them (None: all) joined with the projection and filtered, the `count` nearest kept."""
     where, params = _filters(request)
     ranked = sql.SQL(
-        "SELECT " + _COLUMNS + " FROM v JOIN current_objects p ON p.scope_id = %s AND p.object_id = v.object_id"
+        "SELECT p.meta, p.content_digest, p.object_id, p.version_id, p.ledger_sequence,"
+        " v.version_id AS vector_version_id, v.distance, v.version_sequence < p.sequence AS stale"
+        " FROM v JOIN current_objects p ON p.scope_id = %s AND p.object_id = v.object_id"
         " WHERE {where} ORDER BY distance, p.object_id, p.version_id LIMIT %s"
     ).format(where=where)
     statement = sql.SQL(
-        "WITH v AS MATERIALIZED (SELECT object_id, version_id, version_sequence, embedding FROM {t}"
-        " WHERE scope_id = %s) "
+        "WITH v AS MATERIALIZED (SELECT object_id, version_id, version_sequence, embedding <=> %s::vector AS distance"
+        " FROM {t} WHERE scope_id = %s ORDER BY distance, object_id LIMIT %s) "
     ).format(t=space.table) + sql.SQL(_WITH_CONTENT).format(ranked=ranked)
-    return statement, [request.scope_id, literal, request.scope_id, *params, count]
+    return statement, [literal, request.scope_id, shortlist, request.scope_id, *params, count]
 
 
 def hnsw_statement(space: SpaceRow, literal: str, request: SearchRequest, count: int,

@@ -272,3 +272,20 @@ async def test_zero_vectors_rank_nothing_and_break_nothing(service: Env, client:
     assert all(isinstance(i["semantic_score"], float) for i in found["items"])
     nothing = await client.search(SCOPE, text="!!! ???", mode="semantic")  # hashes to the zero vector
     assert nothing["items"] == [] and nothing["index"]["method"] is None
+
+
+async def test_filters_that_reject_the_nearest_hundred_still_find_the_rest_of_the_scope(
+        service: Env, client: MemoryClient) -> None:
+    """Exact search ranks a shortlist (max(4·k, 100)) before it reads the projection; when the filters leave
+    fewer than k of it, every vector of the scope is ranked instead: the five far-away drafts are found
+    behind 110 nearer archived claims."""
+    scope = "workspace:search-shortlist"
+    await client.create_scope(scope)
+    near = [await make(client, f"archived {i}", scope=scope, lifecycle_state="archived") for i in range(110)]
+    far = [await make(client, f"active {i}", scope=scope) for i in range(5)]
+    placed = {n["object_id"]: axis(0, 1.0, 2, 0.01 * i) for i, n in enumerate(near)}
+    placed.update({f["object_id"]: axis(1, 1.0, 0, 0.1 + 0.01 * i) for i, f in enumerate(far)})
+    await write_vectors(service, SPACE, scope, vectors=placed)
+    result = await client.search(scope, vector=axis(0), mode="semantic", limit=5)
+    assert ids(result) == [f["object_id"] for f in reversed(far)]  # the most axis-0 weight first
+    assert result["index"]["method"] == "exact"

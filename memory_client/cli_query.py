@@ -27,13 +27,7 @@ def add_query_parser(sub: Any) -> None:
     q = sub.add_parser("query", help="query a scope (structured filters, full text, ordering, paging)",
                        description=QUERY_EPILOG)
     q.add_argument("scope_id", type=pam_id)
-    for flag, dest in LIST_OPTIONS[:4]:
-        q.add_argument(flag, dest=dest, action="append", help=f"repeatable; filters {dest}")
-    for flag, dest, dimension in STATE_OPTIONS:
-        default = getattr(QueryRequest(scope_id="x:x"), dest)
-        q.add_argument(flag, dest=dest, action="append", choices=sorted(DIMENSION_STATES[dimension]),
-                       metavar="STATE",
-                       help=f"repeatable; one of %(choices)s (default: {', '.join(default)})")
+    add_filter_arguments(q)
     q.add_argument("--time", nargs=3, action="append", metavar=("FIELD", "GTE", "LT"),
                    help=f"time window on one of {', '.join(TIME_FIELDS)}; '-' leaves a bound open")
     q.add_argument("--seq-gte", type=sequence)
@@ -47,9 +41,25 @@ def add_query_parser(sub: Any) -> None:
     q.add_argument("--as-of", type=sequence, dest="as_of_sequence", help="the scope as of this ledger sequence")
 
 
+def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
+    """The structured filter flags `query` and `search` share (the type, schema, actor and provenance lists
+    and the four state dimensions with their trusted defaults); `filter_arguments` reads them back."""
+    for flag, dest in LIST_OPTIONS[:4]:
+        parser.add_argument(flag, dest=dest, action="append", help=f"repeatable; filters {dest}")
+    for flag, dest, dimension in STATE_OPTIONS:
+        default = getattr(QueryRequest(scope_id="x:x"), dest)
+        parser.add_argument(flag, dest=dest, action="append", choices=sorted(DIMENSION_STATES[dimension]),
+                            metavar="STATE", help=f"repeatable; one of %(choices)s (default: {', '.join(default)})")
+
+
+def filter_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The filter flags given on the command line (unset ones stay at the service's defaults)."""
+    return {dest: getattr(args, dest) for _, dest in LIST_OPTIONS if getattr(args, dest)}
+
+
 def query_filters(args: argparse.Namespace) -> dict[str, Any]:
     """The Query request fields named on the command line (unset ones stay at the service's defaults)."""
-    body: dict[str, Any] = {dest: getattr(args, dest) for _, dest in LIST_OPTIONS if getattr(args, dest)}
+    body = filter_arguments(args)
     if args.time:
         body["time"] = {field: {k: v for k, v in (("gte", gte), ("lt", lt)) if v != "-"}
                         for field, gte, lt in args.time}

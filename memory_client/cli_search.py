@@ -6,8 +6,7 @@ import argparse
 from typing import Any
 
 from memory_client.cli_common import pam_id, sequence
-from memory_client.cli_query import LIST_OPTIONS, STATE_OPTIONS
-from schemas.common import DIMENSION_STATES
+from memory_client.cli_query import add_filter_arguments, filter_arguments
 from schemas.search import MAX_LIMIT, MODES
 
 SEARCH_EPILOG = (
@@ -26,15 +25,11 @@ def add_search_parser(sub: Any) -> None:
     s.add_argument("--limit", type=int, default=10, help=f"1 to {MAX_LIMIT} (default: %(default)s)")
     s.add_argument("--min-sequence", type=sequence,
                    help="wait until the projection (and for semantic/hybrid the index) has reached this sequence")
-    for flag, dest in LIST_OPTIONS[:4]:
-        s.add_argument(flag, dest=dest, action="append", help=f"repeatable; filters {dest}")
-    for flag, dest, dimension in STATE_OPTIONS:
-        s.add_argument(flag, dest=dest, action="append", choices=sorted(DIMENSION_STATES[dimension]),
-                       metavar="STATE", help="repeatable; one of %(choices)s")
+    add_filter_arguments(s)
 
 
 def search_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """The SDK's search() keyword arguments named on the command line."""
-    filters = {dest: getattr(args, dest) for _, dest in LIST_OPTIONS if getattr(args, dest)}
+    filters = filter_arguments(args)
     return {"text": args.text, "mode": args.mode, "space": args.space, "limit": args.limit,
             "min_sequence": args.min_sequence, "filter": filters or None}

@@ -29,7 +29,7 @@ from bench.m4_search_data import (BIG_SCOPE, Layout, assemble, nearest_neighbour
 from bench.m4_search_load import Loaded, load
 from bench.m4_search_report import Row, percentile, render
 from bench.m4_search_sql import (EXACT_SETTINGS, GROUND_TRUTH_SETTINGS, HnswSetting, exact_query,
-                                 ground_truth_query, hnsw_query, plan_uses, search)
+                                 ground_truth_query, hnsw_query, plan_uses, search, timed_searches)
 from bench.servers import bench_servers
 from infra.embedding.embedders import MiniLMEmbedder
 from infra.embedding.store import vector_literal
@@ -132,14 +132,7 @@ def measure(conn: psycopg.Connection[Any], method: Method, jobs: list[tuple[str,
     kind, name, setting, statement, settings, extra = method
     first = {"scope": jobs[0][0], "q": jobs[0][1], "k": K, **extra}
     uses_hnsw = plan_uses(conn, statement, settings, first, index_name)
-    for scope, q in jobs[:warmup]:
-        search(conn, statement, settings, {"scope": scope, "q": q, "k": K, **extra})
-    times, recalls = [], []
-    for (scope, q), expected in zip(jobs, truth):
-        t0 = time.perf_counter()
-        got = search(conn, statement, settings, {"scope": scope, "q": q, "k": K, **extra})
-        times.append((time.perf_counter() - t0) * 1000)
-        recalls.append(len({r[0] for r in got} & set(expected)) / len(expected))
+    times, recalls = timed_searches(conn, statement, settings, jobs, truth, K, extra, warmup)
     return Row(kind, name, setting, uses_hnsw, len(times), float(np.mean(recalls)), float(np.min(recalls)),
                percentile(times, 50), percentile(times, 95))
 

@@ -46,7 +46,7 @@ from bench.m4_search_data import BIG_SCOPE, Layout, assemble, small_scope
 from bench.m4_search_report import percentile
 from bench.m4_search_service_load import create_bodies, load_vectors, make_scopes, register_default
 from bench.m4_search_sql import (EXACT_SETTINGS, GROUND_TRUTH_SETTINGS, HnswSetting, exact_query, ground_truth_query,
-                                 hnsw_query, search)
+                                 hnsw_query, search, timed_searches)
 from bench.servers import bench_servers
 from bench.service import connect
 from infra.embedding.store import find_space, vector_literal
@@ -102,14 +102,7 @@ def bench_sql(url: str, table: str, kind: str, jobs: list[tuple[str, str]], trut
     statement, settings, extra = ((hnsw_query(t), hnsw.settings(), {"candidates": 40}) if kind == "big"
                                   else (exact_query(t), EXACT_SETTINGS, {}))
     with psycopg.connect(url, autocommit=True) as conn:
-        for scope, q in jobs[:warmup]:
-            search(conn, statement, settings, {"scope": scope, "q": q, "k": K, **extra})
-        times, recalls = [], []
-        for (scope, q), expected in zip(jobs, truth):
-            t0 = time.perf_counter()
-            got = search(conn, statement, settings, {"scope": scope, "q": q, "k": K, **extra})
-            times.append((time.perf_counter() - t0) * 1000)
-            recalls.append(len({r[0] for r in got} & set(expected)) / len(expected))
+        times, recalls = timed_searches(conn, statement, settings, jobs, truth, K, extra, warmup)
     return stats(times, recalls)
 
 

@@ -20,6 +20,7 @@ transaction as the query: a pooled connection never carries one request's settin
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +92,22 @@ def search(conn: psycopg.Connection[Any], statement: sql.Composed, settings: dic
         if prelude is not None:
             conn.execute(*prelude)
         return conn.execute(statement, params).fetchall()
+
+
+def timed_searches(conn: psycopg.Connection[Any], statement: sql.Composed, settings: dict[str, str],
+                   jobs: list[tuple[str, str]], truth: list[list[str]], k: int, extra: dict[str, Any],
+                   warmup: int) -> tuple[list[float], list[float]]:
+    """Run `warmup` searches untimed, then each job alone: (milliseconds per search, recall@k against
+    `truth`). Both search benches time their SQL this one way."""
+    for scope, q in jobs[:warmup]:
+        search(conn, statement, settings, {"scope": scope, "q": q, "k": k, **extra})
+    times, recalls = [], []
+    for (scope, q), expected in zip(jobs, truth):
+        t0 = time.perf_counter()
+        got = search(conn, statement, settings, {"scope": scope, "q": q, "k": k, **extra})
+        times.append((time.perf_counter() - t0) * 1000)
+        recalls.append(len({r[0] for r in got} & set(expected)) / len(expected))
+    return times, recalls
 
 
 def plan_uses(conn: psycopg.Connection[Any], statement: sql.Composed, settings: dict[str, str],

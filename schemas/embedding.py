@@ -14,6 +14,7 @@ from schemas.canonical import canonical_bytes, sha256_digest
 from schemas.common import Id, Text, Timestamp
 from schemas.envelope import Actor
 
+MAX_DIMENSIONS = 2000
 _STRICT: dict[str, bool] = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)
 
 
@@ -24,7 +25,9 @@ class EmbeddingSpace(msgspec.Struct, **_STRICT):
     provider: Text
     model: Text
     model_revision: Text
-    dimensions: Annotated[int, msgspec.Meta(ge=1)]
+    # At most 2,000: the most pgvector's HNSW index takes (and the registry's CHECK). The schema allows more,
+    # but a space no vector table here can hold must be refused by the writer, not wedge the indexer later.
+    dimensions: Annotated[int, msgspec.Meta(ge=1, le=MAX_DIMENSIONS)]
     distance_metric: Text
     normalization: Text
     preprocessing_profile: Text

@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from schemas.common import Id
+from schemas.embedding import MAX_DIMENSIONS  # a vector longer than any space can be is refused at once
 from schemas.errors import CommandRejected, ErrorCode, InvalidRequest
 from schemas.queries import MAX_WAIT_MS, Filters, check_ranges
 from schemas.values import BadValue, check_value
@@ -28,7 +29,6 @@ MAX_LIMIT = 100
 # The preprocessing profile's MAX_CHARS (infra.embedding.text_profile; a unit test keeps them equal): a
 # query text the profile would cut is refused rather than searched for in part.
 MAX_TEXT_CHARS = 4096
-MAX_DIMENSIONS = 2000  # the registry's CHECK on dimensions
 TIE_BREAK = ("score desc", "object_id asc", "version_id asc")
 
 

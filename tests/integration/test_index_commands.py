@@ -66,6 +66,8 @@ async def test_a_space_registers_once_and_a_changed_descriptor_under_its_id_is_r
     ({"scope_id": "workspace:elsewhere"}, "invalid_request"),  # only the system scope holds registrations
     ({"space": {"embedding_space_id": "space:x:1"}}, "invalid_request"),  # a descriptor lacking fields
     ({"space": dict(msgspec.to_builtins(hashing_space(8)), dimensions=0)}, "invalid_request"),
+    # More than an HNSW index holds: refused here, or the indexer would stop at the entry for good.
+    ({"space": dict(msgspec.to_builtins(hashing_space(8)), dimensions=2001)}, "invalid_request"),
     ({"space": dict(msgspec.to_builtins(hashing_space(8)), colour="red")}, "invalid_request"),
     ({"idempotency_key": "mine"}, "invalid_request"),  # the key is the space id, never the caller's
 ])

@@ -21,6 +21,7 @@ from schemas.commands import (
     EventOnlyCommand,
     ObjectCommand,
     OpenSubscription,
+    RecordAccessDenied,
     RecordIndexEvent,
     RegisterEmbeddingSpace,
     TransitionState,
@@ -56,7 +57,7 @@ def decide(
     """Validate one command against the object's head and the registry's tables and say what it writes, or
     raise."""
     match command:
-        case OpenSubscription() | CloseSubscription() | RegisterEmbeddingSpace() | RecordIndexEvent():
+        case OpenSubscription() | CloseSubscription() | RegisterEmbeddingSpace() | RecordIndexEvent() | RecordAccessDenied():
             return _event_only(command, stamp)
         case CreateObject():
             return _create(head, command, stamp, registry)
@@ -90,6 +91,11 @@ def _event_only(command: EventOnlyCommand, stamp: Stamp) -> Decision:
         event_type = "index_rebuilt"
         payload = {"action": "space_registered", "embedding_space": msgspec.to_builtins(command.space),
                    "space_digest": space_digest(command.space)}
+    elif isinstance(command, RecordAccessDenied):
+        if command.scope_id != SYSTEM_SCOPE:
+            raise InvalidRequest("denials are recorded in the system scope",
+                                 details={"scope_id": command.scope_id, "expected": SYSTEM_SCOPE})
+        event_type, payload = "access_denied", msgspec.to_builtins(command.denial)
     else:
         event_type, payload = command.event_type, command.payload
     event = LedgerEvent(

@@ -18,7 +18,7 @@ import msgspec
 from schemas.canonical import canonical_bytes
 from schemas.commands import DECODERS, IDEMPOTENCY_KEY_MAX, Command, CreateScope, RegisterEmbeddingSpace
 from schemas.embedding import space_digest
-from schemas.errors import InvalidObject, InvalidRequest
+from schemas.errors import InvalidObject, InvalidRequest, PamledgerError
 from schemas.headers import check_header, header_operation_id
 from schemas.replies import IDEMPOTENCY_HEADER
 from schemas.values import ENVELOPE_FIELDS, MAX_DEPTH, BadValue, check_value, nests_deeper, top_field
@@ -36,6 +36,9 @@ class Parsed(msgspec.Struct, frozen=True, kw_only=True):
     operation_id: str | None
     idempotency_key: str | None
     request_digest: str
+    # Set on the access_denied entry that records a refused command: what that command is answered once
+    # the entry has committed (command_handler.denials).
+    refusal: PamledgerError | None = None
 
     @property
     def scope_id(self) -> str:

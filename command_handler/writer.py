@@ -18,6 +18,7 @@ import psycopg
 import structlog
 from nats.aio.msg import Msg
 
+from command_handler.denials import admit
 from command_handler.guard import AppendGuard
 from command_handler.intake import Parsed, parse
 from command_handler.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch
@@ -27,7 +28,8 @@ from infra.db_errors import map_db_error
 from infra.ledger import IdempotencyRow, LedgerRow, fetch_replay
 from infra.lru import LRU
 from infra.nats_raw import RawClient, parse_headers
-from infra.request_shell import AllowAll, Deny, Policy, RequestContext, error_body, principal_of, to_error
+from infra.authz.audit import DenialLimiter
+from infra.request_shell import AllowAll, Policy, error_body, to_error
 from infra.settings import Settings
 from infra.subjects import command_subject, status_subject
 from schemas.canonical import canonical_bytes
@@ -53,8 +55,10 @@ class Writer:
         # After COMMIT the rows go to `committed` (the relay's queue, command_handler.relay); the writer never
         # waits for replication. `relay_status` says how far replication got, for the writer's status reply.
         self.committed = committed
-        # Asked once per command, after it decoded and before it is planned ([M6] fills it; AllowAll today).
+        # Asked once per command, after it decoded and before it is planned (infra.authz.enforce.TokenPolicy,
+        # or AllowAll where auth is off); refusals are recorded in the batch (command_handler.denials).
         self.policy: Policy = policy or AllowAll()
+        self.denial_limiter = DenialLimiter(settings.auth.denial_burst, settings.auth.denial_every_seconds)
         self.relay_status = relay_status
         # Built once, never per command: the core reads its type and transition tables from this value.
         self.registry = registry if registry is not None else default_registry()
@@ -167,13 +171,11 @@ class Writer:
         name = msg.subject.rsplit(".", 1)[-1]
         try:
             parsed = parse(name, msg.data, msg.headers, self.settings.writer.max_payload_bytes)
-            context = RequestContext(principal=principal_of(msg.headers), subject=msg.subject,
-                                     operation_id=parsed.operation_id, scope_id=parsed.scope_id)
-            decision = self.policy.decide(context, f"cmd.{name}")
-            if isinstance(decision, Deny):
-                log.info("request.denied", request=f"cmd.{name}", rule_id=decision.rule_id)
-                return decision.error()
-            return parsed
+            admitted = admit(self.policy, self.denial_limiter, parsed, msg.subject, msg.headers)
+            if admitted is not parsed:
+                log.info("request.denied", request=f"cmd.{name}",
+                         rule_id=getattr(admitted.refusal if isinstance(admitted, Parsed) else admitted, "rule_id", None))
+            return admitted
         except PamledgerError as exc:
             log.info("command.rejected", code=exc.code, command=name, reason=exc.message[:200])
             return exc
@@ -249,6 +251,8 @@ class Writer:
         """One command's reply body: its result, its error, a scope ack, or the replay of its first result."""
         if outcome.accepted is not None:
             a = outcome.accepted
+            if a.parsed.refusal is not None:  # the refusal is recorded: now it may be answered
+                return error_reply(a.parsed.refusal, (msg.headers or {}).get(OPERATION_HEADER) or a.parsed.operation_id)
             if a.decision.head is None:
                 return entry_result_bytes(a.ledger_sequence, a.decision.event.event_id)
             return result_bytes(a.decision.head, a.ledger_sequence, a.decision.event.event_id, a.content)

@@ -4,8 +4,9 @@ Why one: the query service, the Subscribe gateway and the writer each had their 
 failure could answer differently depending on where it happened, and authorization would have had three
 places to go. Here every request gets a RequestContext (who asks, for what operation, in which scope, by
 when) from the NATS message, the policy port decides on it before any handler runs ([M6] plugs real
-decisions in at this single point; today AllowAll), and every failure becomes the PAMSPEC error envelope
-through `to_error`. Concurrency stays with the caller (per-request tasks, in-flight limits, batching).
+decisions in at this single point: infra.authz.enforce.TokenPolicy, or AllowAll where auth is off), a denial
+is recorded (`DenialSink`) before it is answered, and every failure becomes the PAMSPEC error envelope through
+`to_error`. Concurrency stays with the caller (per-request tasks, in-flight limits, batching).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import nats.js.errors
 import psycopg
 import structlog
 
+from infra.authz.policy import Claim
 from infra.db_errors import map_db_error
 from infra.tasks import reraise_if_cancelled
 from schemas.common import Id
 from schemas.errors import AccessDenied, InvalidRequest, PamledgerError, ServiceUnavailable
 from schemas.headers import header_operation_id
+from schemas.auth import AUTHORIZATION_HEADER
 from schemas.replies import ACTOR_HEADER, error_reply
 from schemas.values import BadValue, check_text
 
@@ -44,14 +47,25 @@ ANONYMOUS = Principal(actor_id="actor:anonymous", actor_kind="anonymous")
 _principal_decoder = msgspec.json.Decoder(Principal)
 
 
+class Secret(str):
+    """A credential as received: never shown by repr (contexts may end up in a log line)."""
+
+    def __repr__(self) -> str:
+        return "Secret(...)"
+
+
 class RequestContext(msgspec.Struct, frozen=True, kw_only=True):
-    """What every handler and the policy know of a request besides its body."""
+    """What every handler and the policy know of a request besides its body. `principal` is who the caller
+    says it is (the Pam-Actor header) until the policy authenticates it, then who it proved to be."""
 
     principal: Principal
     subject: str
     operation_id: str | None = None
     scope_id: str | None = None
     deadline: float | None = None  # time.monotonic() by which the caller stops waiting, when known
+    credential: Secret | None = None  # the Authorization header's value
+    claim: Claim | None = None  # the actor the request names (its body's `actor`, else the Pam-Actor header)
+    authenticated: bool = False
 
     @property
     def anonymous(self) -> bool:
@@ -59,15 +73,20 @@ class RequestContext(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Allow(msgspec.Struct, frozen=True):
-    """The policy lets the request through."""
+    """The policy lets the request through; `principal` is the caller it authenticated (None: not checked)."""
+
+    principal: Principal | None = None
 
 
 class Deny(msgspec.Struct, frozen=True):
-    """The policy refuses: answered with `code` naming `rule_id`, and the handler never runs."""
+    """The policy refuses: answered with `code` naming `rule_id`, and the handler never runs. `caller` is the
+    authenticated actor ({actor_id, actor_kind}) when there was one, `token_id` its credential."""
 
     rule_id: str
     code: Literal["access_denied", "policy_denied"] = "access_denied"
     message: str = "the request is not allowed"
+    caller: dict[str, str] | None = None
+    token_id: str | None = None
 
     def error(self) -> AccessDenied:
         return AccessDenied(self.message, rule_id=self.rule_id, code=self.code)
@@ -84,10 +103,34 @@ class Policy(Protocol):
 
 
 class AllowAll:
-    """Until [M6]: every principal, anonymous included, may make every request."""
+    """Auth off (settings auth.mode = "off"): every caller, anonymous included, may make every request."""
 
     def decide(self, context: RequestContext, operation: str) -> Decision:
         return ALLOW
+
+
+class DenialSink(Protocol):
+    """Where a denial is recorded before it is answered (infra.authz.audit); raises to fail the request."""
+
+    async def denied(self, context: RequestContext, operation: str, decision: Deny) -> None: ...
+
+
+def claim_of(request: Any, principal: Principal) -> Claim | None:
+    """The actor a request names: its body's `actor` (commands, subscription opens), else a Pam-Actor header."""
+    actor = getattr(request, "actor", None)
+    if actor is not None and hasattr(actor, "actor_id"):
+        return Claim(actor.actor_id, getattr(actor, "on_behalf_of_actor_id", None), getattr(actor, "delegation_id", None))
+    return None if principal == ANONYMOUS else Claim(principal.actor_id)
+
+
+def authorize(policy: Policy, context: RequestContext, request: Any, operation: str) -> tuple[RequestContext, Decision]:
+    """Ask the policy about `request` (decoded); the context the handler gets names the authenticated caller."""
+    context = msgspec.structs.replace(context, scope_id=getattr(request, "scope_id", None),
+                                      claim=claim_of(request, context.principal))
+    decision = policy.decide(context, operation)
+    if isinstance(decision, Allow) and decision.principal is not None:
+        context = msgspec.structs.replace(context, principal=decision.principal, authenticated=True)
+    return context, decision
 
 
 def principal_of(headers: dict[str, str] | None) -> Principal:
@@ -118,7 +161,9 @@ def context_of(subject: str, headers: dict[str, str] | None, budget_seconds: flo
     deadline = time.monotonic() + budget_seconds if budget_seconds is not None else None
     operation_id = header_operation_id(headers)  # checked as the writer checks it: a bad one is invalid_request
     principal = principal_of(headers)
-    return RequestContext(principal=principal, subject=subject, operation_id=operation_id, deadline=deadline)
+    raw = (headers or {}).get(AUTHORIZATION_HEADER)
+    return RequestContext(principal=principal, subject=subject, operation_id=operation_id, deadline=deadline,
+                          credential=Secret(raw) if raw is not None else None)
 
 
 def to_error(exc: BaseException, what: str) -> PamledgerError:
@@ -152,9 +197,11 @@ Handler = Callable[[Any, RequestContext], Awaitable[bytes]]
 class RequestShell:
     """Runs one request through decode, context, policy and handler; always returns the reply bytes."""
 
-    def __init__(self, policy: Policy | None = None, budget_seconds: float | None = None):
+    def __init__(self, policy: Policy | None = None, budget_seconds: float | None = None,
+                 denials: DenialSink | None = None):
         self.policy: Policy = policy or AllowAll()
         self.budget_seconds = budget_seconds
+        self.denials = denials
 
     async def answer(self, operation: str, subject: str, data: bytes, headers: dict[str, str] | None,
                      decode: Callable[[bytes], Any], handle: Handler) -> bytes:
@@ -164,11 +211,12 @@ class RequestShell:
             context = context_of(subject, headers, self.budget_seconds)
             request = decode(data)
             operation_id = context.operation_id or getattr(request, "operation_id", None)
-            context = msgspec.structs.replace(context, operation_id=operation_id,
-                                              scope_id=getattr(request, "scope_id", None))
-            decision = self.policy.decide(context, operation)
+            context = msgspec.structs.replace(context, operation_id=operation_id)
+            context, decision = authorize(self.policy, context, request, operation)
             if isinstance(decision, Deny):
                 log.info("request.denied", request=operation, rule_id=decision.rule_id)
+                if self.denials is not None:
+                    await self.denials.denied(context, operation, decision)  # fails closed: raises
                 raise decision.error()
             return await handle(request, context)
         except Exception as exc:  # noqa: BLE001 - every failure answers with its error envelope

@@ -17,6 +17,7 @@ from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
 from infra.subjects import command_subject
+from schemas.auth import AUTHORIZATION_HEADER
 from schemas.canonical import decode_json
 from schemas.errors import ErrorCode, PamledgerError, ServiceUnavailable
 from schemas.replies import IDEMPOTENCY_HEADER, OPERATION_HEADER
@@ -27,14 +28,18 @@ _encoder = msgspec.json.Encoder()
 class CommandRequester:
     """Sends writer commands by name and returns their `result`, or raises the error they answered."""
 
-    def __init__(self, nc: NATS, prefix: str, timeout: float = 10.0, retries: int = 5):
+    def __init__(self, nc: NATS, prefix: str, timeout: float = 10.0, retries: int = 5, token: str | None = None):
+        """`token`: the service credential its commands carry (infra.authz.bootstrap), None where auth is off."""
         self.nc = nc
         self.prefix = prefix
         self.timeout = timeout
         self.retries = retries
+        self.token = token
 
     async def command(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         headers = {OPERATION_HEADER: body.get("operation_id") or f"op:{uuid.uuid4()}"}
+        if self.token is not None:
+            headers[AUTHORIZATION_HEADER] = f"Bearer {self.token}"
         if not body.get("idempotency_key"):
             headers[IDEMPOTENCY_HEADER] = f"service:{uuid.uuid4()}"
         reply = await request_with_retries(self.nc, command_subject(self.prefix, name), _encoder.encode(body),

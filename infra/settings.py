@@ -104,6 +104,23 @@ class IndexerSettings(_Group):
     rebuild_batch: int = Field(default=64, ge=1, le=10_000)
 
 
+class AuthSettings(_Group):
+    """Who may call (docs/security.md): credentials, the grants snapshot's refresh, and the denial audit."""
+
+    # "enforce": every request needs a credential and a grant; "off": no checks at all (a trusted network,
+    # the benchmarks' baseline). Never "off" where an untrusted client can reach NATS.
+    mode: Literal["enforce", "off"] = "enforce"
+    # The administrative and the service credential (made by `pamledger up`/`run` when absent); default
+    # <state_dir>/admin.token and <state_dir>/service.token, mode 0600.
+    admin_token_file: Path | None = None
+    service_token_file: Path | None = None
+    # How often a process looks for changed grants: a revocation takes effect within this (plus one read).
+    refresh_seconds: float = Field(default=0.5, gt=0, le=1.0)
+    # access_denied entries: per caller and rule, this many at once and one more every denial_every_seconds.
+    denial_burst: int = Field(default=5, ge=1, le=10_000)
+    denial_every_seconds: float = Field(default=1.0, gt=0, le=3600)
+
+
 class Settings(BaseSettings):
     """Everything a pamledger process needs; unset URLs mean 'the servers `pamledger up` started'."""
 
@@ -119,8 +136,11 @@ class Settings(BaseSettings):
     log_level: str = "info"
     request_timeout_seconds: float = 10.0
     processes: Literal["split", "single"] = "split"
+    # The credential the SDK and the CLI send (PAMLEDGER_TOKEN); unset: the state dir's admin.token, if any.
+    token: str | None = None
     writer: WriterSettings = WriterSettings()
     query: QuerySettings = QuerySettings()
     gateway: GatewaySettings = GatewaySettings()
     follower: FollowerSettings = FollowerSettings()
     indexer: IndexerSettings = IndexerSettings()
+    auth: AuthSettings = AuthSettings()

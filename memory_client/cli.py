@@ -19,6 +19,7 @@ from typing import Any
 
 from infra.logging import configure_logging
 from infra.settings import Settings
+from memory_client.cli_auth import add_auth_parsers, cmd_actors, cmd_tokens
 from memory_client.cli_common import Parser, connect, emit_error, json_content, pam_id, print_json
 from memory_client.cli_errors import failed
 from memory_client.cli_query import add_query_parser, query_filters
@@ -128,6 +129,7 @@ def add_client_parsers(sub: Any) -> None:
     add_query_parser(sub)
     add_search_parser(sub)
     add_subscribe_parser(sub)
+    add_auth_parsers(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 CLIENT_HANDLERS: dict[str, Handler] = {
     "conformance-adapter": cmd_conformance, "subscribe": cmd_subscribe, "subscriptions": cmd_subscriptions,
+    "actors": cmd_actors, "tokens": cmd_tokens,
 }
 
 

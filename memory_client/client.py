@@ -15,10 +15,11 @@ from nats.aio.client import Client as NATS
 
 from infra.requester import request_with_retries
 from infra.subjects import command_subject, query_subject, status_subject
-from memory_client.connection import find_nats_url, message_size, open_nats
+from memory_client.connection import find_nats_url, find_token, message_size, open_nats
 from memory_client.errors import PamspecError
 from memory_client.subscription import Subscription
 from schemas.canonical import canonical_bytes
+from schemas.auth import AUTHORIZATION_HEADER
 from schemas.replies import ACTOR_HEADER
 from schemas.values import refusal
 
@@ -39,9 +40,10 @@ class MemoryClient:
     """Async client. Use `await MemoryClient.connect()` (or `connect(url)`) or pass an existing nats connection."""
 
     def __init__(self, nc: NATS, prefix: str = "pamledger", timeout: float = 10.0, retries: int = 5,
-                 actor: dict[str, Any] | None = None):
+                 actor: dict[str, Any] | None = None, token: str | None = None):
         self.nc = nc
         self.actor = actor  # named in the Pam-Actor header of reads, queries and subscription requests
+        self.token = token  # the bearer credential every request carries (None: none is sent)
         self.prefix = prefix
         self.timeout = timeout
         self.retries = retries
@@ -50,17 +52,21 @@ class MemoryClient:
 
     @classmethod
     async def connect(cls, url: str | None = None, prefix: str | None = None,
-                      timeout: float | None = None, actor: dict[str, Any] | None = None) -> MemoryClient:
+                      timeout: float | None = None, actor: dict[str, Any] | None = None,
+                      token: str | None = None) -> MemoryClient:
         """Connect to `url`, or with none to the local service the CLI would use (PAMLEDGER_NATS_URL, then
         the state dir's servers.json); prefix and timeout default to PAMLEDGER_SUBJECT_PREFIX and
         PAMLEDGER_REQUEST_TIMEOUT_SECONDS. Nothing listening raises PamspecError(service_unavailable) at once.
-        `actor` ({actor_id, actor_kind}) names the caller of every read, query and subscription request."""
+        `actor` ({actor_id, actor_kind}) names the caller of every read, query and subscription request.
+        `token` is the credential sent with every request: else PAMLEDGER_TOKEN, else the administrative token
+        `make run` left in the state dir (docs/security.md)."""
         from infra.settings import Settings
 
         settings = Settings()
         url = url or find_nats_url(settings)
         timeout = settings.request_timeout_seconds if timeout is None else timeout
-        client = cls(await open_nats(url, min(timeout, 2.0)), prefix or settings.subject_prefix, timeout, actor=actor)
+        client = cls(await open_nats(url, min(timeout, 2.0)), prefix or settings.subject_prefix, timeout, actor=actor,
+                     token=token or find_token(settings))
         client._owns = True
         return client
 
@@ -201,6 +207,8 @@ class MemoryClient:
 
     async def _request(self, subject: str, body: dict[str, Any], headers: dict[str, str],
                        retry: bool) -> dict[str, Any]:
+        if self.token is not None:
+            headers = {**headers, AUTHORIZATION_HEADER: f"Bearer {self.token}"}
         payload = _encoder.encode(body)
         size = message_size(payload, headers)
         if size > self.nc.max_payload:
@@ -216,10 +224,10 @@ class SyncMemoryClient:
     """Blocking wrapper around MemoryClient for scripts and notebooks (runs its own event loop)."""
 
     def __init__(self, url: str | None = None, prefix: str | None = None, timeout: float | None = None,
-                 actor: dict[str, Any] | None = None):
+                 actor: dict[str, Any] | None = None, token: str | None = None):
         self._loop = asyncio.new_event_loop()
         try:
-            self._client = self._loop.run_until_complete(MemoryClient.connect(url, prefix, timeout, actor))
+            self._client = self._loop.run_until_complete(MemoryClient.connect(url, prefix, timeout, actor, token))
         except BaseException:
             self._loop.close()
             raise

@@ -51,6 +51,17 @@ def find_nats_url(settings: Any = None) -> str:
         {"state_dir": str(settings.state_dir)})
 
 
+def find_token(settings: Any = None) -> str | None:
+    """PAMLEDGER_TOKEN, else the administrative token `pamledger up`/`run` wrote in the state dir, else None."""
+    from infra.authz.bootstrap import admin_token_path, read_token
+    from infra.settings import Settings
+
+    settings = settings or Settings()
+    if settings.token:
+        return str(settings.token)
+    return read_token(admin_token_path(settings))
+
+
 async def open_nats(url: str, connect_timeout: float = 2.0) -> NATS:
     """Try twice (nats.py's first connect otherwise loops forever on a dead port), then once connected
     reconnect forever, so the client rides out server restarts."""

@@ -31,10 +31,12 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     from infra.local_servers import LocalStack
     from infra.migrations import migrate
 
+    from pamledger.auth import prepare_credentials
+
     stack = LocalStack.up(settings.state_dir)
     applied = migrate(stack.postgres.url)
     _print({"nats_url": stack.nats.url, "database_url": stack.postgres.url, "started": sorted(stack.started),
-            "migrations_applied": applied, "state_dir": str(settings.state_dir)})
+            "migrations_applied": applied, "state_dir": str(settings.state_dir), **prepare_credentials(settings)})
     return 0
 
 
@@ -59,6 +61,7 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     """Start local servers unless URLs are set, migrate, then serve: one process per role (default) or
     every role in this process (`--single-process` / PAMLEDGER_PROCESSES=single)."""
     from infra.migrations import migrate
+    from pamledger.auth import prepare_credentials
     from pamledger.supervisor import child_environment, parse_roles, supervise
 
     roles = parse_roles(args.roles)
@@ -73,7 +76,8 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     try:
         migrate(settings.database_url)
         print(json.dumps({"serving": True, "nats_url": settings.nats_url, "database_url": settings.database_url,
-                          "roles": list(roles), "processes": "single" if single else "split"}), file=sys.stderr)
+                          "roles": list(roles), "processes": "single" if single else "split",
+                          **prepare_credentials(settings)}), file=sys.stderr)
         if single:
             asyncio.run(_serve(settings, roles))
         else:

@@ -29,19 +29,20 @@ from infra.follower import EventFailed, Follower, FollowerSpec
 from infra.requester import CommandRequester
 from infra.nats_log import ConnectionLog
 from infra.nats_raw import RawClient, connect_raw
-from infra.request_shell import Policy
+from infra.request_shell import DenialSink, Policy
 from infra.settings import Settings
 from infra.role_failures import RoleFailures
 from infra.stuck import StuckState, describe
 from infra.subjects import status_subject
 from infra.tasks import stop_task
+from pamledger.auth import auth_for
 from pamledger.followers import FOLLOWERS
 from pamledger.supervisor import ROLES
 from infra.embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from query.search import CheckpointWatcher
 from query.service import QueryService
 from schemas.canonical import canonical_bytes
-from subscriptions.filters import AllowAll, Authorizer
+from subscriptions.filters import Authorizer
 from subscriptions.gateway import Gateway
 from command_handler.relay import Relay
 from subscriptions.store import LeadershipLost, SubscriptionStore
@@ -66,9 +67,15 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
     """Serve `roles` in this process until `stop` is set. Each role has its own NATS connection, so one
     role's backlog (or a slow-consumer cut-off) never queues behind another's. `authorizer` is the
     per-event authorization seam of Subscribe; `policy` the per-request policy port of the writer, the query
-    service and the gateway (infra.request_shell; AllowAll when None)."""
+    service and the gateway (infra.request_shell). Both default to what settings.auth says (pamledger.auth):
+    credentials and grants when enforced, everything allowed when off."""
     connections: list[NATS] = []
     tasks: list[asyncio.Task[None]] = []
+    auth = auth_for(settings, database_url)
+    policy = policy or auth.policy
+    authorizer = authorizer or auth.authorizer
+    if auth.registry is not None and set(roles) & {"writer", "query", "gateway"}:
+        tasks.append(asyncio.create_task(auth.registry.run()))
     query: QueryService | None = None
     pool: AsyncConnectionPool[Any] | None = None
 
@@ -86,8 +93,10 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             await pool.open()
             watcher = CheckpointWatcher()
             index_watcher = CheckpointWatcher(INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL)  # search's min_sequence
-            query = QueryService(await connection("query"), pool, settings.subject_prefix, watcher, settings.query,
-                                 settings.partition, policy, index_watcher)
+            query_nc = await connection("query")
+            query = QueryService(query_nc, pool, settings.subject_prefix, watcher, settings.query,
+                                 settings.partition, policy, index_watcher,
+                                 auth.denials(query_nc, settings.subject_prefix))
             await query.start()
             tasks.append(asyncio.create_task(watcher.run(database_url)))
             tasks.append(asyncio.create_task(index_watcher.run(database_url)))
@@ -99,13 +108,15 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
                 follower_nc = await connection(spec.name)
                 if spec.name == INDEXER.name:
                     spec = indexer_spec(settings.indexer, INDEXER.batch)
-                    requester = CommandRequester(follower_nc, settings.subject_prefix, retries=0)
+                    requester = CommandRequester(follower_nc, settings.subject_prefix, retries=0,
+                                                 token=auth.service_token)
                     tasks.append(asyncio.create_task(run_beside_follower(requester, database_url, settings.indexer)))
                 tasks.append(asyncio.create_task(follow_forever(settings, follower_nc, database_url, spec)))
         if "gateway" in roles:
+            gateway_nc = await connection("gateway")
             tasks.append(asyncio.create_task(
-                gateway_forever(settings, await connection("gateway"), database_url, authorizer or AllowAll(),
-                                policy)))
+                gateway_forever(settings, gateway_nc, database_url, authorizer, policy,
+                                auth.denials(gateway_nc, settings.subject_prefix), auth.service_token)))
         log.info("service.roles", roles=list(roles), pid=os.getpid())
         await stop.wait()
     finally:
@@ -219,7 +230,8 @@ async def _wait_for_lock(conn: psycopg.AsyncConnection[Any], key: int, settings:
 
 
 async def gateway_forever(settings: Settings, nc: NATS, database_url: str, authorizer: Authorizer,
-                          policy: Policy | None = None) -> None:
+                          policy: Policy | None = None, denials: DenialSink | None = None,
+                          service_token: str | None = None) -> None:
     """Lead the partition's Subscribe gateway (its own advisory lock)."""
     failures = role_failures(settings, "gateway")
     while True:
@@ -231,7 +243,8 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
                                           settings.writer.lock_poll_seconds)
                 try:
                     with failures.running():
-                        await Gateway(settings, nc, store, authorizer, policy).serve()  # answers status.gateway once serving
+                        # answers status.gateway once serving
+                        await Gateway(settings, nc, store, authorizer, policy, denials, service_token).serve()
                 finally:
                     await store.close()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:

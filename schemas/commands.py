@@ -166,8 +166,32 @@ class RecordIndexEvent(msgspec.Struct, tag="record_index_event", **_COMMAND):
     idempotency_key: IdempotencyKey | None = None
 
 
+class Denial(msgspec.Struct, **_COMMAND):
+    """What an `access_denied` entry says about a refused request: never its content."""
+
+    request: Annotated[str, msgspec.Meta(max_length=64)]  # the request kind, e.g. "query.read"
+    rule_id: Annotated[str, msgspec.Meta(max_length=128)]
+    code: Literal["access_denied", "policy_denied"] = "access_denied"
+    requested_scope_id: Id | None = None
+    authenticated: bool = False
+    token_id: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    claimed_actor_id: Id | None = None
+    suppressed: Annotated[int, msgspec.Meta(ge=0)] = 0  # denials of this caller and rule not recorded since the last
+
+
+class RecordAccessDenied(msgspec.Struct, tag="record_access_denied", **_COMMAND):
+    """Service → writer: an event-only `access_denied` entry in the system scope (the denied caller is the
+    entry's actor when it authenticated, else `actor:anonymous`)."""
+
+    scope_id: Id
+    actor: Actor
+    denial: Denial
+    operation_id: Id | None = None
+    idempotency_key: IdempotencyKey | None = None
+
+
 ObjectCommand = CreateObject | UpdateObject | TransitionState | DeleteObject
-EventOnlyCommand = OpenSubscription | CloseSubscription | RegisterEmbeddingSpace | RecordIndexEvent
+EventOnlyCommand = OpenSubscription | CloseSubscription | RegisterEmbeddingSpace | RecordIndexEvent | RecordAccessDenied
 Command = ObjectCommand | EventOnlyCommand | CreateScope
 
 COMMAND_TYPES: dict[str, type[Command]] = {
@@ -180,6 +204,7 @@ COMMAND_TYPES: dict[str, type[Command]] = {
     "close_subscription": CloseSubscription,
     "register_embedding_space": RegisterEmbeddingSpace,
     "record_index_event": RecordIndexEvent,
+    "record_access_denied": RecordAccessDenied,
 }
 
 DECODERS: dict[str, msgspec.json.Decoder[Any]] = {

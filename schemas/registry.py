@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from schemas.auth import AUTH_CONTENT_SCHEMAS
 from schemas.common import EXTENSION_TYPE_PATTERNS, STANDARD_OBJECT_TYPES
 from schemas.content import CONTENT_SCHEMAS
 from schemas.errors import InvalidObject
@@ -88,9 +89,10 @@ def make_registry(
 
 
 def default_registry() -> TypeRegistry:
-    """The standard types, their content schemas and the section 9.5 transition tables."""
-    return make_registry(STANDARD_OBJECT_TYPES, EXTENSION_TYPE_PATTERNS, CONTENT_SCHEMAS, INITIAL_LIFECYCLE,
-                         TRANSITIONS)
+    """The standard types, their content schemas (and those of the actor and credential records of
+    schemas.auth) and the section 9.5 transition tables."""
+    return make_registry(STANDARD_OBJECT_TYPES, EXTENSION_TYPE_PATTERNS, {**CONTENT_SCHEMAS, **AUTH_CONTENT_SCHEMAS},
+                         INITIAL_LIFECYCLE, TRANSITIONS)
 
 
 def with_object_type(

@@ -27,7 +27,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from infra.ledger_identity import gateway_disagreement, wait_for_agreement
-from infra.request_shell import Policy, RequestShell
+from infra.request_shell import DenialSink, Deny, Policy, RequestContext, RequestShell
 from infra.requester import CommandRequester
 from infra.settings import Settings
 from infra.stuck import StuckState
@@ -52,15 +52,16 @@ log = structlog.get_logger(__name__)
 
 class Gateway:
     def __init__(self, settings: Settings, nc: NATS, store: SubscriptionStore, authorizer: Authorizer,
-                 policy: Policy | None = None):
+                 policy: Policy | None = None, denials: DenialSink | None = None, service_token: str | None = None):
         self.settings = settings
-        self.shell = RequestShell(policy)  # per request; the authorizer decides per delivered event
+        # Per request; the authorizer decides per delivered event. `denials` records refusals (auth on).
+        self.shell = RequestShell(policy, denials=denials)
         self.nc = nc
         self.store = store
         self.authorizer = authorizer
         self.prefix = settings.subject_prefix
         self.sessions: dict[str, Session] = {}
-        self.writer = CommandRequester(nc, self.prefix, timeout=10.0)
+        self.writer = CommandRequester(nc, self.prefix, timeout=10.0, token=service_token)
         self.feed = PartitionFeed(nc, settings.stream_name, self.prefix, settings.partition, self._revoked,
                                   settings.gateway, self._stuck_state())
         self._subs: list[Any] = []
@@ -127,11 +128,27 @@ class Gateway:
         name = msg.subject.rsplit(".", 1)[-1]
         body = await self.shell.answer(f"sub.{name}", msg.subject, msg.data, msg.headers,
                                        lambda data: decode_request(name, data),
-                                       lambda request, _context: self._dispatch(name, request))
+                                       lambda request, context: self._dispatch(name, request, context))
         await self._answer(msg, body)
 
-    async def _dispatch(self, name: str, request: Any) -> bytes:
+    async def _dispatch(self, name: str, request: Any, context: RequestContext) -> bytes:
+        if name != "open" and context.authenticated:
+            await self._check_owner(name, request.subscription_id, context)
         return result_body(await getattr(self, f"_{name}")(request))
+
+    async def _check_owner(self, name: str, subscription_id: str, context: RequestContext) -> None:
+        """Poll, ack, resume, status and close belong to the actor that opened the subscription. Another
+        actor's id and an unknown id are refused alike, so a guessed id says nothing about what exists."""
+        session = self.sessions.get(subscription_id)
+        owner = session.request.actor.actor_id if session is not None else await self.store.owner_of(subscription_id)
+        if owner == context.principal.actor_id:
+            return
+        denial = Deny("subscription.not_owner", message="no subscription of this actor has this id",
+                      caller={"actor_id": context.principal.actor_id, "actor_kind": context.principal.actor_kind})
+        log.info("request.denied", request=f"sub.{name}", rule_id=denial.rule_id)
+        if self.shell.denials is not None:
+            await self.shell.denials.denied(context, f"sub.{name}", denial)
+        raise denial.error()
 
     async def _answer(self, msg: Msg, body: bytes) -> None:
         if msg.reply:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
 import psycopg
 import structlog
 
@@ -102,6 +103,16 @@ class SubscriptionStore:
         cur = await self.conn.execute(ENDED_SQL, (subscription_id,))
         row = await cur.fetchone()
         return None if row is None else int(row[0])
+
+    async def owner_of(self, subscription_id: str) -> str | None:
+        """The actor_id that opened a stored subscription (open or closed); None for an unknown id."""
+        cur = await self.conn.execute("SELECT request FROM subscriptions WHERE subscription_id = %s",
+                                      (subscription_id,))
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        actor = msgspec.json.decode(bytes(row[0])).get("actor") or {}
+        return actor.get("actor_id") if isinstance(actor, dict) else None
 
     async def check(self) -> None:
         """One round trip: raises a LOST_CONNECTION error when the database session is gone."""

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from infra.migrations import migrate
-from infra.settings import IndexerSettings, Settings
+from infra.settings import AuthSettings, IndexerSettings, Settings
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 PAMSPEC = SHARED / "pamspec"
@@ -86,6 +86,7 @@ def service_environment(env: "Env", database_url: str | None = None, **extra: st
             "PAMLEDGER_DATABASE_URL": database_url or env.database_url,
             "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix, "PAMLEDGER_STREAM_NAME": env.settings.stream_name,
             "PAMLEDGER_INDEXER__DEFAULT_SPACE": env.settings.indexer.default_space,
+            "PAMLEDGER_AUTH__MODE": env.settings.auth.mode,
             "PAMLEDGER_LOG_FORMAT": "json", **extra}
 
 
@@ -103,6 +104,8 @@ def fresh_settings(label: str, **overrides: Any) -> Settings:
     defaults to a small feature-hashing space (TEST_SPACE) instead of the model."""
     tag = f"{label}_{uuid.uuid4().hex[:6]}".lower()
     overrides.setdefault("indexer", IndexerSettings(default_space=TEST_SPACE))
+    # Auth is off unless a module asks (tests/integration/test_auth*.py run it enforced, with real tokens).
+    overrides.setdefault("auth", AuthSettings(mode="off"))
     return Settings(subject_prefix=f"pam_{tag}", stream_name=f"PAM_{tag.upper()}", **overrides)
 
 

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
+import psycopg
 import pytest
 
 from infra.request_shell import ALLOW, Decision, Deny, RequestContext
@@ -129,10 +130,11 @@ async def test_a_push_subscription_names_its_actor_on_every_request(
 
 
 async def test_the_writer_asks_the_policy_for_every_command_and_a_deny_writes_nothing(
-    client: MemoryClient, created: dict[str, Any]
+    client: MemoryClient, created: dict[str, Any], env: Env
 ) -> None:
     """Commands go through the same policy port: a denied create answers access_denied with the rule and
-    appends nothing; the same command from another caller commits; the policy saw the scope."""
+    appends only the access_denied entry that records the refusal (in the system scope, without content);
+    the same command from another caller commits; the policy saw the scope."""
     from infra.subjects import command_subject
 
     body = msgspec.json.encode({"scope_id": SCOPE, "object_type": "claim", "canonical_content": {"n": "denied"},
@@ -145,7 +147,13 @@ async def test_the_writer_asks_the_policy_for_every_command_and_a_deny_writes_no
     assert denied["error"]["policy_rule_id"] == "rule:test:no-mallory"
     allowed = msgspec.json.decode((await client.nc.request(
         subject, body, timeout=10, headers={"Pam-Actor": msgspec.json.encode(ALICE).decode()})).data)
-    assert allowed["result"]["ledger_sequence"] == head + 1  # the denied one appended nothing
+    assert allowed["result"]["ledger_sequence"] == head + 2  # the denied one appended its record only
+    async with await psycopg.AsyncConnection.connect(env.database_url) as conn:
+        cur = await conn.execute("SELECT event_type, scope_id, event FROM ledger WHERE ledger_sequence = %s",
+                                 (head + 1,))
+        event_type, scope_id, event = await cur.fetchone()
+    assert (event_type, scope_id) == ("access_denied", "system:pamledger")
+    assert b"denied" not in bytes(event).replace(b"access_denied", b"")  # no content of the refused command
     history = await client.history(SCOPE, allowed["result"]["object_id"])
     assert history["versions"][0]["canonical_content"] == {"n": "denied"}
     contexts = POLICY.seen("cmd.create")

@@ -8,6 +8,8 @@ from typing import Any
 import msgspec
 import pytest
 
+from schemas.auth import AUTH_CONTENT_SCHEMAS
+
 from command_handler.chain import GENESIS_HASH
 from command_handler.core import decide
 from command_handler.intake import parse
@@ -38,7 +40,7 @@ def code_of(head: ObjectHead | None, cmd: Any, registry: TypeRegistry) -> str:
 def test_the_default_registry_holds_todays_tables() -> None:
     assert DEFAULT.object_types == STANDARD_OBJECT_TYPES
     assert DEFAULT.extension_patterns == EXTENSION_TYPE_PATTERNS
-    assert dict(DEFAULT.content_schemas) == CONTENT_SCHEMAS
+    assert dict(DEFAULT.content_schemas) == {**CONTENT_SCHEMAS, **AUTH_CONTENT_SCHEMAS}  # actors, credentials
     assert {dim: dict(table) for dim, table in DEFAULT.transitions.items()} == TRANSITIONS
     assert dict(DEFAULT.states) == DIMENSION_STATES  # the tables name every state of the wire Literals
     assert DEFAULT.lifecycle_at_creation("working_memory") == "scratch"

@@ -1,0 +1,63 @@
+"""The policy port filled: TokenPolicy decides each request from the grants snapshot (infra.authz.policy), and
+RecordedDenials records each denial of the query service and the gateway before it is answered."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from infra.authz.audit import DenialRecorder, denial_entry
+from infra.authz.policy import Denied, decide, holds
+from infra.authz.registry import GrantsRegistry
+from infra.request_shell import Allow, Decision, Deny, Principal, RequestContext
+from schemas.errors import ServiceUnavailable
+
+
+class TokenPolicy:
+    """Every request needs a credential the grants snapshot knows, and a grant for what it asks."""
+
+    def __init__(self, registry: GrantsRegistry):
+        self.registry = registry
+
+    def decide(self, context: RequestContext, operation: str) -> Decision:
+        grants = self.registry.grants
+        outcome = decide(grants, context.credential, operation, context.scope_id, context.claim,
+                         datetime.now(timezone.utc))
+        if isinstance(outcome, Denied):
+            if outcome.rule_id == "auth.unknown_credential" and not self.registry.loaded.is_set():
+                raise ServiceUnavailable("credentials are not loaded yet (database unavailable): retry")
+            caller = outcome.caller
+            return Deny(outcome.rule_id, outcome.code, outcome.message,  # type: ignore[arg-type]
+                        caller={"actor_id": caller.actor_id, "actor_kind": caller.actor.actor_kind} if caller else None,
+                        token_id=caller.token_id if caller else None)
+        return Allow(Principal(actor_id=outcome.actor_id, actor_kind=outcome.actor.actor_kind))
+
+
+def entry_for(context: RequestContext, operation: str, decision: Deny) -> dict[str, object]:
+    """The `record_access_denied` body for a denial the shell or the writer made."""
+    return denial_entry(operation, decision.rule_id, decision.code, context.scope_id, decision.caller,
+                        decision.token_id, context.claim.actor_id if context.claim else None, 0)
+
+
+class RecordedDenials:
+    """The request shell's DenialSink: each denial goes to the writer as an access_denied entry (rate-limited)."""
+
+    def __init__(self, recorder: DenialRecorder):
+        self.recorder = recorder
+
+    async def denied(self, context: RequestContext, operation: str, decision: Deny) -> None:
+        await self.recorder.record(entry_for(context, operation, decision))
+
+
+class GrantsAuthorizer:
+    """Subscribe's per-event check (subscriptions.filters.Authorizer): an event is delivered only while the
+    subscription's actor is registered and holds `subscribe` on the scope, so a revocation stops delivery
+    (the gateway then closes the subscription with `access_revoked` at the last delivered sequence)."""
+
+    def __init__(self, registry: GrantsRegistry):
+        self.registry = registry
+
+    def allows(self, actor: dict[str, object], scope_id: str, event: dict[str, object]) -> bool:
+        if event.get("scope_id") != scope_id:
+            return False
+        record = self.registry.grants.actors.get(str(actor.get("actor_id")))
+        return record is not None and holds(record, scope_id, "subscribe") is None

@@ -1,0 +1,151 @@
+"""The one decision function: (grants, credential, request, time) -> allow with the caller, or deny with a rule id.
+
+Pure (no I/O, no clock of its own: `now` is an argument), so every rule is tested as a table and the
+writer, the query service and the Subscribe gateway decide the same way. The grants snapshot it reads
+comes from infra.authz.registry; recording denials is infra.authz.audit's.
+
+Rules, in the order they are checked (the first that fails names the denial):
+  auth.missing_credential / auth.malformed_credential   no or a malformed `Authorization: Bearer` header
+  auth.unknown_credential      no live credential has this id, or the digest differs (said the same way)
+  auth.expired_credential      the credential's not_after has passed
+  auth.unknown_actor           the credential's actor was revoked (its record deleted)
+  authz.unknown_operation      a request kind the policy does not know (fails closed)
+  authz.internal_only          a service-to-service command from a caller that is not the service
+  authz.actor_mismatch         the command's actor (or the Pam-Actor header) is not the authenticated actor
+  delegation.not_found         acting on_behalf_of another, or under a delegation_id, without a delegation
+  authz.scope_not_granted      no grant of the actor covers the scope (the system scope only by its exact id)
+  authz.operation_not_granted  a grant covers the scope but not the operation
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from infra.authz.tokens import BadCredential, bearer_token, digest_matches, token_id_of
+from schemas.auth import ALL_OPERATIONS, ActorRecord, CredentialRecord, scope_matches
+
+ADMIN_ACTOR_ID = "actor:pamledger:admin"
+SERVICE_ACTOR_ID = "actor:pamledger:service"
+
+# Request kinds (as the request shell and the writer name them) -> the PAMSPEC operation a grant must hold.
+REQUEST_OPERATIONS: Mapping[str, str] = {
+    "cmd.create": "create", "cmd.update": "update", "cmd.transition": "transition", "cmd.delete": "delete",
+    "cmd.create_scope": "create", "cmd.register_embedding_space": "create",
+    "query.read": "read", "query.history": "inspect_history", "query.query": "query", "query.search": "query",
+    "sub.open": "subscribe", "sub.poll": "subscribe", "sub.ack": "subscribe", "sub.resume": "subscribe",
+    "sub.status": "subscribe", "sub.close": "unsubscribe",
+}
+# Commands only the service's own roles send (the gateway, the indexer, the denial audit).
+INTERNAL_COMMANDS = frozenset({"cmd.open_subscription", "cmd.close_subscription", "cmd.record_index_event",
+                               "cmd.record_access_denied"})
+# Requests that name no scope: they act on one subscription, which the gateway checks belongs to the caller.
+# What the service's roles may send besides INTERNAL_COMMANDS (the indexer registers its default space), for
+# any actor their command names.
+SERVICE_REQUESTS = INTERNAL_COMMANDS | {"cmd.register_embedding_space"}
+SCOPELESS = frozenset({"sub.poll", "sub.ack", "sub.resume", "sub.status", "sub.close"})
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An authenticated caller: its actor record and the credential it used."""
+
+    actor: ActorRecord
+    token_id: str
+    internal: bool = False  # the service's own roles
+
+    @property
+    def actor_id(self) -> str:
+        return self.actor.actor_id
+
+
+@dataclass(frozen=True)
+class Grants:
+    """Everything the policy knows at one moment: live credentials by token id and actor records by id."""
+
+    credentials: Mapping[str, CredentialRecord] = field(default_factory=dict)
+    actors: Mapping[str, ActorRecord] = field(default_factory=dict)
+    internal_actor_ids: frozenset[str] = frozenset({SERVICE_ACTOR_ID})
+    through_sequence: int = 0  # the ledger sequence these grants reflect (0: bootstrap credentials only)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the request itself says about who acts: the command's actor, or the Pam-Actor header."""
+
+    actor_id: str
+    on_behalf_of_actor_id: str | None = None
+    delegation_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Denied:
+    rule_id: str
+    message: str
+    caller: Caller | None = None  # who was refused, when authenticated
+    code: str = "access_denied"
+
+
+def authenticate(grants: Grants, header: str | None, now: datetime) -> Caller | Denied:
+    """The caller a `Bearer` header proves, or why not. Unknown id and wrong secret answer alike."""
+    try:
+        token = bearer_token(header)
+        token_id = token_id_of(token)
+    except BadCredential as exc:
+        return Denied(exc.rule_id, str(exc))
+    credential = grants.credentials.get(token_id)
+    if credential is None or not digest_matches(credential.token_digest, token):
+        return Denied("auth.unknown_credential", "the credential is not valid")
+    if credential.not_after is not None and now > credential.not_after:
+        return Denied("auth.expired_credential", "the credential has expired")
+    actor = grants.actors.get(credential.actor_id)
+    if actor is None:
+        return Denied("auth.unknown_actor", "the credential's actor is no longer registered")
+    return Caller(actor, token_id, internal=actor.actor_id in grants.internal_actor_ids)
+
+
+def holds(actor: ActorRecord, scope_id: str, operation: str) -> str | None:
+    """None when a grant of `actor` covers `operation` on `scope_id`, else the rule that refuses it."""
+    covering = [g for g in actor.grants if any(scope_matches(p, scope_id) for p in g.scopes)]
+    if not covering:
+        return "authz.scope_not_granted"
+    if any(ALL_OPERATIONS in g.operations or operation in g.operations for g in covering):
+        return None
+    return "authz.operation_not_granted"
+
+
+def authorize(caller: Caller, request: str, scope_id: str | None, claim: Claim | None) -> Denied | None:
+    """None when `caller` may make `request` (a request kind, e.g. "cmd.create") on `scope_id`."""
+    if caller.internal:
+        if request in SERVICE_REQUESTS:
+            return None
+        return Denied("authz.operation_not_granted", "the service credential only sends service commands", caller)
+    if request in INTERNAL_COMMANDS:
+        return Denied("authz.internal_only", "only the service sends this command", caller)
+    operation = REQUEST_OPERATIONS.get(request)
+    if operation is None:
+        return Denied("authz.unknown_operation", f"no policy covers {request!r}", caller)
+    if claim is not None:
+        if claim.actor_id != caller.actor_id:
+            return Denied("authz.actor_mismatch", "the request names an actor other than the authenticated one",
+                          caller)
+        if claim.on_behalf_of_actor_id is not None or claim.delegation_id is not None:
+            return Denied("delegation.not_found", "acting for another actor needs a delegation", caller)
+    if request in SCOPELESS:
+        return None
+    if scope_id is None:
+        return Denied("authz.scope_not_granted", "the request names no scope", caller)
+    rule = holds(caller.actor, scope_id, operation)
+    if rule is not None:
+        return Denied(rule, f"not allowed to {operation} in this scope", caller)
+    return None
+
+
+def decide(grants: Grants, header: str | None, request: str, scope_id: str | None, claim: Claim | None,
+           now: datetime) -> Caller | Denied:
+    """Authenticate, then authorize: the caller, or the first rule that refuses."""
+    caller = authenticate(grants, header, now)
+    if isinstance(caller, Denied):
+        return caller
+    return authorize(caller, request, scope_id, claim) or caller

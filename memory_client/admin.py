@@ -1,0 +1,124 @@
+"""Managing who may call: actors with grants and their tokens, as objects of the system scope (schemas.auth).
+
+Every function takes a MemoryClient holding an administrative credential (one with grants on the system
+scope, such as the token `make run` writes) and writes through the ordinary create / update / delete
+commands, so each change is a versioned, audited ledger entry. A token is made here, on the client: the
+service only ever receives its digest, and the token is returned once, to be handed to its agent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from infra.authz.policy import ADMIN_ACTOR_ID
+from infra.authz.tokens import new_token, token_digest
+from memory_client.errors import PamspecError
+from schemas.auth import (
+    ACTOR_SCHEMA_ID,
+    ACTOR_TYPE,
+    CREDENTIAL_SCHEMA_ID,
+    CREDENTIAL_TYPE,
+    ActorRecord,
+    CredentialRecord,
+    ScopeGrant,
+    credential_object_id,
+)
+from schemas.common import SYSTEM_SCOPE
+
+ADMIN = {"actor_id": ADMIN_ACTOR_ID, "actor_kind": "operator"}
+
+
+def _provenance(activity: str, admin: dict[str, Any]) -> dict[str, Any]:
+    return {"provenance_id": f"prov:admin:{activity}", "actor": admin, "activity": activity}
+
+
+def parse_grant(text: str) -> ScopeGrant:
+    """`SCOPE[,SCOPE...]=OP[,OP...]` (e.g. `team:a:*=read,query`) as a grant; ValueError when malformed."""
+    scopes, sep, operations = text.partition("=")
+    if not sep:
+        raise ValueError(f"a grant is SCOPES=OPERATIONS, got {text!r}")
+    try:
+        return msgspec.convert({"scopes": scopes.split(","), "operations": operations.split(",")}, ScopeGrant)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"bad grant {text!r}: {exc}") from None
+
+
+async def _current(client: Any, object_id: str) -> dict[str, Any] | None:
+    try:
+        return await client.read(SYSTEM_SCOPE, object_id)  # type: ignore[no-any-return]
+    except PamspecError as exc:
+        if exc.code in ("object_not_found", "object_deleted"):
+            return None
+        raise
+
+
+async def put_actor(client: Any, actor_id: str, actor_kind: str, grants: list[ScopeGrant],
+                    display_name: str | None = None, admin: dict[str, Any] = ADMIN) -> dict[str, Any]:
+    """Register `actor_id` with exactly `grants` (a new version when it exists: the grants are replaced)."""
+    record = ActorRecord(actor_id=actor_id, actor_kind=actor_kind, grants=grants, display_name=display_name)
+    content = msgspec.to_builtins(record)
+    current = await _current(client, actor_id)
+    if current is None:
+        result = await client.create(SYSTEM_SCOPE, ACTOR_TYPE, content, admin, _provenance("actor_registered", admin),
+                                     object_id=actor_id, schema_id=ACTOR_SCHEMA_ID)
+        return {"actor_id": actor_id, "created": True, "version_id": result["version_id"]}
+    result = await client.update(SYSTEM_SCOPE, actor_id, current["version_id"], content, admin,
+                                 _provenance("actor_grants_changed", admin))
+    return {"actor_id": actor_id, "created": False, "version_id": result["version_id"]}
+
+
+async def issue_token(client: Any, actor_id: str, not_after: str | None = None, label: str | None = None,
+                      admin: dict[str, Any] = ADMIN) -> dict[str, Any]:
+    """A new token for a registered actor: {token (shown only now), token_id, actor_id, ...}."""
+    if await _current(client, actor_id) is None:
+        raise PamspecError.of("invalid_request", "no such actor is registered: add it first",
+                              {"actor_id": actor_id})
+    token_id, token = new_token()
+    content: dict[str, Any] = {"token_id": token_id, "actor_id": actor_id, "token_digest": token_digest(token)}
+    if not_after is not None:
+        content["not_after"] = not_after
+    if label is not None:
+        content["label"] = label
+    msgspec.convert(content, CredentialRecord)  # refuse a bad not_after here, before anything is sent
+    result = await client.create(SYSTEM_SCOPE, CREDENTIAL_TYPE, content, admin, _provenance("token_issued", admin),
+                                 object_id=credential_object_id(token_id), schema_id=CREDENTIAL_SCHEMA_ID)
+    return {"token": token, "token_id": token_id, "actor_id": actor_id, "not_after": not_after,
+            "version_id": result["version_id"]}
+
+
+async def _delete(client: Any, object_id: str, what: str, admin: dict[str, Any]) -> dict[str, Any]:
+    current = await _current(client, object_id)
+    if current is None:
+        raise PamspecError.of("object_not_found", f"no such {what}", {"object_id": object_id})
+    result = await client.delete(SYSTEM_SCOPE, object_id, current["version_id"], admin,
+                                 _provenance(f"{what}_revoked", admin))
+    return {"object_id": object_id, "revoked": True, "ledger_sequence": result["ledger_sequence"]}
+
+
+async def revoke_token(client: Any, token_id: str, admin: dict[str, Any] = ADMIN) -> dict[str, Any]:
+    """Delete the credential: its digest is erased and the next request with the token is refused."""
+    return await _delete(client, credential_object_id(token_id), "token", admin)
+
+
+async def revoke_actor(client: Any, actor_id: str, admin: dict[str, Any] = ADMIN) -> dict[str, Any]:
+    """Delete the actor record: every token of the actor stops working, its subscriptions are closed."""
+    return await _delete(client, actor_id, "actor", admin)
+
+
+async def list_records(client: Any, object_type: str) -> list[dict[str, Any]]:
+    """The live actor (or credential) records, digests left out."""
+    items: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = await client.query(SYSTEM_SCOPE, object_types=[object_type], limit=100,
+                                  **({"cursor": cursor} if cursor else {}))
+        for item in page.get("items", []):
+            envelope = item.get("envelope") or {}
+            content = dict(envelope.get("canonical_content") or {})
+            content.pop("token_digest", None)
+            items.append({**content, "version_id": envelope.get("version_id")})
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return items

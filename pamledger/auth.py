@@ -1,0 +1,58 @@
+"""Wiring authorization into the roles of one process: the policy, the grants snapshot that feeds it, the
+service's own credential, the denial audit and Subscribe's per-event check (docs/security.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nats.aio.client import Client as NATS
+
+from infra.authz.audit import DenialLimiter, DenialRecorder
+from infra.authz.bootstrap import admin_token_path, bootstrap_credentials, ensure_token, service_token_path
+from infra.authz.enforce import GrantsAuthorizer, RecordedDenials, TokenPolicy
+from infra.authz.registry import GrantsRegistry
+from infra.request_shell import AllowAll, DenialSink, Policy
+from infra.requester import CommandRequester
+from infra.settings import Settings
+from subscriptions.filters import AllowAll as DeliverAll, Authorizer
+
+
+@dataclass
+class Auth:
+    policy: Policy
+    authorizer: Authorizer
+    service_token: str | None = None
+    registry: GrantsRegistry | None = None
+    limiter: DenialLimiter | None = None
+
+    def denials(self, nc: NATS, prefix: str) -> DenialSink | None:
+        """Where the query service and the gateway record their denials (None where auth is off)."""
+        if self.limiter is None:
+            return None
+        requester = CommandRequester(nc, prefix, timeout=2.0, retries=1, token=self.service_token)
+        return RecordedDenials(DenialRecorder(requester, self.limiter))
+
+
+def auth_for(settings: Settings, database_url: str) -> Auth:
+    """Auth as the settings say: enforced (the tokens made in the state dir when absent) or off."""
+    if settings.auth.mode == "off":
+        return Auth(AllowAll(), DeliverAll())
+    admin, _ = ensure_token(admin_token_path(settings))
+    service, _ = ensure_token(service_token_path(settings))
+    registry = GrantsRegistry(database_url, bootstrap_credentials(admin, service), settings.auth.refresh_seconds)
+    limiter = DenialLimiter(settings.auth.denial_burst, settings.auth.denial_every_seconds)
+    return Auth(TokenPolicy(registry), GrantsAuthorizer(registry), service, registry, limiter)
+
+
+def prepare_credentials(settings: Settings) -> dict[str, str]:
+    """Make the administrative and the service token when absent (auth enforced) and say where they are; the
+    administrative token itself is shown once, when it is made (`make run` prints it the first time)."""
+    if settings.auth.mode == "off":
+        return {"auth": "off"}
+    admin_path = admin_token_path(settings)
+    admin, made = ensure_token(admin_path)
+    ensure_token(service_token_path(settings))
+    shown = {"auth": "enforce", "admin_token_file": str(admin_path)}
+    if made:
+        shown["admin_token"] = admin
+    return shown

@@ -1,0 +1,89 @@
+"""Who may do what: actors, their grants and their credentials, as Memory Objects of the system scope.
+
+Why objects: an actor's grants and its credentials are authoritative state that must be versioned,
+auditable and revocable, which is exactly what a Memory Object in the ledger is. `pamledger actors add`
+creates a `dev.pamledger.actor` object (its object_id is the actor_id), `pamledger tokens issue` creates a
+`dev.pamledger.credential` object (object_id `credential:<token_id>`) holding only the token's SHA-256
+digest, and revoking either deletes the object (its content is erased; the ledger keeps the tombstone).
+Inspect History on an actor therefore shows every change of its grants, by whom and when.
+
+Operations are PAMSPEC's (common.schema.json pamspec_operation); "*" in a grant means all of them.
+Scope patterns: an exact scope id, a prefix ending in "*" (`workspace:acme:*`), or "*" (every scope except
+the system scope, which is only ever granted by its exact id).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from schemas.common import SYSTEM_SCOPE, Id, Timestamp
+
+ACTOR_TYPE = "dev.pamledger.actor"
+CREDENTIAL_TYPE = "dev.pamledger.credential"
+ACTOR_SCHEMA_ID = "urn:pamledger:schema:actor:1"
+CREDENTIAL_SCHEMA_ID = "urn:pamledger:schema:credential:1"
+AUTH_TYPES = (ACTOR_TYPE, CREDENTIAL_TYPE)
+
+AUTHORIZATION_HEADER = "Authorization"  # "Bearer <token>" on every command, read, query, search and subscription call
+MAX_AUTHORIZATION_CHARS = 256
+
+Operation = Literal["create", "read", "update", "transition", "relate", "query", "inspect_history", "redact",
+                    "delete", "promote", "subscribe", "unsubscribe"]
+OPERATIONS: tuple[str, ...] = ("create", "read", "update", "transition", "relate", "query", "inspect_history",
+                               "redact", "delete", "promote", "subscribe", "unsubscribe")
+ALL_OPERATIONS = "*"
+ALL_SCOPES = "*"
+
+# An exact id, a prefix ending in "*", or "*" alone; never NUL or whitespace.
+ScopePattern = Annotated[str, msgspec.Meta(pattern=r"^[^\s\x00*]{0,511}\*?\Z", min_length=1, max_length=512)]
+TokenId = Annotated[str, msgspec.Meta(pattern=r"^[a-f0-9]{16}\Z")]
+TokenDigest = Annotated[str, msgspec.Meta(pattern=r"^sha256:[a-f0-9]{64}\Z")]
+ActorKind = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+
+_STRICT: dict[str, bool] = dict(frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True)
+
+
+class ScopeGrant(msgspec.Struct, **_STRICT):
+    """`operations` on every scope one of `scopes` matches."""
+
+    scopes: Annotated[list[ScopePattern], msgspec.Meta(min_length=1, max_length=256)]
+    operations: Annotated[list[Operation | Literal["*"]], msgspec.Meta(min_length=1, max_length=16)]
+
+
+class ActorRecord(msgspec.Struct, **_STRICT):
+    """The content of a `dev.pamledger.actor` object: who the actor is and what it holds."""
+
+    actor_id: Id
+    actor_kind: ActorKind
+    grants: Annotated[list[ScopeGrant], msgspec.Meta(max_length=256)] = []
+    display_name: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+
+
+class CredentialRecord(msgspec.Struct, **_STRICT):
+    """The content of a `dev.pamledger.credential` object: a token's digest (never the token) and its actor."""
+
+    token_id: TokenId
+    actor_id: Id
+    token_digest: TokenDigest
+    not_after: Timestamp | None = None
+    label: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+
+
+AUTH_CONTENT_SCHEMAS: dict[str, type[msgspec.Struct]] = {ACTOR_TYPE: ActorRecord, CREDENTIAL_TYPE: CredentialRecord}
+
+
+def credential_object_id(token_id: str) -> str:
+    return f"credential:{token_id}"
+
+
+def scope_matches(pattern: str, scope_id: str) -> bool:
+    """Whether a grant's scope pattern covers `scope_id`. The system scope is matched only by its exact id."""
+    if pattern == scope_id:
+        return True
+    if scope_id == SYSTEM_SCOPE:
+        return False
+    if pattern == ALL_SCOPES:
+        return True
+    return pattern.endswith("*") and scope_id.startswith(pattern[:-1])

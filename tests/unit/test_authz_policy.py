@@ -1,0 +1,159 @@
+"""The decision function as a table: every rule, in order, with real tokens and digests (no I/O)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import msgspec
+import pytest
+
+from infra.authz.audit import DenialLimiter
+from infra.authz.bootstrap import ADMIN_ACTOR, SERVICE_ACTOR, bootstrap_credentials
+from infra.authz.policy import Caller, Claim, Denied, Grants, decide
+from infra.authz.registry import grants_of
+from infra.authz.tokens import BadCredential, bearer_token, new_token, token_digest
+from schemas.auth import ACTOR_TYPE, CREDENTIAL_TYPE, ActorRecord, CredentialRecord, ScopeGrant, scope_matches
+
+NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
+ADMIN_ID, ADMIN = new_token()
+SERVICE_ID, SERVICE = new_token()
+ALICE_ID, ALICE = new_token()
+OLD_ID, OLD = new_token()
+ORPHAN_ID, ORPHAN = new_token()
+alice = ActorRecord(actor_id="actor:alice", actor_kind="agent", grants=[
+    ScopeGrant(scopes=["team:a:*"], operations=["read", "query", "create"]),
+    ScopeGrant(scopes=["team:shared"], operations=["*"])])
+
+
+def grants() -> Grants:
+    base = grants_of([], 7, bootstrap_credentials(ADMIN, SERVICE))
+    return Grants(credentials={**base.credentials,
+                               ALICE_ID: CredentialRecord(token_id=ALICE_ID, actor_id="actor:alice",
+                                                          token_digest=token_digest(ALICE)),
+                               OLD_ID: CredentialRecord(token_id=OLD_ID, actor_id="actor:alice",
+                                                        token_digest=token_digest(OLD),
+                                                        not_after=NOW - timedelta(seconds=1)),
+                               ORPHAN_ID: CredentialRecord(token_id=ORPHAN_ID, actor_id="actor:gone",
+                                                           token_digest=token_digest(ORPHAN))},
+                  actors={**base.actors, "actor:alice": alice})
+
+
+def bearer(token: str) -> str:
+    return f"Bearer {token}"
+
+
+CASES = [
+    # (header, request, scope, claim) -> the rule that refuses, or None
+    (None, "query.read", "team:a:1", None, "auth.missing_credential"),
+    ("Basic abc", "query.read", "team:a:1", None, "auth.malformed_credential"),
+    ("Bearer pam_zz", "query.read", "team:a:1", None, "auth.malformed_credential"),
+    (bearer(ALICE[:-1] + ("A" if ALICE[-1] != "A" else "B")), "query.read", "team:a:1", None,
+     "auth.unknown_credential"),  # right id, wrong secret: said like an unknown id
+    (bearer(new_token()[1]), "query.read", "team:a:1", None, "auth.unknown_credential"),
+    (bearer(OLD), "query.read", "team:a:1", None, "auth.expired_credential"),
+    (bearer(ORPHAN), "query.read", "team:a:1", None, "auth.unknown_actor"),
+    (bearer(ALICE), "query.explode", "team:a:1", None, "authz.unknown_operation"),
+    (bearer(ALICE), "cmd.open_subscription", "team:a:1", None, "authz.internal_only"),
+    (bearer(ALICE), "cmd.create", "team:a:1", Claim("actor:mallory"), "authz.actor_mismatch"),
+    (bearer(ALICE), "cmd.create", "team:a:1", Claim("actor:alice", on_behalf_of_actor_id="actor:bob"),
+     "delegation.not_found"),
+    (bearer(ALICE), "cmd.create", "team:a:1", Claim("actor:alice", delegation_id="del:1"), "delegation.not_found"),
+    (bearer(ALICE), "query.read", "team:b:1", None, "authz.scope_not_granted"),
+    (bearer(ALICE), "query.read", "team:a", None, "authz.scope_not_granted"),  # the prefix is "team:a:"
+    (bearer(ALICE), "cmd.delete", "team:a:1", Claim("actor:alice"), "authz.operation_not_granted"),
+    (bearer(ALICE), "query.read", "system:pamledger", None, "authz.scope_not_granted"),
+    (bearer(ALICE), "query.read", "team:a:1", None, None),
+    (bearer(ALICE), "cmd.create", "team:a:1", Claim("actor:alice"), None),
+    (bearer(ALICE), "cmd.delete", "team:shared", Claim("actor:alice"), None),
+    (bearer(ALICE), "sub.poll", None, None, None),  # the gateway checks the subscription's owner
+    (bearer(ADMIN), "query.read", "system:pamledger", None, None),
+    (bearer(ADMIN), "cmd.create", "anything:else", Claim("actor:pamledger:admin"), None),
+    (bearer(ADMIN), "cmd.create", "anything:else", Claim("actor:alice"), "authz.actor_mismatch"),
+    (bearer(ADMIN), "cmd.open_subscription", "team:a:1", None, "authz.internal_only"),
+    (bearer(SERVICE), "cmd.open_subscription", "team:a:1", Claim("actor:alice"), None),
+    (bearer(SERVICE), "cmd.register_embedding_space", "system:pamledger", Claim("actor:pamledger:indexer"), None),
+    (bearer(SERVICE), "query.read", "team:a:1", None, "authz.operation_not_granted"),
+]
+
+
+@pytest.mark.parametrize("header, request_kind, scope_id, claim, rule", CASES)
+def test_each_rule_decides(header: str | None, request_kind: str, scope_id: str | None, claim: Claim | None,
+                           rule: str | None) -> None:
+    outcome = decide(grants(), header, request_kind, scope_id, claim, NOW)
+    if rule is None:
+        assert isinstance(outcome, Caller), outcome
+    else:
+        assert isinstance(outcome, Denied) and outcome.rule_id == rule, outcome
+
+
+def test_a_denial_after_authentication_names_the_caller() -> None:
+    outcome = decide(grants(), bearer(ALICE), "query.read", "team:b", None, NOW)
+    assert isinstance(outcome, Denied) and outcome.caller is not None
+    assert (outcome.caller.actor_id, outcome.caller.token_id) == ("actor:alice", ALICE_ID)
+
+
+@pytest.mark.parametrize("pattern, scope_id, matches", [
+    ("*", "team:a", True), ("*", "system:pamledger", False), ("system:pamledger", "system:pamledger", True),
+    ("system:*", "system:pamledger", False), ("team:a", "team:a", True), ("team:a", "team:ab", False),
+    ("team:*", "team:ab", True), ("team:*", "tea", False)])
+def test_scope_patterns(pattern: str, scope_id: str, matches: bool) -> None:
+    assert scope_matches(pattern, scope_id) is matches
+
+
+def test_scope_patterns_refuse_a_star_inside() -> None:
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"scopes": ["te*am"], "operations": ["read"]}, ScopeGrant)
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"scopes": ["team"], "operations": ["obliterate"]}, ScopeGrant)
+
+
+def test_bearer_header_shapes() -> None:
+    assert bearer_token(bearer(ALICE)) == ALICE
+    for header, rule in [(None, "auth.missing_credential"), ("", "auth.missing_credential"),
+                         ("Bearer " + "x" * 300, "auth.malformed_credential"),
+                         ("Bearer pam_" + "g" * 16 + "_" + "a" * 43, "auth.malformed_credential"),
+                         ("bearer " + ALICE, "auth.malformed_credential")]:
+        with pytest.raises(BadCredential) as err:
+            bearer_token(header)
+        assert err.value.rule_id == rule
+
+
+def _row(object_id: str, object_type: str, content: object, availability: str = "available",
+         lifecycle: str = "active") -> tuple[str, bytes, bytes | None]:
+    meta = {"object_type": object_type, "availability_state": availability, "lifecycle_state": lifecycle}
+    return object_id, msgspec.json.encode(meta), msgspec.json.encode(content) if content is not None else None
+
+
+def test_the_snapshot_keeps_live_records_only() -> None:
+    bob_id, bob_token = new_token()
+    carol_id, _ = new_token()
+    rows = [
+        _row("actor:bob", ACTOR_TYPE, {"actor_id": "actor:bob", "actor_kind": "agent"}),
+        _row(f"credential:{bob_id}", CREDENTIAL_TYPE,
+             {"token_id": bob_id, "actor_id": "actor:bob", "token_digest": token_digest(bob_token)}),
+        _row(f"credential:{carol_id}", CREDENTIAL_TYPE, None, availability="deleted"),  # revoked
+        _row("actor:dave", ACTOR_TYPE, {"actor_id": "actor:dave", "actor_kind": "agent"}, lifecycle="archived"),
+        _row("actor:eve", ACTOR_TYPE, {"actor_id": "actor:mallory", "actor_kind": "agent"}),  # id mismatch
+        _row("actor:pamledger:admin", ACTOR_TYPE, {"actor_id": "actor:pamledger:admin", "actor_kind": "agent"}),
+    ]
+    snapshot = grants_of(rows, 42, bootstrap_credentials(ADMIN, SERVICE))
+    assert set(snapshot.actors) == {"actor:bob", ADMIN_ACTOR.actor_id, SERVICE_ACTOR.actor_id}
+    assert snapshot.actors[ADMIN_ACTOR.actor_id] == ADMIN_ACTOR  # a ledger record never replaces a bootstrap one
+    assert set(snapshot.credentials) == {bob_id, ADMIN_ID, SERVICE_ID}
+    assert snapshot.through_sequence == 42
+
+
+def test_the_limiter_records_a_burst_then_one_per_interval_and_counts_the_rest() -> None:
+    limiter = DenialLimiter(burst=3, every_seconds=1.0)
+    key = ("actor:alice", "authz.scope_not_granted")
+    assert [limiter.admit(key, now=0.0) for _ in range(5)] == [0, 0, 0, None, None]
+    assert limiter.admit(key, now=0.5) is None
+    assert limiter.admit(key, now=1.0) == 3  # one more allowed; three were left out before it
+    assert limiter.admit(("actor:bob", "x"), now=1.0) == 0  # another caller has its own budget
+
+
+def test_the_limiter_forgets_the_oldest_callers_beyond_its_bound() -> None:
+    limiter = DenialLimiter(burst=1, every_seconds=100.0, max_keys=2)
+    for name in ("a", "b", "c"):
+        assert limiter.admit((name, "r"), now=0.0) == 0
+    assert limiter.admit(("a", "r"), now=0.0) == 0  # "a" was forgotten: a fresh budget, bounded memory

@@ -108,11 +108,14 @@ async def revoke_actor(client: Any, actor_id: str, admin: dict[str, Any] = ADMIN
 
 
 async def list_records(client: Any, object_type: str) -> list[dict[str, Any]]:
-    """The live actor (or credential) records, digests left out."""
+    """The live actor (or credential) records, digests left out. Read from the projection (Query), so a
+    record written a moment ago may show a moment later; the policy itself reads authoritative state."""
     items: list[dict[str, Any]] = []
     cursor = None
     while True:
         page = await client.query(SYSTEM_SCOPE, object_types=[object_type], limit=100,
+                                  validation_states=["unverified", "corroborated", "disputed", "rejected"],
+                                  retention_states=["retained", "expired", "pending_deletion", "legal_hold"],
                                   **({"cursor": cursor} if cursor else {}))
         for item in page.get("items", []):
             envelope = item.get("envelope") or {}

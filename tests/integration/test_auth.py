@@ -334,9 +334,12 @@ async def test_the_cli_manages_actors_and_tokens(world: World) -> None:
     client = await _client(world.env, issued["token"])
     try:
         await wait_for(lambda: _answers(client), timeout=10)
-        _, listed, _ = await _cli(world, "tokens", "list", token=admin)
+        async def listed_tokens() -> Any:  # the list reads the projection: it shows the token a moment later
+            _, listed, _ = await _cli(world, "tokens", "list", token=admin)
+            return listed if any(t["token_id"] == issued["token_id"] for t in listed["tokens"]) else None
+        listed = await wait_for(listed_tokens, timeout=30, interval=0.2)
         mine = [t for t in listed["tokens"] if t["token_id"] == issued["token_id"]]
-        assert mine and mine[0]["actor_id"] == "actor:agent:gina" and mine[0]["label"] == "ci"
+        assert mine[0]["actor_id"] == "actor:agent:gina" and mine[0]["label"] == "ci"
         assert "token_digest" not in str(listed) and issued["token"] not in str(listed)
         _, actors, _ = await _cli(world, "actors", "list", token=admin)
         gina = [a for a in actors["actors"] if a["actor_id"] == "actor:agent:gina"]

@@ -13,11 +13,12 @@ from __future__ import annotations
 import msgspec
 
 from command_handler.intake import Parsed
-from infra.authz.audit import DenialLimiter, limiter_key
+from command_handler.delegations import EVERYTHING, Authority
+from infra.authz.audit import DenialLimiter, denial_entry, limiter_key
 from infra.authz.enforce import entry_for
 from infra.request_shell import Deny, Policy, authorize, context_of
 from schemas.commands import RecordAccessDenied
-from schemas.errors import PamledgerError
+from schemas.errors import AccessDenied, PamledgerError
 
 
 def admit(policy: Policy, limiter: DenialLimiter, parsed: Parsed, subject: str,
@@ -38,3 +39,25 @@ def admit(policy: Policy, limiter: DenialLimiter, parsed: Parsed, subject: str,
     command = msgspec.convert(entry, RecordAccessDenied)
     return Parsed(name="record_access_denied", command=command, operation_id=command.operation_id,
                   idempotency_key=None, request_digest="", refusal=refusal)
+
+
+def refusal_entry(limiter: DenialLimiter, parsed: Parsed, refusal: AccessDenied) -> Parsed | None:
+    """The access_denied entry recording a refusal the core made (a delegation check), answered with it; None
+    when the limiter leaves it out."""
+    actor = getattr(parsed.command, "actor", None)
+    caller = {"actor_id": actor.actor_id, "actor_kind": actor.actor_kind} if actor is not None else None
+    suppressed = limiter.admit(limiter_key(caller, refusal.rule_id))
+    if suppressed is None:
+        return None
+    entry = denial_entry(f"cmd.{parsed.name}", refusal.rule_id, refusal.code, parsed.scope_id, caller, None,
+                         None, suppressed)
+    entry["operation_id"] = parsed.operation_id or entry["operation_id"]
+    command = msgspec.convert(entry, RecordAccessDenied)
+    return Parsed(name="record_access_denied", command=command, operation_id=command.operation_id,
+                  idempotency_key=None, request_digest="", refusal=refusal)
+
+
+def authority_of(policy: Policy) -> Authority:
+    """What the delegation rules ask about actors' grants: the policy's answer where it has one (auth
+    enforced), else everything is held (auth off, or a policy that decides requests only)."""
+    return policy if hasattr(policy, "holds") and hasattr(policy, "administers") else EVERYTHING  # type: ignore[return-value]

@@ -16,16 +16,20 @@ import structlog
 
 from command_handler.chain import row_hash
 from command_handler.core import decide
+from command_handler.delegations import EVERYTHING, Authority, decide_delegation
 from command_handler.intake import Parsed
 from command_handler.state import Decision, ObjectHead, Stamp
 from infra.ledger import IdempotencyRow, LedgerRow
 from command_handler.store import Batch, ContentRow, VersionRow
 from schemas.canonical import canonical_bytes
-from schemas.commands import CreateScope, RegisterEmbeddingSpace
-from schemas.errors import DuplicateOperation, InvalidRequest, PamledgerError, ScopeNotFound
+from schemas.commands import CreateScope, RecordAccessDenied, RegisterEmbeddingSpace
+from schemas.delegation import CheckDelegation, DelegationState, GrantDelegation, RevokeDelegation
+from schemas.errors import AccessDenied, DuplicateOperation, InvalidRequest, PamledgerError, ScopeNotFound
 from schemas.registry import TypeRegistry
 
 log = structlog.get_logger(__name__)
+DELEGATION_COMMANDS = (GrantDelegation, CheckDelegation, RevokeDelegation)
+
 
 
 @dataclass
@@ -57,6 +61,7 @@ class Plan:
     idempotency: dict[tuple[str, str], IdempotencyRow]
     new_scopes: set[str]
     tail: tuple[int, bytes]
+    delegations: dict[str, DelegationState] = field(default_factory=dict)  # states this batch changed
 
 
 @dataclass
@@ -71,6 +76,10 @@ class PlanInputs:
     tail: tuple[int, bytes]
     registry: TypeRegistry
     contents: dict[str, bytes] = field(default_factory=dict)
+    delegations: dict[str, DelegationState] = field(default_factory=dict)  # loaded for this batch
+    authority: Authority = EVERYTHING
+    # A refused delegation command -> the access_denied entry recording it (None: the limiter leaves it out).
+    record_refusal: Callable[[Parsed, AccessDenied], Parsed | None] = lambda item, exc: None
 
 
 def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan:
@@ -81,6 +90,7 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
     keys: dict[tuple[str, str], tuple[str, int | None]] = {}
     new_scopes: set[str] = set()
     outcomes: list[Outcome] = []
+    delegations: dict[str, DelegationState] = {}
     for index, item in enumerate(items):
         if isinstance(item, PamledgerError):
             outcomes.append(Outcome(error=item))
@@ -101,7 +111,10 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             stamp = inputs.stamp(item)
             key = (command.scope_id, stamp.object_id)
             head = heads.get(key) or inputs.heads.get(key)
-            decision = decide(head, command, stamp, inputs.registry)
+            if isinstance(command, DELEGATION_COMMANDS):
+                item, command, decision = _delegation(item, stamp, inputs, delegations)
+            else:
+                decision = decide(head, command, stamp, inputs.registry)
             if decision.head is None:  # event-only entries take their ledger sequence as `sequence`
                 decision = msgspec.structs.replace(
                     decision, event=msgspec.structs.replace(decision.event, sequence=seq + 1))
@@ -126,7 +139,28 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
         if content is None and decision.head is not None and decision.head.content_digest is not None:
             content = inputs.contents.get(decision.head.content_digest)
         outcomes.append(Outcome(accepted=Accepted(item, decision, seq, content)))
-    return Plan(outcomes, batch, heads, _new_records(batch), new_scopes, (seq, prev))
+    batch.delegations = list(delegations.values())
+    return Plan(outcomes, batch, heads, _new_records(batch), new_scopes, (seq, prev), delegations)
+
+
+def _delegation(item: Parsed, stamp: Stamp, inputs: PlanInputs, states: dict[str, DelegationState]
+                ) -> tuple[Parsed, Any, Decision]:
+    """Decide a delegation command against the delegation's state in this batch; a refusal becomes the
+    access_denied entry recording it (answered with the refusal), or is raised when the limiter says so."""
+    command = item.command
+    assert isinstance(command, DELEGATION_COMMANDS)
+    delegation_id = getattr(command, "delegation_id", None)
+    state = (states.get(delegation_id) or inputs.delegations.get(delegation_id)) if delegation_id else None
+    try:
+        decision, new_state = decide_delegation(command, state, stamp, inputs.authority)
+    except AccessDenied as exc:
+        recorded = inputs.record_refusal(item, exc)
+        if recorded is None:
+            raise
+        assert isinstance(recorded.command, RecordAccessDenied)
+        return recorded, recorded.command, decide(None, recorded.command, stamp, inputs.registry)
+    states[new_state.delegation_id] = new_state
+    return item, command, decision
 
 
 def _idempotent(

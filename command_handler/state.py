@@ -44,3 +44,4 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     head: ObjectHead | None  # None for event-only ledger entries (no Memory Version)
     content: bytes | None = None
     erase_content: bool = False
+    result: dict[str, Any] | None = None  # an event-only entry's own result fields (a delegation's grant)

@@ -16,6 +16,7 @@ from command_handler.chain import GENESIS_HASH, row_hash
 from command_handler.state import ObjectHead
 from infra.ledger import IdempotencyRow, LedgerRow
 from schemas.canonical import decode_json
+from schemas.delegation import DelegationState
 
 _WRITER_LOCK_BASE = 0x70616D00  # 'pam\0' + partition
 # Up to this many creates one statement (JSON parameters) beats COPYs in a transaction (4-6 round trips):
@@ -61,6 +62,12 @@ _APPEND_PARTS = {
   FROM json_to_recordset(%(idempotency)s::json)
        AS i(scope_id text, idempotency_key text, request_digest text, object_id text, version_id text,
             ledger_sequence bigint))""",
+    "delegations": """delegation_states AS (
+  INSERT INTO delegations (delegation_id, scope_id, grant_object, uses, revoked)
+  SELECT d.delegation_id, d.scope_id, convert_to(d."grant"::text, 'UTF8'), d.uses, d.revoked
+  FROM json_to_recordset(%(delegations)s::json)
+       AS d(delegation_id text, scope_id text, "grant" json, uses int, revoked boolean)
+  ON CONFLICT (delegation_id) DO UPDATE SET uses = excluded.uses, revoked = excluded.revoked)""",
     "erase": """erased AS (
   DELETE FROM content_store c USING json_to_recordset(%(erase)s::json) AS k(scope_id text, object_id text)
   WHERE c.scope_id = k.scope_id AND c.object_id = k.object_id)""",
@@ -100,6 +107,7 @@ class Batch(msgspec.Struct, kw_only=True):
     idempotency: list[IdempotencyRow]
     erase: list[tuple[str, str]]
     scopes: list[tuple[str, str, str | None, str | None]]
+    delegations: list[DelegationState] = []  # each changed delegation's state after the batch, once
 
 
 class LedgerStore(Protocol):
@@ -197,6 +205,14 @@ class PostgresLedgerStore:
             "SELECT content_digest, content FROM content_store WHERE content_digest = ANY(%s)", (digests,))
         return {r[0]: bytes(r[1]) for r in await cur.fetchall()}
 
+    async def load_delegations(self, ids: list[str]) -> dict[str, DelegationState]:
+        if not ids:
+            return {}
+        cur = await self.conn.execute("SELECT delegation_id, scope_id, grant_object, uses, revoked FROM delegations"
+                                      " WHERE delegation_id = ANY(%s)", (ids,))
+        return {r[0]: DelegationState(delegation_id=r[0], scope_id=r[1], grant=msgspec.json.decode(bytes(r[2])),
+                                      uses=int(r[3]), revoked=bool(r[4])) for r in await cur.fetchall()}
+
     async def known_scopes(self, scope_ids: list[str]) -> set[str]:
         if not scope_ids:
             return set()
@@ -228,6 +244,7 @@ class PostgresLedgerStore:
             "ledger": batch.ledger, "versions": batch.versions, "content": content,
             "idempotency": batch.idempotency,
             "erase": [{"scope_id": e[0], "object_id": e[1]} for e in batch.erase],
+            "delegations": batch.delegations,
         }
         params: dict[str, Any] = {part: _batch_json.encode(rows[part]).decode() for part in parts if rows[part]}
         if not params:
@@ -255,7 +272,7 @@ class PostgresLedgerStore:
                           " version_id, ledger_sequence)",
                           [(i.scope_id, i.idempotency_key, i.request_digest, i.object_id, i.version_id,
                             i.ledger_sequence) for i in batch.idempotency])
-        await self._append_parts(batch, content, ("erase",))
+        await self._append_parts(batch, content, ("erase", "delegations"))
 
     @staticmethod
     async def _copy(cur: psycopg.AsyncCursor[Any], target: str, rows: list[tuple[Any, ...]]) -> None:

@@ -18,10 +18,10 @@ import psycopg
 import structlog
 from nats.aio.msg import Msg
 
-from command_handler.denials import admit
+from command_handler.denials import admit, authority_of, refusal_entry
 from command_handler.guard import AppendGuard
 from command_handler.intake import Parsed, parse
-from command_handler.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch
+from command_handler.planner import DELEGATION_COMMANDS, Outcome, Plan, PlanInputs, known_result_bytes, plan_batch
 from command_handler.state import ObjectHead, Stamp
 from command_handler.store import PostgresLedgerStore
 from infra.db_errors import map_db_error
@@ -216,9 +216,14 @@ class Writer:
                     idem[(p.scope_id, p.idempotency_key)] = rec
         digests = [h.content_digest for p in parsed if isinstance(p.command, TransitionState)
                    for h in [heads.get((p.scope_id, p.command.object_id))] if h and h.content_digest]
+        delegation_ids = sorted({p.command.delegation_id for p in parsed if isinstance(p.command, DELEGATION_COMMANDS)
+                                 and p.command.delegation_id})
         return PlanInputs(heads=heads, idempotency=idem, scope_known=self.scopes.__contains__,
                           stamp=new_stamp, tail=self.tail, registry=self.registry,
-                          contents=await self.store.load_contents(digests))
+                          contents=await self.store.load_contents(digests),
+                          delegations=await self.store.load_delegations(delegation_ids),
+                          authority=authority_of(self.policy),
+                          record_refusal=lambda item, exc: refusal_entry(self.denial_limiter, item, exc))
 
     def _advance(self, plan: Plan) -> None:
         self.tail = plan.tail
@@ -253,6 +258,9 @@ class Writer:
             a = outcome.accepted
             if a.parsed.refusal is not None:  # the refusal is recorded: now it may be answered
                 return error_reply(a.parsed.refusal, (msg.headers or {}).get(OPERATION_HEADER) or a.parsed.operation_id)
+            if a.decision.result is not None:  # a delegation's entry: its own result fields too
+                return canonical_bytes({"result": {"ledger_sequence": a.ledger_sequence,
+                                                   "event_id": a.decision.event.event_id, **a.decision.result}})
             if a.decision.head is None:
                 return entry_result_bytes(a.ledger_sequence, a.decision.event.event_id)
             return result_bytes(a.decision.head, a.ledger_sequence, a.decision.event.event_id, a.content)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 
 COMMANDS = ("create", "update", "transition", "delete", "create_scope")
-QUERIES = ("read", "history", "query", "search")
+QUERIES = ("read", "history", "query", "search", "whoami")
 
 
 def scope_token(scope_id: str) -> str:

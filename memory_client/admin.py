@@ -8,6 +8,8 @@ service only ever receives its digest, and the token is returned once, to be han
 
 from __future__ import annotations
 
+import asyncio
+from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
@@ -26,6 +28,8 @@ from schemas.auth import (
     credential_object_id,
 )
 from schemas.common import SYSTEM_SCOPE
+
+REFRESH_SECONDS = 0.5  # infra.settings.AuthSettings.refresh_seconds' default
 
 ADMIN = {"actor_id": ADMIN_ACTOR_ID, "actor_kind": "operator"}
 
@@ -70,8 +74,10 @@ async def put_actor(client: Any, actor_id: str, actor_kind: str, grants: list[Sc
 
 
 async def issue_token(client: Any, actor_id: str, not_after: str | None = None, label: str | None = None,
-                      admin: dict[str, Any] = ADMIN) -> dict[str, Any]:
-    """A new token for a registered actor: {token (shown only now), token_id, actor_id, ...}."""
+                      admin: dict[str, Any] = ADMIN, wait_seconds: float = 10.0) -> dict[str, Any]:
+    """A new token for a registered actor: {token (shown only now), token_id, actor_id, ...}. Returns once the
+    service accepts it (each process picks new credentials up within half a second; up to `wait_seconds`),
+    so the token works at once; 0 returns at once."""
     if await _current(client, actor_id) is None:
         raise PamspecError.of("invalid_request", "no such actor is registered: add it first",
                               {"actor_id": actor_id})
@@ -81,11 +87,30 @@ async def issue_token(client: Any, actor_id: str, not_after: str | None = None, 
         content["not_after"] = not_after
     if label is not None:
         content["label"] = label
-    msgspec.convert(content, CredentialRecord)  # refuse a bad not_after here, before anything is sent
+    record = msgspec.convert(content, CredentialRecord)  # refuse a bad not_after here, before anything is sent
     result = await client.create(SYSTEM_SCOPE, CREDENTIAL_TYPE, content, admin, _provenance("token_issued", admin),
                                  object_id=credential_object_id(token_id), schema_id=CREDENTIAL_SCHEMA_ID)
+    if wait_seconds > 0 and (record.not_after is None or record.not_after > datetime.now(timezone.utc)):
+        await _until_accepted(client, token, wait_seconds)
     return {"token": token, "token_id": token_id, "actor_id": actor_id, "not_after": not_after,
             "version_id": result["version_id"]}
+
+
+async def _until_accepted(client: Any, token: str, wait_seconds: float) -> None:
+    """Until the query service accepts `token`, then one refresh interval more, so that the writer and the
+    gateway (which refresh on their own, every 0.5 s) have it too. Where auth is off it returns at once."""
+    deadline = asyncio.get_running_loop().time() + wait_seconds
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            found = await client.whoami(token)
+        except PamspecError as exc:
+            if exc.code != "access_denied":
+                raise
+        else:
+            if found.get("authenticated"):
+                await asyncio.sleep(REFRESH_SECONDS)
+            return
+        await asyncio.sleep(0.1)
 
 
 async def _delete(client: Any, object_id: str, what: str, admin: dict[str, Any]) -> dict[str, Any]:

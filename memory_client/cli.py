@@ -20,7 +20,7 @@ from typing import Any
 from infra.logging import configure_logging
 from infra.settings import Settings
 from memory_client.cli_auth import add_auth_parsers, cmd_actors, cmd_tokens
-from memory_client.cli_common import Parser, connect, emit_error, json_content, pam_id, print_json
+from memory_client.cli_common import Parser, actor_of, add_actor_arguments, connect, emit_error, json_content, pam_id, print_json
 from memory_client.cli_errors import failed
 from memory_client.cli_query import add_query_parser, query_filters
 from memory_client.cli_search import add_search_parser, search_arguments
@@ -40,7 +40,7 @@ def cmd_client(settings: Settings, args: argparse.Namespace) -> int:
 async def _client_call(settings: Settings, args: argparse.Namespace) -> Any:
     content = json_content(args.content) if hasattr(args, "content") else None  # before connecting: stdin
     client = await connect(settings)
-    actor = {"actor_id": args.actor_id, "actor_kind": args.actor_kind} if hasattr(args, "actor_id") else {}
+    actor = await actor_of(client, args) if hasattr(args, "actor_id") else {}
     provenance = {"provenance_id": getattr(args, "provenance_id", None) or "prov:cli", "actor": actor,
                   "activity": getattr(args, "activity", "cli")}
     try:
@@ -84,8 +84,7 @@ CONTENT_HELP = "canonical content as JSON; @PATH reads it from a file, - from st
 
 
 def _writer_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--actor-id", default="actor:cli:user")
-    p.add_argument("--actor-kind", default="human")
+    add_actor_arguments(p)
     p.add_argument("--provenance-id", default=None)
     p.add_argument("--activity", default="cli")
 

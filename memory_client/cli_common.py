@@ -84,3 +84,20 @@ async def connect(settings: Settings) -> MemoryClient:
     """The SDK client on the NATS the settings or the state dir name (no database needed)."""
     return await MemoryClient.connect(find_nats_url(settings), settings.subject_prefix,
                                       settings.request_timeout_seconds)
+
+
+CLI_ACTOR = {"actor_id": "actor:cli:user", "actor_kind": "human"}
+
+
+def add_actor_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--actor-id", type=pam_id, default=None,
+                   help="the actor the command names (default: the one your token proves; with auth off actor:cli:user)")
+    p.add_argument("--actor-kind", default=None, help="(default: the token's actor's kind; with auth off human)")
+
+
+async def actor_of(client: MemoryClient, args: argparse.Namespace) -> dict[str, str]:
+    """The actor named on the command line, else the authenticated one (asked once), else actor:cli:user."""
+    if args.actor_id is not None:
+        return {"actor_id": args.actor_id, "actor_kind": args.actor_kind or "human"}
+    me = await client.me(CLI_ACTOR)
+    return {"actor_id": me["actor_id"], "actor_kind": args.actor_kind or me["actor_kind"]}

@@ -15,7 +15,7 @@ import psycopg
 from infra.endpoints import resolve
 from infra.settings import Settings
 from infra.tasks import stop_task
-from memory_client.cli_common import connect, pam_id, print_json, sequence
+from memory_client.cli_common import actor_of, add_actor_arguments, connect, pam_id, print_json, sequence
 
 # The gateway has no list request: read its table, as `status` reads the projector's checkpoint.
 LIST_SQL = (
@@ -35,8 +35,7 @@ def add_subscribe_parser(sub: Any) -> None:
     s.add_argument("--object-type")
     s.add_argument("--object-id", type=pam_id)
     s.add_argument("--subscription-id", type=pam_id, help="re-attach to an existing subscription")
-    s.add_argument("--actor-id", default="actor:cli:user")
-    s.add_argument("--actor-kind", default="human")
+    add_actor_arguments(s)
     s.add_argument("--keep", action="store_true",
                    help="leave the subscription open when stopped (re-attach with --subscription-id)")
     s.add_argument("--close-on-exit", action="store_true", help=argparse.SUPPRESS)  # the default now
@@ -55,7 +54,7 @@ async def _tail(settings: Settings, args: argparse.Namespace) -> None:
     try:
         flt = {k: v for k, v in (("event_classes", args.event_classes), ("object_type", args.object_type),
                                  ("object_id", args.object_id)) if v}
-        actor = {"actor_id": args.actor_id, "actor_kind": args.actor_kind}
+        actor = await actor_of(client, args)
         sub = await client.subscribe(args.scope_id, actor, after_sequence=args.after_sequence, filter=flt,
                                      subscription_id=args.subscription_id)
         print(json.dumps({"subscription_id": sub.subscription_id}), file=sys.stderr, flush=True)

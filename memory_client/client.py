@@ -187,6 +187,21 @@ class MemoryClient:
         named = {"actor_id": actor.get("actor_id"), "actor_kind": actor.get("actor_kind")}
         return {ACTOR_HEADER: canonical_bytes(named).decode()}
 
+    async def whoami(self, token: str | None = None) -> dict[str, Any]:
+        """{actor_id, actor_kind, authenticated}: the actor this client's token (or `token`) proves (with auth
+        off, whoever the Pam-Actor header names, else anonymous, and authenticated false)."""
+        headers = self.actor_header(None)
+        if token is not None:
+            headers[AUTHORIZATION_HEADER] = f"Bearer {token}"
+        return await self._request(query_subject(self.prefix, "whoami"), {}, headers, retry=True)
+
+    async def me(self, fallback: dict[str, Any]) -> dict[str, Any]:
+        """The actor to name in commands: the authenticated one, else `fallback` (auth off)."""
+        found = await self.whoami()
+        if found.get("authenticated"):
+            return {"actor_id": found["actor_id"], "actor_kind": found["actor_kind"]}
+        return fallback
+
     async def status(self, component: str = "writer") -> dict[str, Any]:
         return await self._request(status_subject(self.prefix, component), {}, {}, retry=False)
 
@@ -207,7 +222,7 @@ class MemoryClient:
 
     async def _request(self, subject: str, body: dict[str, Any], headers: dict[str, str],
                        retry: bool) -> dict[str, Any]:
-        if self.token is not None:
+        if self.token is not None and AUTHORIZATION_HEADER not in headers:
             headers = {**headers, AUTHORIZATION_HEADER: f"Bearer {self.token}"}
         payload = _encoder.encode(body)
         size = message_size(payload, headers)

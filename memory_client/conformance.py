@@ -19,6 +19,8 @@ from infra.endpoints import resolve
 from infra.settings import Settings
 from schemas.common import DIMENSION_STATES
 from memory_client.client import MemoryClient, PamspecError
+from memory_client.conformance_actors import ActorClients
+from memory_client.conformance_delegation import DelegationOperations
 
 log = structlog.get_logger(__name__)
 PROTOCOL_VERSION = 1
@@ -38,8 +40,15 @@ OPERATIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "subscribe": (frozenset({"scope_id", "actor", "filter_spec"}), frozenset({"after_sequence"})),
     "poll_subscription": (frozenset({"subscription_id"}), frozenset({"max_events"})),
     "close_subscription": (frozenset({"subscription_id"}), frozenset({"reason"})),
+    "grant_delegation": (frozenset({"scope_id", "granting_actor", "delegated_actor", "granted_operations",
+                                    "policy_basis", "not_before", "not_after"}),
+                         frozenset({"usage_limit", "granted_object_ids", "granted_object_types"})),
+    "check_delegation": (frozenset({"delegation_id", "scope_id", "delegated_actor_id", "operation"}),
+                         frozenset({"object_id"})),
+    "revoke_delegation": (frozenset({"delegation_id"}), frozenset()),
 }
 SUBSCRIPTION_OPERATIONS = frozenset({"subscribe", "poll_subscription", "close_subscription"})
+DELEGATION_OPERATIONS = frozenset({"grant_delegation", "check_delegation", "revoke_delegation"})
 QUERY_DEFAULTS: dict[str, Any] = {"object_type": None, "lifecycle_state": "active",
                                   "availability_state": "available", "validation_state": "corroborated",
                                   "limit": 50}
@@ -68,7 +77,7 @@ def hello() -> dict[str, Any]:
     return {"type": "hello", "protocol_version": PROTOCOL_VERSION,
             "adapter": {"name": "pamledger-conformance-adapter", "version": version},
             "implementation": {"name": "pamledger", "version": version},
-            "profiles_supported": ["PAMSPEC-Lite"]}
+            "profiles_supported": ["PAMSPEC-Lite", "PAMSPEC-Delegation"]}
 
 
 def error_line(request_id: str | None, code: str, message: str, retryable: bool,
@@ -125,6 +134,9 @@ class ConformanceAdapter:
         self.settings = settings
         self.client: MemoryClient | None = None
         self.scopes: set[str] = set()
+        self.delegations = DelegationOperations()
+        self.actors: ActorClients | None = None  # auth enforced: a client per harness actor
+        self.subscribers: dict[str, MemoryClient] = {}
 
     async def handle(self, line: bytes) -> dict[str, Any]:
         request_id: str | None = None
@@ -143,7 +155,11 @@ class ConformanceAdapter:
         client = await self._client()
         if operation in SUBSCRIPTION_OPERATIONS:
             return await self._subscription(client, operation, arguments)
+        if operation in DELEGATION_OPERATIONS:
+            return await self.delegations.call(client, operation, arguments, self._ensure_scope)
         await self._ensure_scope(client, arguments["scope_id"])
+        if "actor" in arguments and self.actors is not None:  # auth enforced: act as the harness's actor
+            client = await self.actors.client_for(arguments["actor"], arguments["scope_id"])
         if operation == "query":
             return await self._query(client, arguments)
         if operation == "history":
@@ -157,12 +173,16 @@ class ConformanceAdapter:
         """Subscriptions over the harness are poll-mode: poll returns the next batch and acknowledges it."""
         if operation == "subscribe":
             await self._ensure_scope(client, arguments["scope_id"])
+            if self.actors is not None:
+                client = await self.actors.client_for(arguments["actor"], arguments["scope_id"])
             body = {"scope_id": arguments["scope_id"], "actor": arguments["actor"],
                     "filter": arguments["filter_spec"] or {}, "delivery": {"mode": "poll"}}
             if arguments.get("after_sequence") is not None:
                 body["after_sequence"] = arguments["after_sequence"]
             opened = await client.subscription_request("open", body)
+            self.subscribers[opened["subscription_id"]] = client  # polls and closes belong to the opener
             return {"subscription_id": opened["subscription_id"]}
+        client = self.subscribers.get(arguments["subscription_id"], client)
         if operation == "poll_subscription":
             polled = await client.subscription_request("poll", {
                 "subscription_id": arguments["subscription_id"], "max_events": arguments.get("max_events") or 100,
@@ -187,6 +207,8 @@ class ConformanceAdapter:
                 raise PamspecError("service_unavailable", f"cannot reach the service: {type(exc).__name__}",
                                    True) from None
             self.client.retries = 0  # the harness owns retry policy
+            if self.settings.auth.mode == "enforce":
+                self.actors = ActorClients(self.client)
         return self.client
 
     async def _ensure_scope(self, client: MemoryClient, scope_id: str) -> None:
@@ -214,6 +236,8 @@ class ConformanceAdapter:
         return envelopes
 
     async def close(self) -> None:
+        if self.actors is not None:
+            await self.actors.close()
         if self.client is not None:
             await self.client.close()
 

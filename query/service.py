@@ -42,6 +42,12 @@ class ReadRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     operation_id: Annotated[str, msgspec.Meta(max_length=512)] | None = None
 
 
+class WhoamiRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Who the service takes the caller to be (the actor its credential proves)."""
+
+    operation_id: Annotated[str, msgspec.Meta(max_length=512)] | None = None
+
+
 class HistoryRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     scope_id: Id
     object_id: Id
@@ -50,6 +56,7 @@ class HistoryRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 _read_decoder = msgspec.json.Decoder(ReadRequest)
 _history_decoder = msgspec.json.Decoder(HistoryRequest)
+_whoami_decoder = msgspec.json.Decoder(WhoamiRequest)
 
 
 class QueryService:
@@ -125,11 +132,17 @@ class QueryService:
                 return decode_query(data)
             if name == "search":
                 return decode_search(data)
+            if name == "whoami":
+                return _whoami_decoder.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidRequest(f"malformed {name} request: {exc}", details={"reason": str(exc)}) from None
         raise InvalidRequest(f"unknown query {name!r}")
 
     async def _answer(self, request: Any, context: RequestContext) -> bytes:
+        if isinstance(request, WhoamiRequest):
+            return canonical_bytes({"result": {"actor_id": context.principal.actor_id,
+                                               "actor_kind": context.principal.actor_kind,
+                                               "authenticated": context.authenticated}})
         if isinstance(request, ReadRequest):
             async with self.pool.connection() as conn:
                 envelope = await read_envelope(conn, request.scope_id, request.object_id, request.version_id)

@@ -21,6 +21,7 @@ from schemas.common import (
     Timestamp,
     ValidationState,
 )
+from schemas.delegation import CheckDelegation, DelegationCommand, GrantDelegation, RevokeDelegation
 from schemas.embedding import EmbeddingSpace
 from schemas.envelope import Actor, Integrity, Provenance, QualitySignals
 
@@ -192,7 +193,7 @@ class RecordAccessDenied(msgspec.Struct, tag="record_access_denied", **_COMMAND)
 
 ObjectCommand = CreateObject | UpdateObject | TransitionState | DeleteObject
 EventOnlyCommand = OpenSubscription | CloseSubscription | RegisterEmbeddingSpace | RecordIndexEvent | RecordAccessDenied
-Command = ObjectCommand | EventOnlyCommand | CreateScope
+Command = ObjectCommand | EventOnlyCommand | CreateScope | DelegationCommand
 
 COMMAND_TYPES: dict[str, type[Command]] = {
     "create": CreateObject,
@@ -205,6 +206,9 @@ COMMAND_TYPES: dict[str, type[Command]] = {
     "register_embedding_space": RegisterEmbeddingSpace,
     "record_index_event": RecordIndexEvent,
     "record_access_denied": RecordAccessDenied,
+    "grant_delegation": GrantDelegation,
+    "check_delegation": CheckDelegation,
+    "revoke_delegation": RevokeDelegation,
 }
 
 DECODERS: dict[str, msgspec.json.Decoder[Any]] = {

@@ -9,6 +9,7 @@ from infra.authz.audit import DenialRecorder, denial_entry
 from infra.authz.policy import Denied, decide, holds
 from infra.authz.registry import GrantsRegistry
 from infra.request_shell import Allow, Decision, Deny, Principal, RequestContext
+from schemas.common import SYSTEM_SCOPE
 from schemas.errors import ServiceUnavailable
 
 
@@ -30,6 +31,15 @@ class TokenPolicy:
                         caller={"actor_id": caller.actor_id, "actor_kind": caller.actor.actor_kind} if caller else None,
                         token_id=caller.token_id if caller else None)
         return Allow(Principal(actor_id=outcome.actor_id, actor_kind=outcome.actor.actor_kind))
+
+    def holds(self, actor_id: str, scope_id: str, operation: str) -> bool:
+        """Whether `actor_id` holds `operation` on `scope_id` by its own grants now (a delegation's grantor)."""
+        actor = self.registry.grants.actors.get(actor_id)
+        return actor is not None and holds(actor, scope_id, operation) is None
+
+    def administers(self, actor_id: str) -> bool:
+        """An administrator: one that may write the system scope (actors, credentials)."""
+        return self.holds(actor_id, SYSTEM_SCOPE, "create")
 
 
 def entry_for(context: RequestContext, operation: str, decision: Deny) -> dict[str, object]:

@@ -34,6 +34,7 @@ REQUEST_OPERATIONS: Mapping[str, str] = {
     "cmd.create": "create", "cmd.update": "update", "cmd.transition": "transition", "cmd.delete": "delete",
     "cmd.create_scope": "create", "cmd.register_embedding_space": "create",
     "query.read": "read", "query.history": "inspect_history", "query.query": "query", "query.search": "query",
+    "query.whoami": "read",  # scopeless: any authenticated caller may ask who it is
     "sub.open": "subscribe", "sub.poll": "subscribe", "sub.ack": "subscribe", "sub.resume": "subscribe",
     "sub.status": "subscribe", "sub.close": "unsubscribe",
 }
@@ -44,7 +45,10 @@ INTERNAL_COMMANDS = frozenset({"cmd.open_subscription", "cmd.close_subscription"
 # What the service's roles may send besides INTERNAL_COMMANDS (the indexer registers its default space), for
 # any actor their command names.
 SERVICE_REQUESTS = INTERNAL_COMMANDS | {"cmd.register_embedding_space"}
-SCOPELESS = frozenset({"sub.poll", "sub.ack", "sub.resume", "sub.status", "sub.close"})
+SCOPELESS = frozenset({"sub.poll", "sub.ack", "sub.resume", "sub.status", "sub.close", "query.whoami"})
+# Delegation commands: the caller must be the command's actor; who may grant, check or revoke what is the
+# writer's core's to decide (command_handler/delegations.py), against the grantor's grants.
+DECIDED_BY_THE_WRITER = frozenset({"cmd.grant_delegation", "cmd.check_delegation", "cmd.revoke_delegation"})
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,10 @@ def authorize(caller: Caller, request: str, scope_id: str | None, claim: Claim |
         return Denied("authz.operation_not_granted", "the service credential only sends service commands", caller)
     if request in INTERNAL_COMMANDS:
         return Denied("authz.internal_only", "only the service sends this command", caller)
+    if request in DECIDED_BY_THE_WRITER:
+        mismatch = claim is None or claim.actor_id != caller.actor_id
+        return Denied("authz.actor_mismatch", "the command's actor must be the authenticated one", caller) \
+            if mismatch else None
     operation = REQUEST_OPERATIONS.get(request)
     if operation is None:
         return Denied("authz.unknown_operation", f"no policy covers {request!r}", caller)

@@ -7,6 +7,7 @@ process against the running service and checks every line it answers.
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timedelta, timezone
 import importlib.metadata
 import json
 import os
@@ -116,7 +117,7 @@ async def test_hello_is_the_first_line_and_names_the_protocol_and_profile(servic
         "protocol_version": 1,
         "adapter": {"name": "pamledger-conformance-adapter", "version": version},
         "implementation": {"name": "pamledger", "version": version},
-        "profiles_supported": ["PAMSPEC-Lite"],
+        "profiles_supported": ["PAMSPEC-Lite", "PAMSPEC-Delegation"],
     }
     assert await proc.close() == 0
 
@@ -288,3 +289,40 @@ async def test_close_stops_delivery_as_the_upstream_conformance_case_says(adapte
     await adapter.ok("create", scope_id=scope, object_type="claim", canonical_content={"s": "after close"},
                      actor=ACTOR, provenance=PROVENANCE)
     assert await adapter.ok("poll_subscription", subscription_id=opened["subscription_id"]) == {"events": []}
+
+
+async def test_delegations_are_granted_checked_and_revoked_through_the_adapter(adapter: AdapterProcess) -> None:
+    """The PAMSPEC-Delegation profile's observable rules: the grant back, window, usage, objects, revoke."""
+    scope = f"{SCOPE}:{uuid.uuid4().hex[:8]}"
+    supervisor = {"actor_id": "actor:agent:supervisor", "actor_kind": "agent"}
+    worker = {"actor_id": "actor:agent:worker-01", "actor_kind": "agent"}
+    now = datetime.now(timezone.utc)
+    window = {"not_before": (now - timedelta(minutes=1)).isoformat(), "not_after": (now + timedelta(hours=1)).isoformat()}
+    base = {"scope_id": scope, "granting_actor": supervisor, "delegated_actor": worker,
+            "policy_basis": "policy:multi-agent-handoff-v1", **window}
+    granted = await adapter.ok("grant_delegation", **base, granted_operations=["read", "update"], usage_limit=2,
+                               granted_object_ids=["mem:task-1"])
+    assert granted["granted_operations"] == ["read", "update"] and granted["usage_limit"] == 2
+    check = {"delegation_id": granted["delegation_id"], "scope_id": scope, "delegated_actor_id": worker["actor_id"]}
+    assert (await _check(adapter, check, "read", object_id="mem:task-1"))[
+        "delegation_id"] == granted["delegation_id"]
+    _assert_error(await _check(adapter, check, "read", object_id="mem:other", ok=False),
+                  "access_denied")
+    _assert_error(await _check(adapter, check, "delete", ok=False), "access_denied")
+    await _check(adapter, check, "update")
+    _assert_error(await _check(adapter, check, "read", ok=False), "access_denied")  # 2 uses
+    other = await adapter.ok("grant_delegation", **base, granted_operations=["read"])
+    assert await adapter.ok("revoke_delegation", delegation_id=other["delegation_id"]) == {}
+    _assert_error(await _check(adapter, {**check, "delegation_id": other["delegation_id"]}, "read",
+                                ok=False), "access_denied")
+    inverted = {**base, "not_before": window["not_after"], "not_after": window["not_before"]}
+    _assert_error(await adapter.call("grant_delegation", **inverted, granted_operations=["read"]), "policy_denied")
+
+
+async def _check(adapter: AdapterProcess, check: dict[str, Any], operation: str, ok: bool = True, **more: Any) -> Any:
+    """check_delegation (its `operation` argument would clash with AdapterProcess.call's own)."""
+    adapter._ids += 1
+    line = json.dumps({"request_id": f"req-{adapter._ids}", "operation": "check_delegation",
+                       "arguments": {**check, "operation": operation, **more}})
+    response = await adapter.send_raw(line.encode())
+    return response["result"] if ok and "result" in response else response

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Env
+from infra.settings import AuthSettings
+from tests.conftest import Env, Servers, fresh_database, fresh_settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 PAMLEDGER = str(Path(sys.executable).with_name("pamledger"))
@@ -32,12 +33,23 @@ def quick_start_lines() -> list[str]:
     return [line for line in blocks("sh")[0].splitlines() if line.startswith(".venv/bin/pamledger ")]
 
 
+@pytest.fixture(scope="module")
+def env(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Env:
+    """Auth enforced, as `make run` serves: its administrative token is in the state dir the commands use."""
+    state = tmp_path_factory.mktemp("readme") / ".pamledger"
+    settings = fresh_settings("readme", auth=AuthSettings(mode="enforce", admin_token_file=state / "admin.token",
+                                                          service_token_file=state / "service.token"))
+    return Env(servers, fresh_database(servers, "readme"), settings)
+
+
 def readme_env(env: Env, folder: Path) -> dict[str, str]:
-    """Only what `make run` would have given: where NATS/Postgres are and this module's names."""
+    """Only what `make run` would have given: where NATS/Postgres are, this module's names, and the state dir
+    holding the administrative token."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("PAMLEDGER_")}
+    state_dir = Path(str(env.settings.auth.admin_token_file)).parent
     base.update(PAMLEDGER_NATS_URL=env.nats_url, PAMLEDGER_DATABASE_URL=env.database_url,
                 PAMLEDGER_SUBJECT_PREFIX=env.settings.subject_prefix, PAMLEDGER_STREAM_NAME=env.settings.stream_name,
-                PAMLEDGER_STATE_DIR=str(folder / ".pamledger"), PAMLEDGER_LOG_FORMAT="json")
+                PAMLEDGER_STATE_DIR=str(state_dir), PAMLEDGER_LOG_FORMAT="json")
     return base
 
 

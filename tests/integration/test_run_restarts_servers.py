@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from infra.authz.bootstrap import read_token
 from infra.local_nats import nats_info
 from infra.local_postgres import postgres_answers
 from infra.local_servers import clean, read_servers_file
@@ -49,17 +50,22 @@ def run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, Path]]:
         clean(state)
 
 
-async def _write(nats_url: str, label: str) -> bool:
-    """One create through NATS with a fresh connection; False while the service does not answer."""
+async def _write(nats_url: str, label: str, state: Path) -> bool:
+    """One create through NATS with a fresh connection, as the administrator `run` made in the state dir (auth is
+    enforced, as `make run` serves); False while the service does not answer."""
+    token = read_token(state / "admin.token")
+    if token is None:
+        return False
     try:
-        client = await MemoryClient.connect(nats_url, "pamledger", timeout=5.0)
+        client = await MemoryClient.connect(nats_url, "pamledger", timeout=5.0, token=token)
     except Exception:  # noqa: BLE001 - NATS still down
         return False
     client.retries = 0
     try:
         if label == "first":
             await client.create_scope(SCOPE)
-        await client.create(SCOPE, "claim", {"after": label}, ACTOR, PROVENANCE)
+        actor = await client.me(ACTOR)
+        await client.create(SCOPE, "claim", {"after": label}, actor, {**PROVENANCE, "actor": actor})
         return True
     except Exception:  # noqa: BLE001 - any error means "not back yet"
         return False
@@ -92,7 +98,7 @@ def _events(log_path: Path, event: str) -> list[dict[str, Any]]:
 async def test_run_restarts_killed_servers_in_place(run: tuple[subprocess.Popen[bytes], Path, Path]) -> None:
     proc, state, log_path = run
     first = await wait_for(lambda: read_servers_file(state), timeout=180)
-    await wait_for(lambda: _write(first["nats_url"], "first"), timeout=180)
+    await wait_for(lambda: _write(first["nats_url"], "first", state), timeout=180)
     for name in ("nats", "postgres"):
         before = read_servers_file(state)
         assert before is not None
@@ -100,7 +106,7 @@ async def test_run_restarts_killed_servers_in_place(run: tuple[subprocess.Popen[
         after = await wait_for(lambda: _replaced(state, name, before[f"{name}_pid"]), timeout=180)
         assert after[f"{name}_port"] == first[f"{name}_port"]
         assert (after["nats_url"], after["database_url"]) == (first["nats_url"], first["database_url"])
-        await wait_for(lambda: _write(first["nats_url"], name), timeout=180)
+        await wait_for(lambda: _write(first["nats_url"], name, state), timeout=180)
     assert proc.poll() is None
     assert sorted(r["server"] for r in _events(log_path, "supervisor.server_died")) == ["nats", "postgres"]
     assert sorted(r["server"] for r in _events(log_path, "supervisor.server_restarted")) == ["nats", "postgres"]
@@ -115,7 +121,7 @@ async def test_run_restarts_killed_servers_in_place(run: tuple[subprocess.Popen[
 async def test_run_never_brings_back_servers_stopped_by_clean(run: tuple[subprocess.Popen[bytes], Path, Path]) -> None:
     proc, state, log_path = run
     first = await wait_for(lambda: read_servers_file(state), timeout=180)
-    await wait_for(lambda: _write(first["nats_url"], "first"), timeout=180)
+    await wait_for(lambda: _write(first["nats_url"], "first", state), timeout=180)
     clean(state)  # `pamledger clean` in another terminal while `run` still supervises
     await wait_for(lambda: len(_events(log_path, "supervisor.server_restart_failed")) >= 2, timeout=120)
     assert proc.poll() is None

@@ -1,0 +1,174 @@
+"""PAMSPEC-Delegation's rules, decided by the writer's pure core: grant, check (a counted use) and revoke.
+
+Pure: the delegation's current state, the time and the grants the actors hold are inputs (`Authority`), so
+the rules are tested as tables. The planner threads each delegation's state through a batch, so two checks
+of one delegation in one batch see each other's use: usage counting is exact however many clients race.
+
+A check passes when, in this order: the delegation exists in this scope (`delegation.not_found`), is not
+revoked (`delegation.revoked`), names this delegated actor (`delegation.actor_mismatch`), the time is inside
+[not_before, not_after] (`delegation.outside_window`), the operation is granted
+(`delegation.operation_not_granted`), the object and its type are among those granted, when restricted
+(`delegation.object_not_granted`, `delegation.object_type_not_granted`), the grantor still holds the
+operation (`delegation.grantor_lacks_operation`), and a use is left (`delegation.usage_exhausted`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+import msgspec
+
+from command_handler.state import Decision, Stamp
+from schemas.common import SYSTEM_SCOPE
+from schemas.delegation import (
+    DELEGATION_SPEC_VERSION,
+    CheckDelegation,
+    DelegationCommand,
+    DelegationState,
+    GrantDelegation,
+    RevokeDelegation,
+)
+from schemas.errors import AccessDenied, InvalidRequest
+from schemas.events import LedgerEvent
+
+
+def timestamp_text(moment: datetime) -> str:
+    """UTC with six fraction digits: every recorded time has one width, so the texts compare as the times do."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Authority(Protocol):
+    """What the writer's policy says about actors' own grants (everything, where auth is off)."""
+
+    def holds(self, actor_id: str, scope_id: str, operation: str) -> bool: ...
+
+    def administers(self, actor_id: str) -> bool: ...
+
+
+class _Everything:
+    """The authority where auth is off (or the policy only decides requests): every actor holds everything."""
+
+    def holds(self, actor_id: str, scope_id: str, operation: str) -> bool:
+        return True
+
+    def administers(self, actor_id: str) -> bool:
+        return True
+
+
+EVERYTHING = _Everything()
+
+
+def _denied(rule: str, message: str, code: str = "access_denied") -> AccessDenied:
+    return AccessDenied(message, rule_id=rule, code=code)  # type: ignore[arg-type]
+
+
+def decide_delegation(command: DelegationCommand, state: DelegationState | None, stamp: Stamp,
+                      authority: Authority) -> tuple[Decision, DelegationState]:
+    """The entry a delegation command writes and the delegation's state after it, or raise."""
+    if isinstance(command, GrantDelegation):
+        return _grant(command, state, stamp, authority)
+    if state is None or state.scope_id != command.scope_id:
+        raise _denied("delegation.not_found", "no such delegation in this scope")
+    if isinstance(command, RevokeDelegation):
+        return _revoke(command, state, stamp, authority)
+    return _check(command, state, stamp, authority)
+
+
+def _event(command: DelegationCommand, stamp: Stamp, event_type: str, payload: dict[str, Any]) -> LedgerEvent:
+    return LedgerEvent(event_id=stamp.event_id, operation_id=stamp.operation_id, scope_id=command.scope_id,
+                       event_type=event_type,  # type: ignore[arg-type]
+                       recorded_at=stamp.now, sequence=1, actor=command.actor, payload=payload)
+
+
+def _grant(command: GrantDelegation, state: DelegationState | None, stamp: Stamp,
+           authority: Authority) -> tuple[Decision, DelegationState]:
+    if command.not_before > command.not_after:
+        raise _denied("delegation.window_inverted", "not_before is later than not_after", "policy_denied")
+    if len(set(command.granted_operations)) != len(command.granted_operations):
+        raise InvalidRequest("granted_operations names an operation twice",
+                             details={"granted_operations": list(command.granted_operations)})
+    granting = command.granting_actor.actor_id
+    if command.actor.actor_id != granting and not authority.administers(command.actor.actor_id):
+        raise _denied("delegation.not_grantor", "only the granting actor (or an administrator) records its grants")
+    if command.scope_id == SYSTEM_SCOPE or command.target_scope_id == SYSTEM_SCOPE:
+        raise _denied("delegation.system_scope", "the system scope cannot be delegated", "policy_denied")
+    for scope in {command.scope_id, command.target_scope_id or command.scope_id}:
+        missing = [op for op in command.granted_operations if not authority.holds(granting, scope, op)]
+        if missing:
+            raise _denied("delegation.grantor_lacks_operation", "the grantor does not hold what it grants")
+    delegation_id = command.delegation_id or f"del:{stamp.event_id.removeprefix('evt:')}"
+    if state is not None:
+        raise InvalidRequest("this delegation_id is taken", details={"delegation_id": delegation_id})
+    when = timestamp_text(stamp.now)
+    grant = {
+        "spec_version": DELEGATION_SPEC_VERSION, "delegation_id": delegation_id, "version_id": stamp.version_id,
+        "scope_id": command.scope_id, "granting_actor": msgspec.to_builtins(command.granting_actor),
+        "delegated_actor": msgspec.to_builtins(command.delegated_actor),
+        "granted_operations": list(command.granted_operations), "policy_basis": command.policy_basis,
+        "not_before": timestamp_text(command.not_before), "not_after": timestamp_text(command.not_after),
+        "revocable": command.revocable, "lifecycle_state": "active", "availability_state": "available",
+        "retention_state": "retained", "validation_state": "corroborated", "committed_at": when,
+        "recorded_at": when, "sequence": 1, "actor": msgspec.to_builtins(command.actor),
+        "provenance": {"provenance_id": f"prov:{delegation_id}", "actor": msgspec.to_builtins(command.actor),
+                       "activity": "granted_delegation", "recorded_at": when},
+    }
+    for name in ("usage_limit", "granted_object_ids", "granted_object_types", "target_scope_id"):
+        value = getattr(command, name)
+        if value is not None:
+            grant[name] = list(value) if isinstance(value, list) else value
+    event = _event(command, stamp, "delegation_granted", {"delegation": grant})
+    return (Decision(event=event, head=None, result={"delegation_id": delegation_id, "delegation": grant}),
+            DelegationState(delegation_id=delegation_id, scope_id=command.scope_id, grant=grant))
+
+
+def _revoke(command: RevokeDelegation, state: DelegationState, stamp: Stamp,
+            authority: Authority) -> tuple[Decision, DelegationState]:
+    grantor = state.grant["granting_actor"]["actor_id"]
+    if command.actor.actor_id != grantor and not authority.administers(command.actor.actor_id):
+        raise _denied("delegation.not_grantor", "only the granting actor (or an administrator) revokes it")
+    if not state.grant.get("revocable", True):
+        raise _denied("delegation.not_revocable", "this delegation was granted as not revocable", "policy_denied")
+    if state.revoked:
+        raise InvalidRequest("the delegation is already revoked", details={"delegation_id": state.delegation_id})
+    event = _event(command, stamp, "delegation_revoked", {"delegation_id": state.delegation_id,
+                                                          "reason": command.reason})
+    return (Decision(event=event, head=None, result={"delegation_id": state.delegation_id, "revoked": True}),
+            msgspec.structs.replace(state, revoked=True))
+
+
+def _check(command: CheckDelegation, state: DelegationState, stamp: Stamp,
+           authority: Authority) -> tuple[Decision, DelegationState]:
+    grant = state.grant
+    if command.actor.actor_id != command.delegated_actor_id and not authority.administers(command.actor.actor_id):
+        raise _denied("delegation.actor_mismatch", "a delegation is checked by its delegated actor")
+    if state.revoked:
+        raise _denied("delegation.revoked", "the delegation was revoked")
+    if command.delegated_actor_id != grant["delegated_actor"]["actor_id"]:
+        raise _denied("delegation.actor_mismatch", "the delegation was granted to another actor")
+    now = timestamp_text(stamp.now)
+    if not grant["not_before"] <= now <= grant["not_after"]:
+        raise _denied("delegation.outside_window", "the delegation is not in effect at this time")
+    if command.operation not in grant["granted_operations"]:
+        raise _denied("delegation.operation_not_granted", "the operation is not delegated")
+    if command.object_id is not None and "granted_object_ids" in grant \
+            and command.object_id not in grant["granted_object_ids"]:
+        raise _denied("delegation.object_not_granted", "the object is not delegated")
+    if command.object_type is not None and "granted_object_types" in grant \
+            and command.object_type not in grant["granted_object_types"]:
+        raise _denied("delegation.object_type_not_granted", "the object type is not delegated")
+    scope = grant.get("target_scope_id", state.scope_id)
+    if not authority.holds(grant["granting_actor"]["actor_id"], scope, command.operation):
+        raise _denied("delegation.grantor_lacks_operation", "the grantor no longer holds the operation")
+    limit = grant.get("usage_limit")
+    if limit is not None and state.uses >= limit:
+        raise _denied("delegation.usage_exhausted", "the delegation's uses are spent")
+    uses = state.uses + 1
+    payload: dict[str, Any] = {"delegation_id": state.delegation_id, "operation": command.operation, "use": uses}
+    for name in ("object_id", "object_type"):
+        if getattr(command, name) is not None:
+            payload[name] = getattr(command, name)
+    event = _event(command, stamp, "delegation_exercised", payload)
+    result = {"delegation_id": state.delegation_id, "delegation": grant, "uses": uses,
+              "uses_left": None if limit is None else limit - uses}
+    return Decision(event=event, head=None, result=result), msgspec.structs.replace(state, uses=uses)

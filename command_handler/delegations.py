@@ -29,7 +29,8 @@ from schemas.delegation import (
     GrantDelegation,
     RevokeDelegation,
 )
-from schemas.errors import AccessDenied, InvalidRequest
+from schemas.commands import CreateObject, DeleteObject, ObjectCommand, TransitionState, UpdateObject
+from schemas.errors import AccessDenied, InvalidObject, InvalidRequest
 from schemas.events import LedgerEvent
 
 
@@ -146,6 +147,8 @@ def _check(command: CheckDelegation, state: DelegationState, stamp: Stamp,
         raise _denied("delegation.revoked", "the delegation was revoked")
     if command.delegated_actor_id != grant["delegated_actor"]["actor_id"]:
         raise _denied("delegation.actor_mismatch", "the delegation was granted to another actor")
+    if command.on_behalf_of_actor_id not in (None, grant["granting_actor"]["actor_id"]):
+        raise _denied("delegation.grantor_mismatch", "the delegation was granted by another actor")
     now = timestamp_text(stamp.now)
     if not grant["not_before"] <= now <= grant["not_after"]:
         raise _denied("delegation.outside_window", "the delegation is not in effect at this time")
@@ -172,3 +175,23 @@ def _check(command: CheckDelegation, state: DelegationState, stamp: Stamp,
     result = {"delegation_id": state.delegation_id, "delegation": grant, "uses": uses,
               "uses_left": None if limit is None else limit - uses}
     return Decision(event=event, head=None, result=result), msgspec.structs.replace(state, uses=uses)
+
+
+_OPERATION_OF = {CreateObject: "create", UpdateObject: "update", TransitionState: "transition", DeleteObject: "delete"}
+
+
+def exercise_for(command: ObjectCommand, head_meta: dict[str, Any] | None) -> CheckDelegation | None:
+    """The use of a delegation a command makes when its actor names one (`actor.delegation_id`): checked and
+    counted in the same batch, before the command, which is refused if the check is. The version's provenance
+    must reference the delegation too (PAMSPEC 15.4: every exercise is traceable to its grant)."""
+    actor = command.actor
+    if actor.delegation_id is None:
+        return None
+    if command.provenance.actor is None or command.provenance.actor.delegation_id != actor.delegation_id:
+        raise InvalidObject("a command made under a delegation names it in provenance.actor.delegation_id too",
+                            details={"field": "/provenance/actor/delegation_id", "delegation_id": actor.delegation_id})
+    object_type = command.object_type if isinstance(command, CreateObject) else (head_meta or {}).get("object_type")
+    return CheckDelegation(scope_id=command.scope_id, delegation_id=actor.delegation_id,
+                           delegated_actor_id=actor.actor_id, operation=_OPERATION_OF[type(command)],  # type: ignore[arg-type]
+                           actor=actor, object_id=getattr(command, "object_id", None), object_type=object_type,
+                           on_behalf_of_actor_id=actor.on_behalf_of_actor_id)

@@ -16,7 +16,7 @@ import structlog
 
 from command_handler.chain import row_hash
 from command_handler.core import decide
-from command_handler.delegations import EVERYTHING, Authority, decide_delegation
+from command_handler.delegations import EVERYTHING, Authority, decide_delegation, exercise_for
 from command_handler.intake import Parsed
 from command_handler.state import Decision, ObjectHead, Stamp
 from infra.ledger import IdempotencyRow, LedgerRow
@@ -111,8 +111,22 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             stamp = inputs.stamp(item)
             key = (command.scope_id, stamp.object_id)
             head = heads.get(key) or inputs.heads.get(key)
+            exercise: tuple[Decision, DelegationState] | None = None
+            check = None if isinstance(command, DELEGATION_COMMANDS) else \
+                exercise_for(command, head.meta if head is not None else None)  # type: ignore[arg-type]
             if isinstance(command, DELEGATION_COMMANDS):
-                item, command, decision = _delegation(item, stamp, inputs, delegations)
+                item, command, decision, state = _delegation(item, stamp, inputs, delegations)
+                if state is not None:
+                    delegations[state.delegation_id] = state
+            elif check is not None:  # made under a delegation: its use is checked first, in this batch
+                checking = msgspec.structs.replace(item, name="check_delegation", command=check, idempotency_key=None)
+                refused, _, used, state = _delegation(checking, inputs.stamp(item), inputs, delegations)
+                if state is None:  # refused: the refusal's entry is what this command writes
+                    item, command, decision = refused, refused.command, used
+                else:
+                    decision = decide(head, command, stamp, inputs.registry)
+                    exercise = (msgspec.structs.replace(used, event=msgspec.structs.replace(
+                        used.event, sequence=seq + 1)), state)
             else:
                 decision = decide(head, command, stamp, inputs.registry)
             if decision.head is None:  # event-only entries take their ledger sequence as `sequence`
@@ -127,6 +141,17 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             log.exception("command.crashed", command=item.name, scope_id=command.scope_id)
             outcomes.append(Outcome(error=PamledgerError("internal error while handling the command")))
             continue
+        if exercise is not None:  # the delegation's use, just before the command it allowed
+            used, state = exercise
+            used_bytes = canonical_bytes(used.event)
+            seq += 1
+            new_hash = row_hash(prev, seq, used_bytes)
+            _add_rows(batch, used, msgspec.structs.replace(item, idempotency_key=None), seq, (used_bytes, b""), prev,
+                      new_hash, stamp)
+            prev = new_hash
+            delegations[state.delegation_id] = state
+            decision = _resequenced(decision, seq)
+            event_bytes = canonical_bytes(decision.event)
         seq += 1
         new_hash = row_hash(prev, seq, event_bytes)
         _add_rows(batch, decision, item, seq, (event_bytes, meta), prev, new_hash, stamp)
@@ -143,10 +168,19 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
     return Plan(outcomes, batch, heads, _new_records(batch), new_scopes, (seq, prev), delegations)
 
 
+def _resequenced(decision: Decision, seq: int) -> Decision:
+    """An event-only decision's `sequence` is its ledger sequence: one more when an entry was put before it."""
+    if decision.head is not None:
+        return decision
+    return msgspec.structs.replace(decision, event=msgspec.structs.replace(decision.event, sequence=seq + 1))
+
+
 def _delegation(item: Parsed, stamp: Stamp, inputs: PlanInputs, states: dict[str, DelegationState]
-                ) -> tuple[Parsed, Any, Decision]:
-    """Decide a delegation command against the delegation's state in this batch; a refusal becomes the
-    access_denied entry recording it (answered with the refusal), or is raised when the limiter says so."""
+                ) -> tuple[Parsed, Any, Decision, DelegationState | None]:
+    """Decide a delegation command against the delegation's state in this batch: its decision and the
+    delegation's new state (the caller keeps it once the batch takes the entry). A refusal becomes the
+    access_denied entry recording it (answered with the refusal; no state), or is raised when the limiter
+    says so."""
     command = item.command
     assert isinstance(command, DELEGATION_COMMANDS)
     delegation_id = getattr(command, "delegation_id", None)
@@ -158,9 +192,8 @@ def _delegation(item: Parsed, stamp: Stamp, inputs: PlanInputs, states: dict[str
         if recorded is None:
             raise
         assert isinstance(recorded.command, RecordAccessDenied)
-        return recorded, recorded.command, decide(None, recorded.command, stamp, inputs.registry)
-    states[new_state.delegation_id] = new_state
-    return item, command, decision
+        return recorded, recorded.command, decide(None, recorded.command, stamp, inputs.registry), None
+    return item, command, decision, new_state
 
 
 def _idempotent(

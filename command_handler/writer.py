@@ -216,8 +216,7 @@ class Writer:
                     idem[(p.scope_id, p.idempotency_key)] = rec
         digests = [h.content_digest for p in parsed if isinstance(p.command, TransitionState)
                    for h in [heads.get((p.scope_id, p.command.object_id))] if h and h.content_digest]
-        delegation_ids = sorted({p.command.delegation_id for p in parsed if isinstance(p.command, DELEGATION_COMMANDS)
-                                 and p.command.delegation_id})
+        delegation_ids = sorted({d for p in parsed for d in [delegation_named(p.command)] if d})
         return PlanInputs(heads=heads, idempotency=idem, scope_known=self.scopes.__contains__,
                           stamp=new_stamp, tail=self.tail, registry=self.registry,
                           contents=await self.store.load_contents(digests),
@@ -287,6 +286,14 @@ class Command(NamedTuple):
     reply: str
     data: bytes
     headers: dict[str, str] | None
+
+
+def delegation_named(command: Any) -> str | None:
+    """The delegation a command acts on (delegation commands) or under (its actor's delegation_id)."""
+    if isinstance(command, DELEGATION_COMMANDS):
+        return command.delegation_id
+    actor = getattr(command, "actor", None)
+    return getattr(actor, "delegation_id", None)
 
 
 def _op_id(msg: Command, item: Parsed | PamledgerError) -> str | None:

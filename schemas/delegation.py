@@ -55,6 +55,7 @@ class CheckDelegation(msgspec.Struct, tag="check_delegation", **_COMMAND):
     actor: Actor
     object_id: Id | None = None
     object_type: ObjectTypeName | None = None
+    on_behalf_of_actor_id: Id | None = None  # when given, must be the granting actor
     operation_id: Id | None = None
     idempotency_key: IdempotencyKey | None = None
 

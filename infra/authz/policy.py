@@ -12,7 +12,8 @@ Rules, in the order they are checked (the first that fails names the denial):
   authz.unknown_operation      a request kind the policy does not know (fails closed)
   authz.internal_only          a service-to-service command from a caller that is not the service
   authz.actor_mismatch         the command's actor (or the Pam-Actor header) is not the authenticated actor
-  delegation.not_found         acting on_behalf_of another, or under a delegation_id, without a delegation
+  delegation.not_found         acting on_behalf_of another without a delegation_id, or a read under one (a
+                               create/update/transition/delete under one is the writer's to check and count)
   authz.scope_not_granted      no grant of the actor covers the scope (the system scope only by its exact id)
   authz.operation_not_granted  a grant covers the scope but not the operation
 """
@@ -46,6 +47,8 @@ INTERNAL_COMMANDS = frozenset({"cmd.open_subscription", "cmd.close_subscription"
 # any actor their command names.
 SERVICE_REQUESTS = INTERNAL_COMMANDS | {"cmd.register_embedding_space"}
 SCOPELESS = frozenset({"sub.poll", "sub.ack", "sub.resume", "sub.status", "sub.close", "query.whoami"})
+# Commands that may be made under a delegation (actor.delegation_id): the delegation stands in for the grant.
+DELEGABLE = frozenset({"cmd.create", "cmd.update", "cmd.transition", "cmd.delete"})
 # Delegation commands: the caller must be the command's actor; who may grant, check or revoke what is the
 # writer's core's to decide (command_handler/delegations.py), against the grantor's grants.
 DECIDED_BY_THE_WRITER = frozenset({"cmd.grant_delegation", "cmd.check_delegation", "cmd.revoke_delegation"})
@@ -138,6 +141,8 @@ def authorize(caller: Caller, request: str, scope_id: str | None, claim: Claim |
         if claim.actor_id != caller.actor_id:
             return Denied("authz.actor_mismatch", "the request names an actor other than the authenticated one",
                           caller)
+        if claim.delegation_id is not None and request in DELEGABLE:
+            return None  # the writer checks the delegation and counts the use in the command's own batch
         if claim.on_behalf_of_actor_id is not None or claim.delegation_id is not None:
             return Denied("delegation.not_found", "acting for another actor needs a delegation", caller)
     if request in SCOPELESS:

@@ -285,3 +285,38 @@ async def test_the_conformance_adapter_works_with_auth_enforced(agents: Agents) 
     finally:
         process.stdin.close()
         await asyncio.wait_for(process.wait(), 30)
+
+
+async def test_a_delegate_writes_under_the_delegation_and_each_write_is_a_counted_use(agents: Agents) -> None:
+    granted = await grant(agents, ["create", "update"], usage_limit=2)
+    acting = {**WORKER, "on_behalf_of_actor_id": SUPERVISOR["actor_id"], "delegation_id": granted["delegation_id"]}
+    provenance = {"provenance_id": "prov:delegated", "actor": acting, "activity": "handoff"}
+    worker = agents["worker"]
+    # the worker holds nothing on the scope: without the delegation it may not write there
+    await _refused(worker.create(SCOPE, "task", {"title": "x"}, WORKER, {**provenance, "actor": WORKER}),
+                   "authz.scope_not_granted")
+    made = await worker.create(SCOPE, "task", {"title": "delegated"}, acting, provenance)
+    envelope = await agents["supervisor"].read(SCOPE, made["object_id"])
+    assert envelope["actor"]["delegation_id"] == granted["delegation_id"]
+    assert envelope["provenance"]["actor"]["on_behalf_of_actor_id"] == SUPERVISOR["actor_id"]
+    async with await psycopg.AsyncConnection.connect(agents.env.database_url) as conn:
+        cur = await conn.execute("SELECT event_type, event FROM ledger WHERE ledger_sequence IN (%s, %s)"
+                                 " ORDER BY ledger_sequence", (made["ledger_sequence"] - 1, made["ledger_sequence"]))
+        (before_type, before), (after_type, _) = [(t, decode_json(bytes(e))) for t, e in await cur.fetchall()]
+    assert (before_type, after_type) == ("delegation_exercised", "object_created")
+    assert before["payload"] == {"delegation_id": granted["delegation_id"], "operation": "create", "use": 1,
+                                 "object_type": "task"}
+    # provenance must name the delegation as well
+    with pytest.raises(PamspecError) as err:
+        await worker.create(SCOPE, "task", {"title": "y"}, acting, {**provenance, "actor": WORKER})
+    assert err.value.code == "invalid_object"
+    # the second use, then none left: the third write is refused and writes nothing
+    await worker.update(SCOPE, made["object_id"], made["version_id"], {"title": "v2"}, acting, provenance)
+    await _refused(worker.create(SCOPE, "task", {"title": "third"}, acting, provenance), "delegation.usage_exhausted")
+    # not on behalf of someone else
+    other = await grant(agents, ["create"])
+    wrong = {**acting, "delegation_id": other["delegation_id"], "on_behalf_of_actor_id": OUTSIDER["actor_id"]}
+    await _refused(worker.create(SCOPE, "task", {"title": "z"}, wrong, {**provenance, "actor": wrong}),
+                   "delegation.grantor_mismatch")
+    # a delegation does not open reads (not wired there yet): the worker still may not read the scope
+    await _refused(worker.read(SCOPE, made["object_id"], actor=acting), "authz.scope_not_granted")

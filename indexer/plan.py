@@ -112,8 +112,8 @@ def plan_batch(events: list[tuple[int, bytes]]) -> Plan:
             if event.scope_id == SYSTEM_SCOPE and event.event_type == "index_rebuilt":
                 _registry(plan, seq, payload)
             continue
-        if event.object_id is None or payload.envelope is None:
-            continue
+        if event.object_id is None or payload.envelope is None or event.scope_id == SYSTEM_SCOPE:
+            continue  # the system scope's objects (actors, credentials) are not memory: never embedded
         key = (event.scope_id, event.object_id)
         meta = payload.envelope
         if event.event_type in ERASING_EVENTS or meta.availability_state in ERASED_STATES:

@@ -34,7 +34,9 @@ from infra.embedding.store import (
 from infra.projections import PROJECTION, checkpoint
 from schemas.common import SYSTEM_SCOPE
 
-_LIVE = "availability_state NOT IN ('deleted', 'redacted') AND content_digest IS NOT NULL"
+# The system scope's objects (actors, credentials) are not memory: never embedded.
+_LIVE = ("availability_state NOT IN ('deleted', 'redacted') AND content_digest IS NOT NULL"
+         " AND scope_id <> 'system:pamledger'")
 _COUNT = f"SELECT count(*) FROM current_objects WHERE {_LIVE}"
 _PAGE = (f"SELECT scope_id, object_id, version_id, sequence, ledger_sequence, object_type, content_digest"
          f" FROM current_objects WHERE {_LIVE} AND (scope_id, object_id) > (%s, %s)"

@@ -80,3 +80,10 @@ def test_one_generated_entry_per_scope_with_a_deterministic_key() -> None:
     long_scope = "workspace:" + "x" * 400
     [entry] = generated_entries(space, [VectorRow(long_scope, "mem:1", "ver:1", 1, 9, False, [0.0] * 8)], 7, 9)
     assert len(entry.idempotency_key) <= 256 and entry.idempotency_key.startswith("emb:sha256:")
+
+
+def test_the_system_scopes_objects_are_never_embedded() -> None:
+    """Actors and credentials (with their token digests) live in the system scope: they are not memory."""
+    plan = plan_batch([(1, event("object_created", object_id="actor:agent:a", scope=SYSTEM_SCOPE)),
+                       (2, event("object_created"))])
+    assert set(plan.versions) == {("workspace:w", "mem:a")}

@@ -27,6 +27,7 @@ from datetime import datetime
 from infra.authz.tokens import BadCredential, bearer_token, digest_matches, token_id_of
 from schemas.auth import ALL_OPERATIONS, ActorRecord, CredentialRecord, scope_matches
 
+_NO_DIGEST = "sha256:" + "0" * 64
 ADMIN_ACTOR_ID = "actor:pamledger:admin"
 SERVICE_ACTOR_ID = "actor:pamledger:service"
 
@@ -102,7 +103,9 @@ def authenticate(grants: Grants, header: str | None, now: datetime) -> Caller | 
     except BadCredential as exc:
         return Denied(exc.rule_id, str(exc))
     credential = grants.credentials.get(token_id)
-    if credential is None or not digest_matches(credential.token_digest, token):
+    # A digest is computed and compared either way, so an unknown id costs what a wrong secret does.
+    matches = digest_matches(credential.token_digest if credential is not None else _NO_DIGEST, token)
+    if credential is None or not matches:
         return Denied("auth.unknown_credential", "the credential is not valid")
     if credential.not_after is not None and now > credential.not_after:
         return Denied("auth.expired_credential", "the credential has expired")

@@ -37,7 +37,7 @@ def grants_of(rows: list[tuple[str, bytes, bytes | None]], through: int,
               bootstrap: list[tuple[CredentialRecord, ActorRecord]]) -> Grants:
     """The snapshot the latest versions of the system scope give (pure). A record is live while its object
     is available and active; a record whose object id does not match what it names is ignored, and so is one
-    that would stand in for a bootstrap actor or credential."""
+    that would stand in for a bootstrap actor or credential, or issue a token to a bootstrap actor."""
     actors = {actor.actor_id: actor for _, actor in bootstrap}
     credentials = {credential.token_id: credential for credential, _ in bootstrap}
     reserved = set(actors) | set(credentials)
@@ -52,7 +52,8 @@ def grants_of(rows: list[tuple[str, bytes, bytes | None]], through: int,
                     actors[actor.actor_id] = actor
             elif meta.get("object_type") == CREDENTIAL_TYPE:
                 credential = _credential_decoder.decode(content)
-                if credential_object_id(credential.token_id) == object_id and credential.token_id not in reserved:
+                if credential_object_id(credential.token_id) == object_id and credential.token_id not in reserved \
+                        and credential.actor_id not in reserved:
                     credentials[credential.token_id] = credential
         except (msgspec.DecodeError, msgspec.ValidationError):  # the writer validated it: say so, never crash
             log.warning("grants.record_unreadable", object_id=object_id)

@@ -128,6 +128,7 @@ def _row(object_id: str, object_type: str, content: object, availability: str = 
 def test_the_snapshot_keeps_live_records_only() -> None:
     bob_id, bob_token = new_token()
     carol_id, _ = new_token()
+    service_like_id, service_like = new_token()
     rows = [
         _row("actor:bob", ACTOR_TYPE, {"actor_id": "actor:bob", "actor_kind": "agent"}),
         _row(f"credential:{bob_id}", CREDENTIAL_TYPE,
@@ -136,6 +137,10 @@ def test_the_snapshot_keeps_live_records_only() -> None:
         _row("actor:dave", ACTOR_TYPE, {"actor_id": "actor:dave", "actor_kind": "agent"}, lifecycle="archived"),
         _row("actor:eve", ACTOR_TYPE, {"actor_id": "actor:mallory", "actor_kind": "agent"}),  # id mismatch
         _row("actor:pamledger:admin", ACTOR_TYPE, {"actor_id": "actor:pamledger:admin", "actor_kind": "agent"}),
+        _row(f"credential:{carol_id}x", CREDENTIAL_TYPE, None),
+        _row(f"credential:{service_like_id}", CREDENTIAL_TYPE,  # a ledger token for the service's own actor
+             {"token_id": service_like_id, "actor_id": "actor:pamledger:service",
+              "token_digest": token_digest(service_like)}),
     ]
     snapshot = grants_of(rows, 42, bootstrap_credentials(ADMIN, SERVICE))
     assert set(snapshot.actors) == {"actor:bob", ADMIN_ACTOR.actor_id, SERVICE_ACTOR.actor_id}

@@ -167,8 +167,19 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
 
     components = ROLES  # asked at once: one timeout, not one per role
     out.update(zip(components, await asyncio.gather(*(ask(c) for c in components))))
+    out["caller"] = await _caller(client)
     await client.close()
     return out
+
+
+async def _caller(client: MemoryClient) -> dict[str, Any]:
+    """Who this CLI is to the service (the token it found, docs/security.md), or why it is nobody."""
+    try:
+        found = await client.whoami()
+    except PamspecError as exc:
+        return {"authenticated": False, "error": exc.code, "rule": exc.policy_rule_id,
+                "hint": "set PAMLEDGER_TOKEN, or run where the state dir holds admin.token"}
+    return found
 
 
 async def _index_position(conn: Any, partition: int) -> dict[str, Any]:

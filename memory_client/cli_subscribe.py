@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from infra.authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.settings import Settings
 from infra.tasks import stop_task
@@ -83,7 +84,9 @@ def cmd_subscriptions(settings: Settings, args: argparse.Namespace) -> int:
     if args.close:
         print_json({"closed": asyncio.run(_close(settings, args.close))})
         return 0
-    print_json({"subscriptions": asyncio.run(_list(resolve(settings).database_url, args.all))})
+    database_url = resolve(settings).database_url
+    asyncio.run(require_operator(settings, database_url))  # it reads every scope's subscriptions
+    print_json({"subscriptions": asyncio.run(_list(database_url, args.all))})
     return 0
 
 

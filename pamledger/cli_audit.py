@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 
+from infra.authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.ledger import ledger_head
 from infra.settings import Settings
@@ -38,6 +39,7 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     options = ReplayOptions(scope_id=args.scope_id, to_sequence=args.to_sequence, verify=args.verify,
                             swap=args.swap, keep=args.keep, partition=settings.partition)
     database_url = resolve(settings).database_url
+    asyncio.run(require_operator(settings, database_url))
     asyncio.run(_check_replay_arguments(database_url, settings.partition, args.scope_id, args.to_sequence))
     try:
         report = asyncio.run(replay(database_url, options, _progress))
@@ -51,6 +53,7 @@ def cmd_audit(settings: Settings, args: argparse.Namespace) -> int:
     from projector.audit import audit
 
     async def run() -> dict[str, Any]:
+        await require_operator(settings, resolve(settings).database_url, args.scope_id)
         async with await psycopg.AsyncConnection.connect(resolve(settings).database_url) as conn:
             return await audit(conn, args.scope_id, args.at, settings.partition)
 

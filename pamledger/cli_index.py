@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 
 from infra.embedding.store import SpaceRow, find_space
+from infra.authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.settings import Settings
 from memory_client.cli_common import invalid
@@ -46,6 +47,7 @@ def cmd_spaces(settings: Settings, args: argparse.Namespace) -> int:
     from indexer.report import spaces_report
 
     async def run() -> dict[str, Any]:
+        await require_operator(settings, resolve(settings).database_url)
         async with await psycopg.AsyncConnection.connect(resolve(settings).database_url, autocommit=True) as conn:
             return await spaces_report(conn, settings.partition)
 
@@ -54,6 +56,7 @@ def cmd_spaces(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_index(settings: Settings, args: argparse.Namespace) -> int:
+    asyncio.run(require_operator(settings, resolve(settings).database_url))
     runner = _rebuild if args.index_action == "rebuild" else _set_default
     print(json.dumps(asyncio.run(runner(settings, args)), indent=2, sort_keys=True))
     return 0

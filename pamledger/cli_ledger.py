@@ -11,6 +11,7 @@ import asyncio
 import json
 from typing import Any
 
+from infra.authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.settings import Settings
 
@@ -33,6 +34,7 @@ def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
     from command_handler.verify import verify_ledger
 
     endpoints = resolve(settings)
+    asyncio.run(require_operator(settings, endpoints.database_url))
     result = asyncio.run(verify_ledger(endpoints.database_url, endpoints.nats_url, settings.stream_name,
                                        settings.partition))
     print(json.dumps(result, indent=2, sort_keys=True))
@@ -41,6 +43,7 @@ def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
     endpoints = resolve(settings)
+    asyncio.run(require_operator(settings, endpoints.database_url))
     report = asyncio.run(rebuild_stream(settings, endpoints.nats_url, endpoints.database_url, force=args.force))
     print(json.dumps(report, indent=2, sort_keys=True))
     return 0

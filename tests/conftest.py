@@ -80,9 +80,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def service_environment(env: "Env", database_url: str | None = None, **extra: str) -> dict[str, str]:
-    """The environment of a `pamledger` process serving `env` (its servers, subject prefix and stream), with
-    JSON logs; `extra` adds or overrides variables."""
-    return {**os.environ, "PAMLEDGER_NATS_URL": env.nats_url,
+    """The environment of a `pamledger` process serving `env` (its servers, subject prefix and stream, its auth
+    mode and token files), with JSON logs; `extra` adds or overrides variables."""
+    auth = env.settings.auth
+    files = {f"PAMLEDGER_AUTH__{name.upper()}": str(path) for name, path in (
+        ("admin_token_file", auth.admin_token_file), ("service_token_file", auth.service_token_file)) if path}
+    return {**os.environ, **files, "PAMLEDGER_NATS_URL": env.nats_url,
             "PAMLEDGER_DATABASE_URL": database_url or env.database_url,
             "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix, "PAMLEDGER_STREAM_NAME": env.settings.stream_name,
             "PAMLEDGER_INDEXER__DEFAULT_SPACE": env.settings.indexer.default_space,

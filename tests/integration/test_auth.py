@@ -356,3 +356,18 @@ async def test_the_cli_manages_actors_and_tokens(world: World) -> None:
     code, _, err = await _cli(world, "actors", "add", "actor:agent:hank", "--grant", "team:a:*=obliterate",
                               token=admin)
     assert code != 0 and "invalid_request" in err
+
+
+async def test_operator_commands_go_through_the_same_grants(world: World) -> None:
+    """audit needs inspect_history on its scope; verify, replay, spaces and the subscriptions listing need the
+    system scope; without a token nothing runs (these tools read Postgres, so the database credentials stay
+    the outer boundary: docs/security.md)."""
+    alice, admin = world.tokens["alice"]["token"], read_token(Path(str(world.env.settings.auth.admin_token_file)))
+    code, out, err = await _cli(world, "audit", "--scope", "team:a:one", "--at", "0", token=alice)
+    assert code == 0, (alice[:25], err)
+    for args in (("audit", "--scope", "team:b:one", "--at", "0"), ("verify",), ("spaces",), ("subscriptions",),
+                 ("replay", "--scope", "team:a:one")):
+        code, _, err = await _cli(world, *args, token=alice)
+        assert code != 0 and "access_denied" in err, (args, err)
+    code, _, err = await _cli(world, "subscriptions", token=admin)
+    assert code == 0, err

@@ -220,10 +220,15 @@ class MemoryClient:
         self.last_sequence = max(self.last_sequence, int(result.get("ledger_sequence", 0)))
         return result
 
+    def request_headers(self, headers: dict[str, str]) -> dict[str, str]:
+        """`headers` plus this client's credential (every request and the fire-and-forget acks carry it)."""
+        if self.token is not None and AUTHORIZATION_HEADER not in headers:
+            return {**headers, AUTHORIZATION_HEADER: f"Bearer {self.token}"}
+        return headers
+
     async def _request(self, subject: str, body: dict[str, Any], headers: dict[str, str],
                        retry: bool) -> dict[str, Any]:
-        if self.token is not None and AUTHORIZATION_HEADER not in headers:
-            headers = {**headers, AUTHORIZATION_HEADER: f"Bearer {self.token}"}
+        headers = self.request_headers(headers)
         payload = _encoder.encode(body)
         size = message_size(payload, headers)
         if size > self.nc.max_payload:

@@ -104,7 +104,7 @@ class Subscription:
         if self._to_ack > self._acked:
             body = msgspec.json.encode({"subscription_id": self.subscription_id, "ledger_sequence": self._to_ack})
             await self.client.nc.publish(f"{self.client.prefix}.sub.ack", body,
-                                         headers=self.client.actor_header(self.actor) or None)
+                                         headers=self.client.request_headers(self.client.actor_header(self.actor)) or None)
             self._acked = self._to_ack
 
     async def close(self, reason: str = "unsubscribed") -> dict[str, Any]:

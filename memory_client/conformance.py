@@ -225,15 +225,29 @@ class ConformanceAdapter:
         for dimension in ("lifecycle", "availability", "validation"):
             value = arguments[f"{dimension}_state"]
             body[f"{dimension}_states"] = [value] if value is not None else sorted(DIMENSION_STATES[dimension])
+        # Read-your-writes across every client this adapter wrote with (one per harness actor, auth enforced).
+        writers = [client, *(self.actors.clients.values() if self.actors is not None else ())]
+        body["min_sequence"] = max(c.last_sequence for c in writers)
         envelopes: list[dict[str, Any]] = []
         while len(envelopes) < arguments["limit"]:
-            page = await client.query(arguments["scope_id"], limit=min(500, arguments["limit"] - len(envelopes)),
-                                      **body)
+            page = await self._fresh_page(client, arguments["scope_id"], min(500, arguments["limit"] - len(envelopes)),
+                                          body)
             envelopes += [item["envelope"] for item in page["items"]]
             if page["next_cursor"] is None:
                 break
             body["cursor"] = page["next_cursor"]
         return envelopes
+
+    @staticmethod
+    async def _fresh_page(client: MemoryClient, scope_id: str, limit: int, body: dict[str, Any]) -> dict[str, Any]:
+        """A page that reflects this adapter's own writes: Query waits up to its wait_ms for the projection and
+        then answers as of where it is (min_sequence_reached false); the harness expects its writes, so ask
+        again (up to ~60 s) rather than hand it a stale page."""
+        for _ in range(30):
+            page: dict[str, Any] = await client.query(scope_id, limit=limit, **body)
+            if page.get("min_sequence_reached", True):
+                return page
+        return page
 
     async def close(self) -> None:
         if self.actors is not None:

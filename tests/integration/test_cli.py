@@ -26,7 +26,8 @@ SCOPE = "workspace:cli"
 def cli_env(env: Env, state_dir: Path, urls: bool = True) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("PAMLEDGER_")}
     base.update(PAMLEDGER_STATE_DIR=str(state_dir), PAMLEDGER_SUBJECT_PREFIX=env.settings.subject_prefix,
-                PAMLEDGER_STREAM_NAME=env.settings.stream_name, PAMLEDGER_LOG_FORMAT="json")
+                PAMLEDGER_STREAM_NAME=env.settings.stream_name, PAMLEDGER_LOG_FORMAT="json",
+                PAMLEDGER_AUTH__MODE=env.settings.auth.mode)  # the service's, as an operator would set it
     if urls:
         base.update(PAMLEDGER_NATS_URL=env.nats_url, PAMLEDGER_DATABASE_URL=env.database_url)
     return base

@@ -37,6 +37,8 @@ class AdapterProcess:
     @classmethod
     async def start(cls, env: Env, tmp_path: Path) -> AdapterProcess:
         stderr_path = tmp_path / f"adapter-{uuid.uuid4().hex[:6]}.stderr"
+        # The adapter's own settings default to auth enforced, so it writes through a stand-in client per
+        # harness actor even though this module's service runs with auth off: both paths stay exercised.
         child_env = {**os.environ, "PAMLEDGER_NATS_URL": env.nats_url, "PAMLEDGER_DATABASE_URL": env.database_url,
                      "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix}
         with stderr_path.open("wb") as stderr:

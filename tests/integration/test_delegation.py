@@ -267,6 +267,9 @@ async def test_the_conformance_adapter_works_with_auth_enforced(agents: Agents) 
                                      "actor": lead, "provenance": {"provenance_id": "prov:h", "actor": lead, "activity": "t"}})
         assert "result" in made, made
         assert "result" in await call("read", {"scope_id": scope, "object_id": made["result"]["object_id"]})
+        # the admin's query sees what the stand-in wrote (read-your-writes across the adapter's clients)
+        found = await call("query", {"scope_id": scope, "validation_state": None})
+        assert [e["object_id"] for e in found["result"]] == [made["result"]["object_id"]], found
         opened = await call("subscribe", {"scope_id": scope, "actor": lead, "filter_spec": {}, "after_sequence": 0})
         assert "result" in opened, opened
         polled = await call("poll_subscription", {"subscription_id": opened["result"]["subscription_id"]})

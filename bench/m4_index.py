@@ -73,6 +73,7 @@ class Bench:
             "PAMLEDGER_SUBJECT_PREFIX": self.prefix, "PAMLEDGER_STREAM_NAME": self.stream,
             "PAMLEDGER_LOG_FORMAT": "json", "PAMLEDGER_INDEXER__DEFAULT_SPACE": self.model,
             "PAMLEDGER_INDEXER__MODEL_THREADS": str(self.threads),
+            "PAMLEDGER_AUTH__MODE": "off", "PAMLEDGER_STATE_DIR": str(self.servers.work_dir / f"state-{self.prefix}"),
         }, self.servers.work_dir, "run", "--roles", roles)
         self.children.append(child)
         return child.start()

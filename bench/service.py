@@ -67,6 +67,9 @@ async def service_process(servers: Servers, database_url: str, label: str, extra
     child = python_child(f"pamledger-{label}", "pamledger", {
         "PAMLEDGER_NATS_URL": servers.nats_url, "PAMLEDGER_DATABASE_URL": database_url,
         "PAMLEDGER_SUBJECT_PREFIX": prefix, "PAMLEDGER_STREAM_NAME": stream, "PAMLEDGER_LOG_FORMAT": "json",
+        # The bench's load carries no credential: auth is off unless a suite turns it on (bench/m6_auth.py);
+        # the bootstrap tokens `run` makes go to the scratch dir, never the project's .pamledger/.
+        "PAMLEDGER_AUTH__MODE": "off", "PAMLEDGER_STATE_DIR": str(servers.work_dir / f"state-{prefix}"),
         **(extra_env or {}),
     }, servers.work_dir, "run", *(("--roles", roles) if roles != "all" else ()))
     nc = await connect(servers.nats_url)

@@ -22,10 +22,10 @@ from command_handler.denials import admit
 from command_handler.intake import parse
 from infra.authz.audit import DenialLimiter
 from infra.authz.enforce import TokenPolicy
-from infra.authz.policy import authenticate, decide
+from infra.authz.policy import Claim, authenticate, decide
 from infra.authz.registry import GrantsRegistry, grants_of
 from infra.authz.tokens import bearer_token, digest_matches, new_token, token_digest, token_id_of
-from infra.request_shell import AllowAll, Claim, context_of
+from infra.request_shell import AllowAll, context_of
 from schemas.auth import AUTHORIZATION_HEADER, ActorRecord, CredentialRecord, ScopeGrant
 
 SUBJECT = "bench.cmd.create"

@@ -67,27 +67,28 @@ class Bench:
         self.children: list[Child] = []
         self._conn: psycopg.Connection[Any] | None = None
 
-    def child(self, name: str, roles: str) -> Child:
+    def child(self, name: str, roles: str, env: dict[str, str] | None = None) -> Child:
         child = python_child(name, "pamledger", {
             "PAMLEDGER_NATS_URL": self.servers.nats_url, "PAMLEDGER_DATABASE_URL": self.url,
             "PAMLEDGER_SUBJECT_PREFIX": self.prefix, "PAMLEDGER_STREAM_NAME": self.stream,
             "PAMLEDGER_LOG_FORMAT": "json", "PAMLEDGER_INDEXER__DEFAULT_SPACE": self.model,
-            "PAMLEDGER_INDEXER__MODEL_THREADS": str(self.threads),
+            "PAMLEDGER_INDEXER__MODEL_THREADS": str(self.threads), **(env or {}),
         }, self.servers.work_dir, "run", "--roles", roles)
         self.children.append(child)
         return child.start()
 
-    async def started(self, nc: Any, name: str, roles: str) -> Child:
-        child = self.child(name, roles)
+    async def started(self, nc: Any, name: str, roles: str, env: dict[str, str] | None = None) -> Child:
+        child = self.child(name, roles, env)
         for role in roles.split(","):
             await wait_answering(nc, child, status_subject(self.prefix, role), timeout=180)
         return child
 
-    async def with_indexer(self, nc: Any, core: str, indexer: str) -> Child:
-        """The service's core roles, the bench scope, and an indexer process once its default space is ready."""
+    async def with_indexer(self, nc: Any, core: str, indexer: str, env: dict[str, str] | None = None) -> Child:
+        """The service's core roles, the bench scope, and an indexer process (with `env` on top of the
+        bench's settings) once its default space is ready."""
         await self.started(nc, core, CORE_ROLES)
         await ensure_scope(nc, self.prefix)
-        child = await self.started(nc, indexer, "indexer")
+        child = await self.started(nc, indexer, "indexer", env)
         await wait_until(lambda: bool(self.query("SELECT 1 FROM embedding_spaces WHERE is_default AND state = 'ready'")),
                          180, "the default space registered and ready")
         return child
@@ -232,35 +233,58 @@ async def freshness(servers: Servers, model: str, rate: float, seconds: float) -
             "target_p99_ms": 1000, "verdict": "PASS" if paced.sustained and stats["p99_ms"] <= 1000 else "MISS"}
 
 
-async def memory(servers: Servers, model: str, n: int) -> dict[str, Any]:
-    bench = Bench(servers, model, "m4_rss")
+async def memory(servers: Servers, model: str, n: int, max_ack_pending: int | None = None) -> dict[str, Any]:
+    """RSS of the indexer while it follows n creates; `max_ack_pending` (None: the product's setting) is given
+    to the indexer alone (PAMLEDGER_FOLLOWER__MAX_ACK_PENDING), so a run with a small buffer tells the
+    buffer's share of the growth from a leak (which grows with embeddings whatever the buffer)."""
+    label = f"m4_rss_{max_ack_pending or 'default'}"
+    bench = Bench(servers, model, label)
+    env = {} if max_ack_pending is None else {"PAMLEDGER_FOLLOWER__MAX_ACK_PENDING": str(max_ack_pending)}
     nc = await connect(servers.nats_url)
-    samples: list[float] = []
+    samples: list[tuple[float, float, int]] = []  # (seconds since the creates began, RSS MiB, indexer checkpoint)
+    creates_done = 0.0
     try:
-        indexer = await bench.with_indexer(nc, "m4-rss-core", "m4-rss-indexer")
+        indexer = await bench.with_indexer(nc, f"{label}-core", f"{label}-indexer", env)
+        began = time.monotonic()
 
         async def sample() -> None:
             while True:
-                samples.append(role_rss(indexer, "indexer") / 2**20)
+                samples.append((time.monotonic() - began, role_rss(indexer, "indexer") / 2**20, bench.checkpoint()))
                 await asyncio.sleep(1.0)
 
         sampler = asyncio.create_task(sample())
-        await create_all(nc, bench.prefix, create_bodies(corpus(n, most_clauses=3, seed=47)), "rss")
+        rate = await create_all(nc, bench.prefix, create_bodies(corpus(n, most_clauses=3, seed=47)), "rss")
+        creates_done = time.monotonic() - began
         head = bench.head()
         await wait_until(lambda: bench.checkpoint() >= head, 3600, "the indexer reaching the head", 0.5)
+        caught_up = time.monotonic() - began
         sampler.cancel()
         vectors = bench.vectors()
     finally:
         bench.stop()
         await nc.close()
-    tenth = max(1, len(samples) // 10)
-    middle, late = statistics.fmean(samples[4 * tenth:5 * tenth]), statistics.fmean(samples[-tenth:])
+    rss = [m for _, m, _ in samples]
+    tenth = max(1, len(rss) // 10)
+    middle, late = statistics.fmean(rss[4 * tenth:5 * tenth]), statistics.fmean(rss[-tenth:])
     flat = late <= middle * 1.05 or late - middle <= 10
-    by_tenth = [round(statistics.fmean(samples[i * tenth:(i + 1) * tenth]), 1) for i in range(10)
-                if samples[i * tenth:(i + 1) * tenth]]
-    return {"model": model, "embeddings": vectors, "samples": len(samples), "rss_mib_by_tenth": by_tenth,
+    by_tenth = [round(statistics.fmean(rss[i * tenth:(i + 1) * tenth]), 1) for i in range(10)
+                if rss[i * tenth:(i + 1) * tenth]]
+    # RSS when the indexer's checkpoint first reached each tenth of the ledger head: growth per embedding,
+    # whatever the pace of the creates.
+    by_progress = []
+    for i in range(1, 11):
+        at = next((m for _, m, c in samples if c >= head * i / 10), None)
+        by_progress.append(round(at if at is not None else rss[-1], 1))
+    # Growth in the second half of the embeddings, per 10,000: a leak shows as a steady slope here.
+    half = [(c, m) for _, m, c in samples if c >= head / 2]
+    slope = (half[-1][1] - half[0][1]) / max(1, half[-1][0] - half[0][0]) * 10_000 if len(half) > 1 else 0.0
+    return {"model": model, "max_ack_pending": max_ack_pending or 20_000, "embeddings": vectors,
+            "creates_per_s": round(rate, 1), "creates_done_s": round(creates_done, 1),
+            "caught_up_s": round(caught_up, 1), "samples": len(rss), "rss_mib_by_tenth": by_tenth,
+            "rss_mib_by_tenth_of_embeddings": by_progress,
+            "rss_mib_per_10k_second_half": round(slope, 2),
             "rss_mib_fifth_tenth": round(middle, 1),
-            "rss_mib_last_tenth": round(late, 1), "rss_mib_max": round(max(samples), 1),
+            "rss_mib_last_tenth": round(late, 1), "rss_mib_max": round(max(rss), 1),
             "verdict": "PASS" if flat and vectors >= n else "MISS"}
 
 
@@ -274,8 +298,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             out["freshness"] = await freshness(servers, args.model, args.rate, args.seconds)
             print(json.dumps(out["freshness"]), flush=True)
         if "memory" in args.only:
-            out["memory"] = await memory(servers, args.rss_model, args.rss_objects)
-            print(json.dumps(out["memory"]), flush=True)
+            out["memory"] = []
+            for pending in args.rss_max_ack_pending:
+                found = await memory(servers, args.rss_model, args.rss_objects, pending)
+                out["memory"].append(found)
+                print(json.dumps(found), flush=True)
     return out
 
 
@@ -291,10 +318,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds of the freshness run")
     parser.add_argument("--rss-model", default="hashing-384", help="space of the memory run")
     parser.add_argument("--rss-objects", type=int, default=100_000, help="embeddings of the memory run")
+    parser.add_argument("--rss-max-ack-pending", default="default",
+                        help="comma list of the indexer's follower.max_ack_pending for memory runs, one run each"
+                             " ('default': the product's 20,000), e.g. default,500")
     parser.add_argument("--only", default="throughput,freshness,memory")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
     args.only = {x.strip() for x in args.only.split(",")}
+    args.rss_max_ack_pending = [None if x.strip() == "default" else int(x)
+                                for x in args.rss_max_ack_pending.split(",") if x.strip()]
     result = asyncio.run(run(args))
     if args.json:
         with open(args.json, "w") as out:

@@ -25,9 +25,14 @@ import argparse
 import asyncio
 import json
 import statistics
+import os
+import signal
+import tempfile
 import time
+import tracemalloc
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -120,6 +125,49 @@ class Bench:
         found = self.query(sql.SQL("SELECT count(*) FROM {}").format(
             sql.Identifier(f"embedding_vectors_{int(rows[0][0])}")))
         return int(found[0][0]) if found else 0
+
+
+def role_pids(child: Child, role: str) -> list[int]:
+    """Pids of the processes serving `role` under a `pamledger run` supervisor."""
+    found = []
+    for proc in psutil.Process(child.pid).children(recursive=True):
+        try:
+            argv = proc.cmdline()
+            if "--roles" in argv[:-1] and argv[argv.index("--roles") + 1] == role:
+                found.append(proc.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def gc_lines(folder: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in folder.glob("*.gc.jsonl"))
+
+
+def tracemalloc_growth(folder: Path, top: int = 15) -> dict[str, Any]:
+    """What grew between the indexer's snapshots (bench/tracemalloc_hook): the top allocation sites by growth
+    from the snapshot at half the embeddings to the last one (both after the follower's buffer filled), and
+    from the first to the last; and the gc counts at each snapshot."""
+    snaps = sorted(folder.glob("*.snap"), key=lambda p: int(p.stem.split("-")[1]))
+    out: dict[str, Any] = {"snapshots": [p.name for p in snaps], "gc": []}
+    for gc_file in folder.glob("*.gc.jsonl"):
+        out["gc"] = [json.loads(line) for line in gc_file.read_text().splitlines()]
+    if len(snaps) < 2:
+        return out
+    loaded = [tracemalloc.Snapshot.load(str(p)) for p in snaps]
+    ignore = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen importlib._bootstrap>")]
+    loaded = [snap.filter_traces(ignore) for snap in loaded]
+    out["traced_mib"] = [round(sum(t.size for t in snap.traces) / 2**20, 2) for snap in loaded]
+
+    def diff(old: tracemalloc.Snapshot, new: tracemalloc.Snapshot) -> list[dict[str, Any]]:
+        stats = new.compare_to(old, "traceback")
+        return [{"kib": round(st.size_diff / 1024, 1), "count": st.count_diff,
+                 "where": [f"{f.filename.split('site-packages/')[-1].replace(str(Path.cwd()) + '/', '')}:{f.lineno}"
+                           for f in st.traceback[-4:]]} for st in stats[:top]]
+
+    out["growth_half_to_last"] = diff(loaded[len(loaded) // 2 - 1 if len(loaded) > 2 else 0], loaded[-1])
+    out["growth_first_to_last"] = diff(loaded[0], loaded[-1])
+    return out
 
 
 def role_rss(child: Child, role: str) -> int:
@@ -233,13 +281,25 @@ async def freshness(servers: Servers, model: str, rate: float, seconds: float) -
             "target_p99_ms": 1000, "verdict": "PASS" if paced.sustained and stats["p99_ms"] <= 1000 else "MISS"}
 
 
-async def memory(servers: Servers, model: str, n: int, max_ack_pending: int | None = None) -> dict[str, Any]:
+HOOK_DIR = Path(__file__).resolve().parent / "tracemalloc_hook"
+SNAPSHOT_AT = (0.2, 0.4, 0.6, 0.8)  # shares of the embeddings at which the probe dumps (and once caught up)
+
+
+async def memory(servers: Servers, model: str, n: int, max_ack_pending: int | None = None,
+                 trace: bool = False) -> dict[str, Any]:
     """RSS of the indexer while it follows n creates; `max_ack_pending` (None: the product's setting) is given
     to the indexer alone (PAMLEDGER_FOLLOWER__MAX_ACK_PENDING), so a run with a small buffer tells the
-    buffer's share of the growth from a leak (which grows with embeddings whatever the buffer)."""
-    label = f"m4_rss_{max_ack_pending or 'default'}"
+    buffer's share of the growth from a leak (which grows with embeddings whatever the buffer). With `trace`
+    the indexer runs under tracemalloc (bench/tracemalloc_hook; slower, and its RSS includes the traces) and
+    dumps snapshots at SNAPSHOT_AT of the embeddings and at the end."""
+    label = f"m4_rss_{max_ack_pending or 'default'}{'_traced' if trace else ''}"
     bench = Bench(servers, model, label)
     env = {} if max_ack_pending is None else {"PAMLEDGER_FOLLOWER__MAX_ACK_PENDING": str(max_ack_pending)}
+    folder = Path(tempfile.mkdtemp(prefix="m4_tracemalloc_")) if trace else None
+    if folder is not None:
+        env.update(PYTHONPATH=os.pathsep.join(x for x in (str(HOOK_DIR), os.environ.get("PYTHONPATH")) if x),
+                   PAMLEDGER_BENCH_TRACEMALLOC_DIR=str(folder))
+    dumped = [False] * len(SNAPSHOT_AT)
     nc = await connect(servers.nats_url)
     samples: list[tuple[float, float, int]] = []  # (seconds since the creates began, RSS MiB, indexer checkpoint)
     creates_done = 0.0
@@ -247,9 +307,18 @@ async def memory(servers: Servers, model: str, n: int, max_ack_pending: int | No
         indexer = await bench.with_indexer(nc, f"{label}-core", f"{label}-indexer", env)
         began = time.monotonic()
 
+        def dump() -> None:
+            for pid in role_pids(indexer, "indexer"):
+                os.kill(pid, signal.SIGUSR1)
+
         async def sample() -> None:
             while True:
                 samples.append((time.monotonic() - began, role_rss(indexer, "indexer") / 2**20, bench.checkpoint()))
+                if folder is not None:
+                    for i, share in enumerate(SNAPSHOT_AT):
+                        if not dumped[i] and samples[-1][2] >= n * share:
+                            dumped[i] = True
+                            dump()
                 await asyncio.sleep(1.0)
 
         sampler = asyncio.create_task(sample())
@@ -260,6 +329,10 @@ async def memory(servers: Servers, model: str, n: int, max_ack_pending: int | No
         caught_up = time.monotonic() - began
         sampler.cancel()
         vectors = bench.vectors()
+        if folder is not None:
+            dump()
+            # The probe writes its gc line after the snapshot file is complete (renamed into place).
+            await wait_until(lambda: gc_lines(folder) >= sum(dumped) + 1, 300, "the last tracemalloc snapshot")
     finally:
         bench.stop()
         await nc.close()
@@ -285,6 +358,7 @@ async def memory(servers: Servers, model: str, n: int, max_ack_pending: int | No
             "rss_mib_per_10k_second_half": round(slope, 2),
             "rss_mib_fifth_tenth": round(middle, 1),
             "rss_mib_last_tenth": round(late, 1), "rss_mib_max": round(max(rss), 1),
+            "traced": trace, **({"tracemalloc": tracemalloc_growth(folder)} if folder is not None else {}),
             "verdict": "PASS" if flat and vectors >= n else "MISS"}
 
 
@@ -300,7 +374,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if "memory" in args.only:
             out["memory"] = []
             for pending in args.rss_max_ack_pending:
-                found = await memory(servers, args.rss_model, args.rss_objects, pending)
+                found = await memory(servers, args.rss_model, args.rss_objects, pending, args.rss_tracemalloc)
                 out["memory"].append(found)
                 print(json.dumps(found), flush=True)
     return out
@@ -321,6 +395,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rss-max-ack-pending", default="default",
                         help="comma list of the indexer's follower.max_ack_pending for memory runs, one run each"
                              " ('default': the product's 20,000), e.g. default,500")
+    parser.add_argument("--rss-tracemalloc", action="store_true",
+                        help="run the memory indexer under tracemalloc (bench/tracemalloc_hook) and report what grew"
+                             " between its snapshots (slower; its RSS then includes the traces)")
     parser.add_argument("--only", default="throughput,freshness,memory")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)

@@ -70,6 +70,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              " scope; each gets the exact path, every --hnsw setting and the service's own")
     parser.add_argument("--exact-mid-queries", type=int, default=50,
                         help="queries timed for exact search of each mid-size scope (default 50)")
+    parser.add_argument("--mid-only", action="store_true",
+                        help="with --mid: HNSW rows for the mid-size scopes only (big and small scopes: exact, the baselines)")
     parser.add_argument("--maintenance-work-mem", default="1GB", help="for the HNSW build (default 1GB)")
     parser.add_argument("--build-workers", type=int, default=1,
                         help="max_parallel_maintenance_workers for the HNSW build (default 1: 2 cores)")
@@ -130,13 +132,17 @@ def service_setting() -> HnswSetting:
     return HnswSetting(q.search_ef_search, max(4 * K, 40), q.search_max_scan_tuples)
 
 
-def methods(loaded: Loaded, settings: list[HnswSetting], kinds: list[str]) -> list[Method]:
-    """Exact and every HNSW setting per scope kind; mid-size scopes also at the service's own setting."""
+def methods(loaded: Loaded, settings: list[HnswSetting], kinds: list[str], mid_only: bool = False) -> list[Method]:
+    """Exact and every HNSW setting per scope kind; mid-size scopes also at the service's own setting.
+    `mid_only`: the big and small scopes exact only (the baselines), HNSW for the mid-size ones."""
     table = loaded.table
     found: list[Method] = []
     for kind in kinds:
         found.append((kind, "exact", "CTE of the scope", exact_query(table), EXACT_SETTINGS, {}))
-        extra = [service_setting()] if kind.startswith("mid:") and service_setting() not in settings else []
+        mid = kind.startswith("mid:")
+        if mid_only and not mid:
+            continue
+        extra = [service_setting()] if mid and service_setting() not in settings else []
         for s in settings + extra:
             found.append((kind, "hnsw+rerank", s.label, hnsw_query(table), s.settings(), {"candidates": s.candidates}))
     return found
@@ -203,7 +209,7 @@ def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
         agreement = {kind: numpy_agreement(vectors, scopes, queries, jobs[kind], truth[kind]) for kind in jobs}
         select1 = round_trip(conn)
         rows: list[Row] = []
-        for method in methods(loaded, args.settings, list(jobs)):
+        for method in methods(loaded, args.settings, list(jobs), args.mid_only):
             kind, name, setting = method[:3]
             n = len(queries)
             if name == "exact" and kind == "big":

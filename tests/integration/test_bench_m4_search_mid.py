@@ -35,3 +35,17 @@ def test_search_bench_measures_mid_scopes_with_the_service_setting(env: Any) -> 
     table = render(results)
     assert "0.3k scope, the service's HNSW" in table and "0.6k scope, the service's HNSW" in table
     assert table.count("PASS") + table.count("MISS") == 10 * 2 + 4 * 2
+
+
+def test_mid_only_keeps_hnsw_rows_for_mid_scopes_and_exact_baselines() -> None:
+    from psycopg import sql
+
+    from bench.m4_search import methods, parse_settings
+    from bench.m4_search_load import Loaded, Timings
+
+    loaded = Loaded(sql.Identifier("t"), "t_hnsw", Timings(1))
+    found = [(m[0], m[1], m[2]) for m in methods(loaded, parse_settings("40,100"), ["big", "small", "mid:5000"], True)]
+    assert found == [("big", "exact", "CTE of the scope"), ("small", "exact", "CTE of the scope"),
+                     ("mid:5000", "exact", "CTE of the scope"), ("mid:5000", "hnsw+rerank", "ef40/c40/max20000"),
+                     ("mid:5000", "hnsw+rerank", "ef100/c100/max20000"),
+                     ("mid:5000", "hnsw+rerank", service_setting().label)]

@@ -42,7 +42,7 @@ from psycopg import sql
 from bench.load import check_result
 from bench.m4_index import Bench, create_all, wait_until
 from bench.m4_search import embed_corpus
-from bench.m4_search_data import BIG_SCOPE, DOMAINS, Layout, assemble, small_scope, texts
+from bench.m4_search_data import BIG_SCOPE, DOMAINS, Layout, assemble, mid_scope, small_scope, texts
 from bench.m4_search_report import percentile
 from bench.m4_search_service_load import create_bodies, load_vectors, make_scopes, register_default
 from bench.m4_search_sql import (EXACT_SETTINGS, GROUND_TRUTH_SETTINGS, HnswSetting, exact_query, ground_truth_query,
@@ -176,13 +176,20 @@ def object_statements(vectors: np.ndarray, real: np.ndarray, corpus: list[str]) 
     return [corpus[int(j)] for j in nearest_real]
 
 
+def through_hnsw(kind: str) -> bool:
+    """Whether the service searches this kind of scope through HNSW: the big one, and a mid-size one ("mid:N")
+    above the exact threshold; the 1,000 scopes exactly."""
+    return kind == "big" or (kind.startswith("mid:") and int(kind[4:]) > QuerySettings().search_exact_threshold)
+
+
 def bench_sql(url: str, table: str, kind: str, jobs: list[tuple[str, str]], truth: list[list[str]],
               warmup: int) -> dict[str, Any]:
     """The same searches as the bench SQL alone (no join, no envelopes): what the service adds on top."""
     t = sql.Identifier(table)
-    hnsw = HnswSetting(400, 40)
-    statement, settings, extra = ((hnsw_query(t), hnsw.settings(), {"candidates": 40}) if kind == "big"
-                                  else (exact_query(t), EXACT_SETTINGS, {}))
+    q = QuerySettings()
+    hnsw = HnswSetting(q.search_ef_search, max(4 * K, 40), q.search_max_scan_tuples)
+    statement, settings, extra = ((hnsw_query(t), hnsw.settings(), {"candidates": hnsw.candidates})
+                                  if through_hnsw(kind) else (exact_query(t), EXACT_SETTINGS, {}))
     with psycopg.connect(url, autocommit=True) as conn:
         times, recalls = timed_searches(conn, statement, settings, jobs, truth, K, extra, warmup)
     return stats(times, recalls)
@@ -230,7 +237,7 @@ async def explain(url: str, space_id: str, kind: str, scope: str, vector: list[f
             "validation_states": ["unverified"]}))
         literal = vector_literal(vector)
         async with conn.transaction():
-            if kind == "big":
+            if through_hnsw(kind):
                 for name, value in (("hnsw.ef_search", settings.search_ef_search),
                                     ("hnsw.iterative_scan", "relaxed_order"),
                                     ("hnsw.max_scan_tuples", settings.search_max_scan_tuples), ("enable_sort", "off")):
@@ -254,7 +261,7 @@ async def status_round_trip(nc: Any, prefix: str, n: int = 300) -> dict[str, Any
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    layout = Layout.for_total(args.objects)
+    layout = Layout.for_total(args.objects, mid=args.mid)
     log(f"embedding {args.real} real texts + {(args.queries + 1) // 2} held-out with MiniLM ...")
     real, queries, _ = embed_corpus(args.real, args.queries, args.seed)
     # The texts behind those vectors, as embed_corpus drew them: the table's, then the held-out queries'
@@ -291,7 +298,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             table, _, out["load"] = await load_vectors(bench.url, space, registered, vectors, scopes)
             literals = [vector_literal(q.tolist()) for q in queries]
             small_ids = rng.integers(0, layout.small_count, len(queries))
-            kinds = {"big": [BIG_SCOPE] * len(queries), "small": [small_scope(int(i)) for i in small_ids]}
+            kinds = {"big": [BIG_SCOPE] * len(queries), "small": [small_scope(int(i)) for i in small_ids],
+                     **{f"mid:{m}": [mid_scope(m)] * len(queries) for m in layout.mid}}
+            out["kinds"] = list(kinds)
             truth: dict[str, list[list[str]]] = {}
             with psycopg.connect(bench.url, autocommit=True) as conn:
                 for kind, kscopes in kinds.items():
@@ -316,7 +325,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                              "explain": await explain(bench.url, space.embedding_space_id, kind, kscopes[0],
                                                       queries[0].tolist())}
                 search_subject = query_subject(bench.prefix, "search")
-                for shape in args.query_texts:
+                for shape in args.query_texts if not kind.startswith("mid:") else ():  # mid-size: by vector only
                     shaped = query_texts if shape == "sentence" else [phrase(t) for t in query_texts]
                     found_by_mode: dict[str, Any] = {}
                     for mode in ("semantic-text", "lexical", "hybrid"):
@@ -359,12 +368,13 @@ def render(out: dict[str, Any]) -> str:
         e = out["embed_baseline"]
         lines.append(f"baseline MiniLM, one query text in the bench process: p50 {e['p50_ms']} ms, p95 {e['p95_ms']} ms")
     lines.append(f"{'scope':<6} {'path':<46} {'recall@10':>9} {'min':>5} {'items':>6} {'p50 ms':>8} {'p95 ms':>8}")
-    for kind in ("big", "small"):
+    kinds = out.get("kinds", ["big", "small"])
+    for kind in kinds:
         k = out[kind]
         s = k["service"]
-        lines.append(_line(kind, f"semantic, vector (index.method {','.join(s['index_method'])})", s))
+        lines.append(_line(kind.replace("mid:", "")[:6], f"semantic, vector (index.method {','.join(s['index_method'])})", s))
         lines.append(_line("", "  service SQL alone (semantic.nearest)", k["service_sql"]))
-        lines.append(_line("", "  bench SQL alone (" + ("hnsw ef400/c40)" if kind == "big" else "exact CTE)"),
+        lines.append(_line("", "  bench SQL alone (" + ("hnsw ef400/c40)" if through_hnsw(kind) else "exact CTE)"),
                            k["bench_sql"]))
         for shape in ("sentence", "phrase"):
             t = k.get(shape, {})
@@ -376,7 +386,7 @@ def render(out: dict[str, Any]) -> str:
                 lines.append(_line("", "  query.query full text, order score", t["query_fulltext"]))
             if "hybrid" in t:
                 lines.append(_line("", f"hybrid, {shape} (RRF of 50 + 50)", t["hybrid"]))
-    for kind in ("big", "small"):
+    for kind in kinds:
         s = out[kind]["service"]
         ok = s["recall"] >= 0.95 and s["p50_ms"] <= 20
         lines.append(f"{'PASS' if ok else 'MISS'} {kind}: recall@10 {s['recall']:.4f} (>= 0.95),"
@@ -399,8 +409,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--query-texts", default="sentence,phrase",
                         help="texts of the text modes: 'sentence' (the held-out text behind each query vector) and/or"
                              " 'phrase' (its first vocabulary phrase, e.g. 'the quarterly revenue report')")
+    parser.add_argument("--mid", default="", metavar="N,N,...",
+                        help="also one scope of each of these sizes, carved out of the big one (bench.m4_search"
+                             " --mid), searched by vector only")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
+    args.mid = tuple(int(x) for x in args.mid.split(",") if x.strip())
     args.modes = {m.strip() for m in args.text_modes.split(",") if m.strip() and m.strip() != "none"}
     args.query_texts = [t.strip() for t in args.query_texts.split(",") if t.strip()]
     if set(args.query_texts) - {"sentence", "phrase"}:

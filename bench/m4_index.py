@@ -206,7 +206,8 @@ async def ensure_scope(nc: Any, prefix: str) -> None:
     check_result(msg.data, b"")
 
 
-async def throughput(servers: Servers, model: str, n: int, batch: int, threads: int = 0) -> dict[str, Any]:
+async def throughput(servers: Servers, model: str, n: int, batch: int, threads: int = 0,
+                     max_ack_pending: int | None = None) -> dict[str, Any]:
     texts = corpus(n, most_clauses=3, seed=41)
     embedder = embedder_for(descriptor_for(model))
     assert embedder is not None
@@ -219,14 +220,15 @@ async def throughput(servers: Servers, model: str, n: int, batch: int, threads: 
         return n / (time.perf_counter() - t0)
 
     raw_before = raw_rate()
-    bench = Bench(servers, model, "m4_throughput", threads)
+    bench = Bench(servers, model, f"m4_throughput_{max_ack_pending or 'default'}", threads)
+    env = {} if max_ack_pending is None else {"PAMLEDGER_FOLLOWER__MAX_ACK_PENDING": str(max_ack_pending)}
     nc = await connect(servers.nats_url)
     try:
         first = await bench.with_indexer(nc, "m4-core", "m4-indexer-1")
         first.stop()
         creates = await create_all(nc, bench.prefix, create_bodies(texts), "throughput")
         head, base = bench.head(), bench.checkpoint()
-        await bench.started(nc, "m4-indexer-2", "indexer")
+        await bench.started(nc, "m4-indexer-2", "indexer", env)
         await wait_until(lambda: bench.checkpoint() > base, 300, "the indexer's first commit", 0.01)
         t_first, v_first = time.perf_counter(), bench.vectors()
         await wait_until(lambda: bench.checkpoint() >= head, 1800, "the indexer reaching the head", 0.05)
@@ -239,7 +241,8 @@ async def throughput(servers: Servers, model: str, n: int, batch: int, threads: 
     # indexer's rate is compared with the mean of the raw rate around it.
     raw_after = raw_rate()
     raw = (raw_before + raw_after) / 2
-    return {"model": model, "objects": n, "indexer_threads": threads, "creates_per_s": round(creates, 1),
+    return {"model": model, "objects": n, "indexer_threads": threads, "max_ack_pending": max_ack_pending or 20_000,
+            "creates_per_s": round(creates, 1),
             "raw_embed_per_s": round(raw, 1), "raw_before_after": [round(raw_before, 1), round(raw_after, 1)],
             "committed_per_s": round(committed, 1), "ratio": round(committed / raw, 3), "target": 0.8,
             "verdict": "PASS" if committed / raw >= 0.8 else "MISS"}
@@ -366,8 +369,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with bench_servers() as servers:
         if "throughput" in args.only:
-            out["throughput"] = await throughput(servers, args.model, args.objects, args.batch, args.threads)
-            print(json.dumps(out["throughput"]), flush=True)
+            out["throughput"] = []
+            for pending in args.max_ack_pending:
+                found = await throughput(servers, args.model, args.objects, args.batch, args.threads, pending)
+                out["throughput"].append(found)
+                print(json.dumps(found), flush=True)
         if "freshness" in args.only:
             out["freshness"] = await freshness(servers, args.model, args.rate, args.seconds)
             print(json.dumps(out["freshness"]), flush=True)
@@ -388,6 +394,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=64, help="raw embedder batch (the indexer's batch)")
     parser.add_argument("--threads", type=int, default=0,
                         help="the indexer's model threads (PAMLEDGER_INDEXER__MODEL_THREADS; 0: onnxruntime decides)")
+    parser.add_argument("--max-ack-pending", default="default",
+                        help="comma list of the indexer's follower.max_ack_pending for throughput runs, one run each"
+                             " ('default': the product's 20,000)")
     parser.add_argument("--rate", type=float, default=200.0, help="creates/s of the freshness run")
     parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds of the freshness run")
     parser.add_argument("--rss-model", default="hashing-384", help="space of the memory run")
@@ -404,6 +413,8 @@ def main(argv: list[str] | None = None) -> None:
     args.only = {x.strip() for x in args.only.split(",")}
     args.rss_max_ack_pending = [None if x.strip() == "default" else int(x)
                                 for x in args.rss_max_ack_pending.split(",") if x.strip()]
+    args.max_ack_pending = [None if x.strip() == "default" else int(x)
+                            for x in args.max_ack_pending.split(",") if x.strip()]
     result = asyncio.run(run(args))
     if args.json:
         with open(args.json, "w") as out:

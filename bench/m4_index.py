@@ -16,7 +16,11 @@ Three measurements, each with its baseline from the same run, on a fresh databas
    space by default: the model's memory is fixed; what could grow is ours). Flat = the last tenth's mean
    within 5% (or 10 MiB) of the middle (fifth) tenth's. Not the first tenths: while creates arrive faster
    than it embeds, the follower buffers up to `follower.max_ack_pending` (20,000) pushed events, and the
-   allocator grows with it; a leak keeps growing after that.
+   allocator grows with it; a leak keeps growing after that. `--rss-max-ack-pending default,500` runs it
+   once per buffer size, given to the indexer alone (PAMLEDGER_FOLLOWER__MAX_ACK_PENDING): with a small
+   buffer what still grows is not the buffer. `--rss-tracemalloc` runs the indexer under tracemalloc
+   (bench/tracemalloc_hook) and reports what its Python heap holds at points of the run and what grew.
+   (`--max-ack-pending` does the same for throughput runs: whether a small buffer slows the indexer.)
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import os
+import shutil
 import signal
+import statistics
 import tempfile
 import time
 import tracemalloc
@@ -47,6 +52,7 @@ from bench.procs import Child, python_child, wait_answering
 from bench.servers import Servers, bench_servers
 from bench.service import connect, service_names
 from infra.embedding.known import descriptor_for, embedder_for
+from infra.settings import FollowerSettings
 from infra.subjects import command_subject, status_subject
 
 SCOPE = "workspace:m4-index"
@@ -155,7 +161,8 @@ def tracemalloc_growth(folder: Path, top: int = 15) -> dict[str, Any]:
     if len(snaps) < 2:
         return out
     loaded = [tracemalloc.Snapshot.load(str(p)) for p in snaps]
-    ignore = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen importlib._bootstrap>")]
+    ignore = [tracemalloc.Filter(False, tracemalloc.__file__),
+              tracemalloc.Filter(False, "<frozen importlib._bootstrap>")]
     loaded = [snap.filter_traces(ignore) for snap in loaded]
     out["traced_mib"] = [round(sum(t.size for t in snap.traces) / 2**20, 2) for snap in loaded]
 
@@ -173,11 +180,9 @@ def tracemalloc_growth(folder: Path, top: int = 15) -> dict[str, Any]:
 def role_rss(child: Child, role: str) -> int:
     """RSS of the process serving `role` under a `pamledger run` supervisor (the supervisor itself excluded)."""
     total = 0
-    for proc in psutil.Process(child.pid).children(recursive=True):
+    for pid in role_pids(child, role):
         try:
-            argv = proc.cmdline()
-            if "--roles" in argv[:-1] and argv[argv.index("--roles") + 1] == role:
-                total += int(proc.memory_info().rss)
+            total += int(psutil.Process(pid).memory_info().rss)
         except psutil.NoSuchProcess:
             continue
     return total
@@ -241,8 +246,8 @@ async def throughput(servers: Servers, model: str, n: int, batch: int, threads: 
     # indexer's rate is compared with the mean of the raw rate around it.
     raw_after = raw_rate()
     raw = (raw_before + raw_after) / 2
-    return {"model": model, "objects": n, "indexer_threads": threads, "max_ack_pending": max_ack_pending or 20_000,
-            "creates_per_s": round(creates, 1),
+    return {"model": model, "objects": n, "indexer_threads": threads,
+            "max_ack_pending": max_ack_pending or FollowerSettings().max_ack_pending, "creates_per_s": round(creates, 1),
             "raw_embed_per_s": round(raw, 1), "raw_before_after": [round(raw_before, 1), round(raw_after, 1)],
             "committed_per_s": round(committed, 1), "ratio": round(committed / raw, 3), "target": 0.8,
             "verdict": "PASS" if committed / raw >= 0.8 else "MISS"}
@@ -354,14 +359,18 @@ async def memory(servers: Servers, model: str, n: int, max_ack_pending: int | No
     # Growth in the second half of the embeddings, per 10,000: a leak shows as a steady slope here.
     half = [(c, m) for _, m, c in samples if c >= head / 2]
     slope = (half[-1][1] - half[0][1]) / max(1, half[-1][0] - half[0][0]) * 10_000 if len(half) > 1 else 0.0
-    return {"model": model, "max_ack_pending": max_ack_pending or 20_000, "embeddings": vectors,
+    growth = tracemalloc_growth(folder) if folder is not None else None
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"model": model, "max_ack_pending": max_ack_pending or FollowerSettings().max_ack_pending,
+            "embeddings": vectors,
             "creates_per_s": round(rate, 1), "creates_done_s": round(creates_done, 1),
             "caught_up_s": round(caught_up, 1), "samples": len(rss), "rss_mib_by_tenth": by_tenth,
             "rss_mib_by_tenth_of_embeddings": by_progress,
             "rss_mib_per_10k_second_half": round(slope, 2),
             "rss_mib_fifth_tenth": round(middle, 1),
             "rss_mib_last_tenth": round(late, 1), "rss_mib_max": round(max(rss), 1),
-            "traced": trace, **({"tracemalloc": tracemalloc_growth(folder)} if folder is not None else {}),
+            "traced": trace, **({"tracemalloc": growth} if growth is not None else {}),
             "verdict": "PASS" if flat and vectors >= n else "MISS"}
 
 

@@ -7,7 +7,9 @@ copies) run against the big scope and against random small scopes; ground truth 
 the scope (no index scan). Each method (bench/m4_search_sql.py) reports recall@10 against it and wall
 clock latency p50/p95 per query on one warm connection, next to the same run's baselines: a `SELECT 1`
 round trip and the exact search of a 1,000-vector scope. Targets: recall@10 >= 0.95 in both kinds of
-scope with p50 <= 20 ms.
+scope with p50 <= 20 ms. `--mid 5000,10000,30000` adds one scope of each size (carved out of the big
+one), measured exact, at every HNSW setting and at the service's own (query/semantic.py's path above
+its exact threshold): where between the two kinds the service's setting stops finding true neighbours.
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--exact-mid-queries", type=int, default=50,
                         help="queries timed for exact search of each mid-size scope (default 50)")
     parser.add_argument("--mid-only", action="store_true",
-                        help="with --mid: HNSW rows for the mid-size scopes only (big and small scopes: exact, the baselines)")
+                        help="with --mid: HNSW rows for the mid-size scopes only"
+                             " (big and small scopes: exact, the baselines)")
     parser.add_argument("--maintenance-work-mem", default="1GB", help="for the HNSW build (default 1GB)")
     parser.add_argument("--build-workers", type=int, default=1,
                         help="max_parallel_maintenance_workers for the HNSW build (default 1: 2 cores)")
@@ -218,7 +221,8 @@ def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
                 n = args.exact_mid_queries
             log(f"measuring {kind} / {name} / {setting} on {n} queries ...")
             rows.append(measure(conn, method, jobs[kind][:n], truth[kind][:n], min(20, n), loaded.index_name))
-    return {"layout": {**vars(layout), "mid": list(layout.mid)}, "embedding": embedding, "load": vars(loaded.timings), "sizes": loaded.sizes,
+    return {"layout": {**vars(layout), "mid": list(layout.mid)}, "embedding": embedding,
+            "load": vars(loaded.timings), "sizes": loaded.sizes,
             "select1_p50_ms": percentile(select1, 50), "select1_p95_ms": percentile(select1, 95),
             "ground_truth_p50_ms": {k: percentile(v, 50) for k, v in gt_times.items()},
             "numpy_agreement": agreement, "nn_cosine": neighbours, "rows": [vars(r) for r in rows],

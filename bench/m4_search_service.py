@@ -22,6 +22,13 @@ clock at the client. Ground truth: exact top-10 within the scope from SQL (enabl
 Baselines from the same run: a `status.query` NATS round trip (no work), and the bench SQL alone
 (bench/m4_search_sql: HNSW ef 400 / 40 candidates for the big scope, the exact CTE for small ones).
 Targets: recall@10 >= 0.95 in both kinds of scope, p50 <= 20 ms.
+
+Text modes (`--text-modes`, default semantic-text, lexical, hybrid): the same scopes searched by text, the
+held-out sentence behind each query vector and a short phrase of it (`--query-texts`), with the space
+MiniLM's (the service embeds the text) and each claim's statement the text of its vector's cluster
+source, so the lexical and semantic lists look at the same neighbourhoods. Baselines for them: MiniLM on
+one text in this process, the lexical list's SQL alone, and `query.query` full text (M2's path). `--mid`
+adds mid-size scopes (bench.m4_search --mid), searched by vector.
 """
 
 from __future__ import annotations
@@ -366,13 +373,15 @@ def render(out: dict[str, Any]) -> str:
              f" p95 {out['status_query_baseline']['p95_ms']} ms"]
     if "embed_baseline" in out:
         e = out["embed_baseline"]
-        lines.append(f"baseline MiniLM, one query text in the bench process: p50 {e['p50_ms']} ms, p95 {e['p95_ms']} ms")
+        lines.append(f"baseline MiniLM, one query text in the bench process: p50 {e['p50_ms']} ms,"
+                     f" p95 {e['p95_ms']} ms")
     lines.append(f"{'scope':<6} {'path':<46} {'recall@10':>9} {'min':>5} {'items':>6} {'p50 ms':>8} {'p95 ms':>8}")
     kinds = out.get("kinds", ["big", "small"])
     for kind in kinds:
         k = out[kind]
         s = k["service"]
-        lines.append(_line(kind.replace("mid:", "")[:6], f"semantic, vector (index.method {','.join(s['index_method'])})", s))
+        label = f"semantic, vector (index.method {','.join(s['index_method'])})"
+        lines.append(_line(kind.replace("mid:", "")[:6], label, s))
         lines.append(_line("", "  service SQL alone (semantic.nearest)", k["service_sql"]))
         lines.append(_line("", "  bench SQL alone (" + ("hnsw ef400/c40)" if through_hnsw(kind) else "exact CTE)"),
                            k["bench_sql"]))

@@ -6,15 +6,15 @@ layout (one scope of N/2, 100 scopes of N/200) and the same clustered vectors (b
 
 How: private servers, a fresh database, the service as a process with roles writer,query,projector,gateway
 (no indexer). N claims are created THROUGH THE WRITER (64 in flight); the run waits until the projection
-checkpoint reaches the head. A hashing-384 space is registered through the writer and made the default
+checkpoint reaches the head. MiniLM's space is registered through the writer and made the default
 (`record_index_event` {index_rebuilt, default_space_set}).
 
 THE INDEXER IS BYPASSED: without an indexer role nobody projects the registry row or fills the vector
 table, so this bench does it itself: `create_space` (registered_sequence = the registration's ledger
 sequence), the row set ready + default, the HNSW index dropped, one COPY of a vector per object
 (version_sequence 1, content_digest from current_objects), the index rebuilt, VACUUM ANALYZE. The vectors
-are m4_search_data's (real MiniLM + noisy copies), not the hashing embeddings of the claims' text: the
-space's descriptor only has to say 384 dimensions; no text query is sent.
+are m4_search_data's (real MiniLM + noisy copies), not the indexer's embeddings of the claims' text
+(each claim's text is its vector's cluster source, so close to what MiniLM would make of it, not equal).
 
 Objects are created `unverified`, which the default search filters hide: every request passes
 `validation_states: ["unverified"]`. Requests are serial, one at a time after a warm-up, each timed wall

@@ -16,7 +16,11 @@ Three measurements, each with its baseline from the same run, on a fresh databas
    space by default: the model's memory is fixed; what could grow is ours). Flat = the last tenth's mean
    within 5% (or 10 MiB) of the middle (fifth) tenth's. Not the first tenths: while creates arrive faster
    than it embeds, the follower buffers up to `follower.max_ack_pending` (20,000) pushed events, and the
-   allocator grows with it; a leak keeps growing after that.
+   allocator grows with it; a leak keeps growing after that. `--rss-max-ack-pending default,500` runs it
+   once per buffer size, given to the indexer alone (PAMLEDGER_FOLLOWER__MAX_ACK_PENDING): with a small
+   buffer what still grows is not the buffer. `--rss-tracemalloc` runs the indexer under tracemalloc
+   (bench/tracemalloc_hook) and reports what its Python heap holds at points of the run and what grew.
+   (`--max-ack-pending` does the same for throughput runs: whether a small buffer slows the indexer.)
 """
 
 from __future__ import annotations
@@ -24,10 +28,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import shutil
+import signal
 import statistics
+import tempfile
 import time
+import tracemalloc
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -42,6 +52,7 @@ from bench.procs import Child, python_child, wait_answering
 from bench.servers import Servers, bench_servers
 from bench.service import connect, service_names
 from infra.embedding.known import descriptor_for, embedder_for
+from infra.settings import FollowerSettings
 from infra.subjects import command_subject, status_subject
 
 SCOPE = "workspace:m4-index"
@@ -67,28 +78,30 @@ class Bench:
         self.children: list[Child] = []
         self._conn: psycopg.Connection[Any] | None = None
 
-    def child(self, name: str, roles: str) -> Child:
+    def child(self, name: str, roles: str, env: dict[str, str] | None = None) -> Child:
         child = python_child(name, "pamledger", {
             "PAMLEDGER_NATS_URL": self.servers.nats_url, "PAMLEDGER_DATABASE_URL": self.url,
             "PAMLEDGER_SUBJECT_PREFIX": self.prefix, "PAMLEDGER_STREAM_NAME": self.stream,
             "PAMLEDGER_LOG_FORMAT": "json", "PAMLEDGER_INDEXER__DEFAULT_SPACE": self.model,
             "PAMLEDGER_INDEXER__MODEL_THREADS": str(self.threads),
             "PAMLEDGER_AUTH__MODE": "off", "PAMLEDGER_STATE_DIR": str(self.servers.work_dir / f"state-{self.prefix}"),
+            **(env or {}),
         }, self.servers.work_dir, "run", "--roles", roles)
         self.children.append(child)
         return child.start()
 
-    async def started(self, nc: Any, name: str, roles: str) -> Child:
-        child = self.child(name, roles)
+    async def started(self, nc: Any, name: str, roles: str, env: dict[str, str] | None = None) -> Child:
+        child = self.child(name, roles, env)
         for role in roles.split(","):
             await wait_answering(nc, child, status_subject(self.prefix, role), timeout=180)
         return child
 
-    async def with_indexer(self, nc: Any, core: str, indexer: str) -> Child:
-        """The service's core roles, the bench scope, and an indexer process once its default space is ready."""
+    async def with_indexer(self, nc: Any, core: str, indexer: str, env: dict[str, str] | None = None) -> Child:
+        """The service's core roles, the bench scope, and an indexer process (with `env` on top of the
+        bench's settings) once its default space is ready."""
         await self.started(nc, core, CORE_ROLES)
         await ensure_scope(nc, self.prefix)
-        child = await self.started(nc, indexer, "indexer")
+        child = await self.started(nc, indexer, "indexer", env)
         await wait_until(lambda: bool(self.query("SELECT 1 FROM embedding_spaces WHERE is_default AND state = 'ready'")),
                          180, "the default space registered and ready")
         return child
@@ -122,14 +135,56 @@ class Bench:
         return int(found[0][0]) if found else 0
 
 
-def role_rss(child: Child, role: str) -> int:
-    """RSS of the process serving `role` under a `pamledger run` supervisor (the supervisor itself excluded)."""
-    total = 0
+def role_pids(child: Child, role: str) -> list[int]:
+    """Pids of the processes serving `role` under a `pamledger run` supervisor."""
+    found = []
     for proc in psutil.Process(child.pid).children(recursive=True):
         try:
             argv = proc.cmdline()
             if "--roles" in argv[:-1] and argv[argv.index("--roles") + 1] == role:
-                total += int(proc.memory_info().rss)
+                found.append(proc.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def gc_lines(folder: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in folder.glob("*.gc.jsonl"))
+
+
+def tracemalloc_growth(folder: Path, top: int = 15) -> dict[str, Any]:
+    """What grew between the indexer's snapshots (bench/tracemalloc_hook): the top allocation sites by growth
+    from the snapshot at half the embeddings to the last one (both after the follower's buffer filled), and
+    from the first to the last; and the gc counts at each snapshot."""
+    snaps = sorted(folder.glob("*.snap"), key=lambda p: int(p.stem.split("-")[1]))
+    out: dict[str, Any] = {"snapshots": [p.name for p in snaps], "gc": []}
+    for gc_file in folder.glob("*.gc.jsonl"):
+        out["gc"] = [json.loads(line) for line in gc_file.read_text().splitlines()]
+    if len(snaps) < 2:
+        return out
+    loaded = [tracemalloc.Snapshot.load(str(p)) for p in snaps]
+    ignore = [tracemalloc.Filter(False, tracemalloc.__file__),
+              tracemalloc.Filter(False, "<frozen importlib._bootstrap>")]
+    loaded = [snap.filter_traces(ignore) for snap in loaded]
+    out["traced_mib"] = [round(sum(t.size for t in snap.traces) / 2**20, 2) for snap in loaded]
+
+    def diff(old: tracemalloc.Snapshot, new: tracemalloc.Snapshot) -> list[dict[str, Any]]:
+        stats = new.compare_to(old, "traceback")
+        return [{"kib": round(st.size_diff / 1024, 1), "count": st.count_diff,
+                 "where": [f"{f.filename.split('site-packages/')[-1].replace(str(Path.cwd()) + '/', '')}:{f.lineno}"
+                           for f in st.traceback[-4:]]} for st in stats[:top]]
+
+    out["growth_half_to_last"] = diff(loaded[len(loaded) // 2 - 1 if len(loaded) > 2 else 0], loaded[-1])
+    out["growth_first_to_last"] = diff(loaded[0], loaded[-1])
+    return out
+
+
+def role_rss(child: Child, role: str) -> int:
+    """RSS of the process serving `role` under a `pamledger run` supervisor (the supervisor itself excluded)."""
+    total = 0
+    for pid in role_pids(child, role):
+        try:
+            total += int(psutil.Process(pid).memory_info().rss)
         except psutil.NoSuchProcess:
             continue
     return total
@@ -158,7 +213,8 @@ async def ensure_scope(nc: Any, prefix: str) -> None:
     check_result(msg.data, b"")
 
 
-async def throughput(servers: Servers, model: str, n: int, batch: int, threads: int = 0) -> dict[str, Any]:
+async def throughput(servers: Servers, model: str, n: int, batch: int, threads: int = 0,
+                     max_ack_pending: int | None = None) -> dict[str, Any]:
     texts = corpus(n, most_clauses=3, seed=41)
     embedder = embedder_for(descriptor_for(model))
     assert embedder is not None
@@ -171,14 +227,15 @@ async def throughput(servers: Servers, model: str, n: int, batch: int, threads: 
         return n / (time.perf_counter() - t0)
 
     raw_before = raw_rate()
-    bench = Bench(servers, model, "m4_throughput", threads)
+    bench = Bench(servers, model, f"m4_throughput_{max_ack_pending or 'default'}", threads)
+    env = {} if max_ack_pending is None else {"PAMLEDGER_FOLLOWER__MAX_ACK_PENDING": str(max_ack_pending)}
     nc = await connect(servers.nats_url)
     try:
         first = await bench.with_indexer(nc, "m4-core", "m4-indexer-1")
         first.stop()
         creates = await create_all(nc, bench.prefix, create_bodies(texts), "throughput")
         head, base = bench.head(), bench.checkpoint()
-        await bench.started(nc, "m4-indexer-2", "indexer")
+        await bench.started(nc, "m4-indexer-2", "indexer", env)
         await wait_until(lambda: bench.checkpoint() > base, 300, "the indexer's first commit", 0.01)
         t_first, v_first = time.perf_counter(), bench.vectors()
         await wait_until(lambda: bench.checkpoint() >= head, 1800, "the indexer reaching the head", 0.05)
@@ -191,7 +248,8 @@ async def throughput(servers: Servers, model: str, n: int, batch: int, threads: 
     # indexer's rate is compared with the mean of the raw rate around it.
     raw_after = raw_rate()
     raw = (raw_before + raw_after) / 2
-    return {"model": model, "objects": n, "indexer_threads": threads, "creates_per_s": round(creates, 1),
+    return {"model": model, "objects": n, "indexer_threads": threads,
+            "max_ack_pending": max_ack_pending or FollowerSettings().max_ack_pending, "creates_per_s": round(creates, 1),
             "raw_embed_per_s": round(raw, 1), "raw_before_after": [round(raw_before, 1), round(raw_after, 1)],
             "committed_per_s": round(committed, 1), "ratio": round(committed / raw, 3), "target": 0.8,
             "verdict": "PASS" if committed / raw >= 0.8 else "MISS"}
@@ -233,35 +291,88 @@ async def freshness(servers: Servers, model: str, rate: float, seconds: float) -
             "target_p99_ms": 1000, "verdict": "PASS" if paced.sustained and stats["p99_ms"] <= 1000 else "MISS"}
 
 
-async def memory(servers: Servers, model: str, n: int) -> dict[str, Any]:
-    bench = Bench(servers, model, "m4_rss")
+HOOK_DIR = Path(__file__).resolve().parent / "tracemalloc_hook"
+SNAPSHOT_AT = (0.2, 0.4, 0.6, 0.8)  # shares of the embeddings at which the probe dumps (and once caught up)
+
+
+async def memory(servers: Servers, model: str, n: int, max_ack_pending: int | None = None,
+                 trace: bool = False) -> dict[str, Any]:
+    """RSS of the indexer while it follows n creates; `max_ack_pending` (None: the product's setting) is given
+    to the indexer alone (PAMLEDGER_FOLLOWER__MAX_ACK_PENDING), so a run with a small buffer tells the
+    buffer's share of the growth from a leak (which grows with embeddings whatever the buffer). With `trace`
+    the indexer runs under tracemalloc (bench/tracemalloc_hook; slower, and its RSS includes the traces) and
+    dumps snapshots at SNAPSHOT_AT of the embeddings and at the end."""
+    label = f"m4_rss_{max_ack_pending or 'default'}{'_traced' if trace else ''}"
+    bench = Bench(servers, model, label)
+    env = {} if max_ack_pending is None else {"PAMLEDGER_FOLLOWER__MAX_ACK_PENDING": str(max_ack_pending)}
+    folder = Path(tempfile.mkdtemp(prefix="m4_tracemalloc_")) if trace else None
+    if folder is not None:
+        env.update(PYTHONPATH=os.pathsep.join(x for x in (str(HOOK_DIR), os.environ.get("PYTHONPATH")) if x),
+                   PAMLEDGER_BENCH_TRACEMALLOC_DIR=str(folder))
+    dumped = [False] * len(SNAPSHOT_AT)
     nc = await connect(servers.nats_url)
-    samples: list[float] = []
+    samples: list[tuple[float, float, int]] = []  # (seconds since the creates began, RSS MiB, indexer checkpoint)
+    creates_done = 0.0
     try:
-        indexer = await bench.with_indexer(nc, "m4-rss-core", "m4-rss-indexer")
+        indexer = await bench.with_indexer(nc, f"{label}-core", f"{label}-indexer", env)
+        began = time.monotonic()
+
+        def dump() -> None:
+            for pid in role_pids(indexer, "indexer"):
+                os.kill(pid, signal.SIGUSR1)
 
         async def sample() -> None:
             while True:
-                samples.append(role_rss(indexer, "indexer") / 2**20)
+                samples.append((time.monotonic() - began, role_rss(indexer, "indexer") / 2**20, bench.checkpoint()))
+                if folder is not None:
+                    for i, share in enumerate(SNAPSHOT_AT):
+                        if not dumped[i] and samples[-1][2] >= n * share:
+                            dumped[i] = True
+                            dump()
                 await asyncio.sleep(1.0)
 
         sampler = asyncio.create_task(sample())
-        await create_all(nc, bench.prefix, create_bodies(corpus(n, most_clauses=3, seed=47)), "rss")
+        rate = await create_all(nc, bench.prefix, create_bodies(corpus(n, most_clauses=3, seed=47)), "rss")
+        creates_done = time.monotonic() - began
         head = bench.head()
         await wait_until(lambda: bench.checkpoint() >= head, 3600, "the indexer reaching the head", 0.5)
+        caught_up = time.monotonic() - began
         sampler.cancel()
         vectors = bench.vectors()
+        if folder is not None:
+            dump()
+            # The probe writes its gc line after the snapshot file is complete (renamed into place).
+            await wait_until(lambda: gc_lines(folder) >= sum(dumped) + 1, 300, "the last tracemalloc snapshot")
     finally:
         bench.stop()
         await nc.close()
-    tenth = max(1, len(samples) // 10)
-    middle, late = statistics.fmean(samples[4 * tenth:5 * tenth]), statistics.fmean(samples[-tenth:])
+    rss = [m for _, m, _ in samples]
+    tenth = max(1, len(rss) // 10)
+    middle, late = statistics.fmean(rss[4 * tenth:5 * tenth]), statistics.fmean(rss[-tenth:])
     flat = late <= middle * 1.05 or late - middle <= 10
-    by_tenth = [round(statistics.fmean(samples[i * tenth:(i + 1) * tenth]), 1) for i in range(10)
-                if samples[i * tenth:(i + 1) * tenth]]
-    return {"model": model, "embeddings": vectors, "samples": len(samples), "rss_mib_by_tenth": by_tenth,
+    by_tenth = [round(statistics.fmean(rss[i * tenth:(i + 1) * tenth]), 1) for i in range(10)
+                if rss[i * tenth:(i + 1) * tenth]]
+    # RSS when the indexer's checkpoint first reached each tenth of the ledger head: growth per embedding,
+    # whatever the pace of the creates.
+    by_progress = []
+    for i in range(1, 11):
+        at = next((m for _, m, c in samples if c >= head * i / 10), None)
+        by_progress.append(round(at if at is not None else rss[-1], 1))
+    # Growth in the second half of the embeddings, per 10,000: a leak shows as a steady slope here.
+    half = [(c, m) for _, m, c in samples if c >= head / 2]
+    slope = (half[-1][1] - half[0][1]) / max(1, half[-1][0] - half[0][0]) * 10_000 if len(half) > 1 else 0.0
+    growth = tracemalloc_growth(folder) if folder is not None else None
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"model": model, "max_ack_pending": max_ack_pending or FollowerSettings().max_ack_pending,
+            "embeddings": vectors,
+            "creates_per_s": round(rate, 1), "creates_done_s": round(creates_done, 1),
+            "caught_up_s": round(caught_up, 1), "samples": len(rss), "rss_mib_by_tenth": by_tenth,
+            "rss_mib_by_tenth_of_embeddings": by_progress,
+            "rss_mib_per_10k_second_half": round(slope, 2),
             "rss_mib_fifth_tenth": round(middle, 1),
-            "rss_mib_last_tenth": round(late, 1), "rss_mib_max": round(max(samples), 1),
+            "rss_mib_last_tenth": round(late, 1), "rss_mib_max": round(max(rss), 1),
+            "traced": trace, **({"tracemalloc": growth} if growth is not None else {}),
             "verdict": "PASS" if flat and vectors >= n else "MISS"}
 
 
@@ -269,14 +380,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with bench_servers() as servers:
         if "throughput" in args.only:
-            out["throughput"] = await throughput(servers, args.model, args.objects, args.batch, args.threads)
-            print(json.dumps(out["throughput"]), flush=True)
+            out["throughput"] = []
+            for pending in args.max_ack_pending:
+                found = await throughput(servers, args.model, args.objects, args.batch, args.threads, pending)
+                out["throughput"].append(found)
+                print(json.dumps(found), flush=True)
         if "freshness" in args.only:
             out["freshness"] = await freshness(servers, args.model, args.rate, args.seconds)
             print(json.dumps(out["freshness"]), flush=True)
         if "memory" in args.only:
-            out["memory"] = await memory(servers, args.rss_model, args.rss_objects)
-            print(json.dumps(out["memory"]), flush=True)
+            out["memory"] = []
+            for pending in args.rss_max_ack_pending:
+                found = await memory(servers, args.rss_model, args.rss_objects, pending, args.rss_tracemalloc)
+                out["memory"].append(found)
+                print(json.dumps(found), flush=True)
     return out
 
 
@@ -288,14 +405,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=64, help="raw embedder batch (the indexer's batch)")
     parser.add_argument("--threads", type=int, default=0,
                         help="the indexer's model threads (PAMLEDGER_INDEXER__MODEL_THREADS; 0: onnxruntime decides)")
+    parser.add_argument("--max-ack-pending", default="default",
+                        help="comma list of the indexer's follower.max_ack_pending for throughput runs, one run each"
+                             " ('default': the product's 20,000)")
     parser.add_argument("--rate", type=float, default=200.0, help="creates/s of the freshness run")
     parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds of the freshness run")
     parser.add_argument("--rss-model", default="hashing-384", help="space of the memory run")
     parser.add_argument("--rss-objects", type=int, default=100_000, help="embeddings of the memory run")
+    parser.add_argument("--rss-max-ack-pending", default="default",
+                        help="comma list of the indexer's follower.max_ack_pending for memory runs, one run each"
+                             " ('default': the product's 20,000), e.g. default,500")
+    parser.add_argument("--rss-tracemalloc", action="store_true",
+                        help="run the memory indexer under tracemalloc (bench/tracemalloc_hook) and report what grew"
+                             " between its snapshots (slower; its RSS then includes the traces)")
     parser.add_argument("--only", default="throughput,freshness,memory")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
     args.only = {x.strip() for x in args.only.split(",")}
+    args.rss_max_ack_pending = [None if x.strip() == "default" else int(x)
+                                for x in args.rss_max_ack_pending.split(",") if x.strip()]
+    args.max_ack_pending = [None if x.strip() == "default" else int(x)
+                            for x in args.max_ack_pending.split(",") if x.strip()]
     result = asyncio.run(run(args))
     if args.json:
         with open(args.json, "w") as out:

@@ -7,7 +7,9 @@ copies) run against the big scope and against random small scopes; ground truth 
 the scope (no index scan). Each method (bench/m4_search_sql.py) reports recall@10 against it and wall
 clock latency p50/p95 per query on one warm connection, next to the same run's baselines: a `SELECT 1`
 round trip and the exact search of a 1,000-vector scope. Targets: recall@10 >= 0.95 in both kinds of
-scope with p50 <= 20 ms.
+scope with p50 <= 20 ms. `--mid 5000,10000,30000` adds one scope of each size (carved out of the big
+one), measured exact, at every HNSW setting and at the service's own (query/semantic.py's path above
+its exact threshold): where between the two kinds the service's setting stops finding true neighbours.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from bench.m4_search_data import (BIG_SCOPE, Layout, assemble, nearest_neighbour_cosine, noisy_copies, small_scope,
-                                  texts)
+from bench.m4_search_data import (BIG_SCOPE, Layout, assemble, mid_scope, nearest_neighbour_cosine, noisy_copies,
+                                  small_scope, texts)
 from bench.m4_search_load import Loaded, load
 from bench.m4_search_report import Row, percentile, render
 from bench.m4_search_sql import (EXACT_SETTINGS, GROUND_TRUTH_SETTINGS, HnswSetting, exact_query,
@@ -34,6 +36,7 @@ from bench.servers import bench_servers
 from infra.embedding.embedders import MiniLMEmbedder
 from infra.embedding.store import vector_literal
 from infra.embedding.text_profile import prepare
+from infra.settings import QuerySettings
 
 K = 10
 
@@ -64,6 +67,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                                                  " (default 40,100,200,400; candidates = ef)")
     parser.add_argument("--exact-big-queries", type=int, default=20,
                         help="queries timed for exact search of the big scope (slow by design; default 20)")
+    parser.add_argument("--mid", default="", metavar="N,N,...",
+                        help="also one scope of each of these sizes (e.g. 5000,10000,30000), carved out of the big"
+                             " scope; each gets the exact path, every --hnsw setting and the service's own")
+    parser.add_argument("--exact-mid-queries", type=int, default=50,
+                        help="queries timed for exact search of each mid-size scope (default 50)")
+    parser.add_argument("--mid-only", action="store_true",
+                        help="with --mid: HNSW rows for the mid-size scopes only"
+                             " (big and small scopes: exact, the baselines)")
     parser.add_argument("--maintenance-work-mem", default="1GB", help="for the HNSW build (default 1GB)")
     parser.add_argument("--build-workers", type=int, default=1,
                         help="max_parallel_maintenance_workers for the HNSW build (default 1: 2 cores)")
@@ -78,6 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.real = args.real or (500 if args.quick else 2_500)
     args.queries = args.queries or (40 if args.quick else 200)
     args.settings = parse_settings(args.hnsw)
+    args.mid = tuple(int(x) for x in args.mid.split(",") if x.strip())
     args.graph = tuple(int(x) for x in args.graph.split(":")) if args.graph else None
     if args.graph is not None and len(args.graph) != 2:
         parser.error("--graph takes M:EF_CONSTRUCTION, e.g. 16:128")
@@ -116,12 +128,25 @@ def round_trip(conn: psycopg.Connection[Any], n: int = 1_000) -> list[float]:
 Method = tuple[str, str, str, Any, dict[str, str], dict[str, Any]]  # kind, name, setting, statement, settings, extra
 
 
-def methods(loaded: Loaded, settings: list[HnswSetting]) -> list[Method]:
+def service_setting() -> HnswSetting:
+    """What query/semantic.py runs above its exact threshold: the configured ef_search and max_scan_tuples,
+    and max(4k, 40) candidates re-ranked (k = 10)."""
+    q = QuerySettings()
+    return HnswSetting(q.search_ef_search, max(4 * K, 40), q.search_max_scan_tuples)
+
+
+def methods(loaded: Loaded, settings: list[HnswSetting], kinds: list[str], mid_only: bool = False) -> list[Method]:
+    """Exact and every HNSW setting per scope kind; mid-size scopes also at the service's own setting.
+    `mid_only`: the big and small scopes exact only (the baselines), HNSW for the mid-size ones."""
     table = loaded.table
     found: list[Method] = []
-    for kind in ("big", "small"):
+    for kind in kinds:
         found.append((kind, "exact", "CTE of the scope", exact_query(table), EXACT_SETTINGS, {}))
-        for s in settings:
+        mid = kind.startswith("mid:")
+        if mid_only and not mid:
+            continue
+        extra = [service_setting()] if mid and service_setting() not in settings else []
+        for s in settings + extra:
             found.append((kind, "hnsw+rerank", s.label, hnsw_query(table), s.settings(), {"candidates": s.candidates}))
     return found
 
@@ -153,7 +178,7 @@ def numpy_agreement(vectors: np.ndarray, scopes: list[str], queries: np.ndarray,
 
 
 def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
-    layout = Layout.for_total(args.vectors)
+    layout = Layout.for_total(args.vectors, mid=args.mid)
     log(f"embedding {args.real} real texts and {(args.queries + 1) // 2} held-out ones with MiniLM ...")
     real, queries, embedding = embed_corpus(args.real, args.queries, args.seed)
     log(f"embedded {embedding['texts']} texts at {embedding['per_second']:.0f}/s")
@@ -162,14 +187,16 @@ def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
     stats_rng = np.random.default_rng(args.seed + 2)
     neighbours = {"real": nearest_neighbour_cosine(real, real, stats_rng),
                   "table": nearest_neighbour_cosine(vectors, vectors, stats_rng)}
-    log(f"loading {layout.total:,} vectors (1 scope of {layout.big:,}, {layout.small_count} of"
+    mids = "".join(f", 1 of {m:,}" for m in layout.mid)
+    log(f"loading {layout.total:,} vectors (1 scope of {layout.big:,}{mids}, {layout.small_count} of"
         f" {layout.small_size:,}) ...")
     loaded = asyncio.run(load(url, vectors, scopes, args.probe, args.maintenance_work_mem, args.build_workers, log,
                               args.graph))
     literals = [vector_literal(q.tolist()) for q in queries]
     small_ids = rng.integers(0, layout.small_count, len(queries))
     jobs = {"big": [(BIG_SCOPE, q) for q in literals],
-            "small": [(small_scope(int(i)), q) for i, q in zip(small_ids, literals)]}
+            "small": [(small_scope(int(i)), q) for i, q in zip(small_ids, literals)],
+            **{f"mid:{m}": [(mid_scope(m), q) for q in literals] for m in layout.mid}}
     with psycopg.connect(url, autocommit=True) as conn:
         log("ground truth: exact top-10 per query and scope, index scans off ...")
         truth: dict[str, list[list[str]]] = {}
@@ -185,16 +212,21 @@ def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
         agreement = {kind: numpy_agreement(vectors, scopes, queries, jobs[kind], truth[kind]) for kind in jobs}
         select1 = round_trip(conn)
         rows: list[Row] = []
-        for method in methods(loaded, args.settings):
+        for method in methods(loaded, args.settings, list(jobs), args.mid_only):
             kind, name, setting = method[:3]
-            n = args.exact_big_queries if (kind, name) == ("big", "exact") else len(queries)
+            n = len(queries)
+            if name == "exact" and kind == "big":
+                n = args.exact_big_queries
+            elif name == "exact" and kind.startswith("mid:"):
+                n = args.exact_mid_queries
             log(f"measuring {kind} / {name} / {setting} on {n} queries ...")
             rows.append(measure(conn, method, jobs[kind][:n], truth[kind][:n], min(20, n), loaded.index_name))
-    return {"layout": vars(layout), "embedding": embedding, "load": vars(loaded.timings), "sizes": loaded.sizes,
+    return {"layout": {**vars(layout), "mid": list(layout.mid)}, "embedding": embedding,
+            "load": vars(loaded.timings), "sizes": loaded.sizes,
             "select1_p50_ms": percentile(select1, 50), "select1_p95_ms": percentile(select1, 95),
             "ground_truth_p50_ms": {k: percentile(v, 50) for k, v in gt_times.items()},
             "numpy_agreement": agreement, "nn_cosine": neighbours, "rows": [vars(r) for r in rows],
-            "queries": len(queries),
+            "queries": len(queries), "service_setting": service_setting().label,
             "settings": [vars(s) for s in args.settings]}
 
 

@@ -136,27 +136,37 @@ def small_scope(i: int) -> str:
     return f"bench:small-{i:03d}"
 
 
+def mid_scope(size: int) -> str:
+    return f"bench:mid-{size}"
+
+
 @dataclass(frozen=True)
 class Layout:
-    """Which scope each vector row goes to: one big scope, then `small_count` scopes of `small_size`."""
+    """Which scope each vector row goes to: one big scope, optional mid-size scopes (one of each size in
+    `mid`), then `small_count` scopes of `small_size`."""
 
     big: int
     small_count: int
     small_size: int
+    mid: tuple[int, ...] = ()
 
     @property
     def total(self) -> int:
-        return self.big + self.small_count * self.small_size
+        return self.big + sum(self.mid) + self.small_count * self.small_size
 
     @staticmethod
-    def for_total(total: int, big_share: float = 0.5, small_count: int = 100) -> Layout:
-        """200,000 -> one scope of 100,000 and 100 of 1,000 (the issue's layout), scaled for smaller runs."""
+    def for_total(total: int, big_share: float = 0.5, small_count: int = 100, mid: tuple[int, ...] = ()) -> Layout:
+        """200,000 -> one scope of 100,000 and 100 of 1,000 (the issue's layout), scaled for smaller runs.
+        Mid-size scopes are carved out of the big scope's share (200,000 with mid 5k, 10k, 30k -> one of
+        55,000, one each of 5,000, 10,000 and 30,000, 100 of 1,000), so the small scopes and the total stay."""
         big = int(total * big_share)
-        return Layout(big, small_count, (total - big) // small_count)
+        if sum(mid) >= big:
+            raise ValueError(f"mid-size scopes of {sum(mid):,} rows leave no big scope in {big:,}")
+        return Layout(big - sum(mid), small_count, (total - big) // small_count, tuple(mid))
 
     def scopes(self) -> list[str]:
-        return [BIG_SCOPE] * self.big + [small_scope(i) for i in range(self.small_count)
-                                         for _ in range(self.small_size)]
+        return [BIG_SCOPE] * self.big + [mid_scope(m) for m in self.mid for _ in range(m)] + [
+            small_scope(i) for i in range(self.small_count) for _ in range(self.small_size)]
 
 
 def assemble(real: np.ndarray, layout: Layout, rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:

@@ -31,9 +31,11 @@ BENCH_ACTOR = {"actor_id": "actor:bench:indexer", "actor_kind": "service"}
 COLUMNS = "(scope_id, object_id, version_id, version_sequence, ledger_sequence, truncated, content_digest, embedding)"
 
 
-def create_bodies(scopes: list[str]) -> list[bytes]:
+def create_bodies(scopes: list[str], statements: list[str] | None = None) -> list[bytes]:
+    """One claim per scope entry; its statement is `statements[i]` (default: a placeholder naming it)."""
     return [msgspec.json.encode({"scope_id": s, "object_type": "claim", "actor": ACTOR, "provenance": PROVENANCE,
-                                 "canonical_content": {"statement": f"bench object {i} in {s}"}})
+                                 "canonical_content": {"statement": statements[i] if statements is not None
+                                                       else f"bench object {i} in {s}"}})
             for i, s in enumerate(scopes)]
 
 
@@ -44,9 +46,9 @@ async def make_scopes(nc: Any, prefix: str, names: list[str]) -> None:
         check_result(msg.data, b"")
 
 
-async def register_default(nc: Any, prefix: str) -> tuple[Any, int]:
-    """Register hashing-384 through the writer and make it the default: (descriptor, its ledger sequence)."""
-    space = descriptor_for("hashing-384")
+async def register_default(nc: Any, prefix: str, model: str = "hashing-384") -> tuple[Any, int]:
+    """Register `model`'s space through the writer and make it the default: (descriptor, its ledger sequence)."""
+    space = descriptor_for(model)
     requester = CommandRequester(nc, prefix, timeout=30)
     registered = await requester.command("register_embedding_space", {
         "scope_id": SYSTEM_SCOPE, "space": msgspec.to_builtins(space), "actor": BENCH_ACTOR})

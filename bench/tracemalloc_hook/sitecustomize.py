@@ -17,6 +17,7 @@ import os
 _DIR = os.environ.get("PAMLEDGER_BENCH_TRACEMALLOC_DIR")
 
 if _DIR:
+    _OUT: str = _DIR
     import collections
     import gc
     import json
@@ -30,12 +31,12 @@ if _DIR:
     def _dump(signum: int, frame: object) -> None:
         _count[0] += 1
         pid = os.getpid()
-        path = os.path.join(_DIR, f"{pid}-{_count[0]}.snap")
+        path = os.path.join(_OUT, f"{pid}-{_count[0]}.snap")
         tracemalloc.take_snapshot().dump(path + ".tmp")
         os.replace(path + ".tmp", path)  # complete when it appears; the gc line below comes after it
         objects = gc.get_objects()
         types = collections.Counter(type(o).__name__ for o in objects).most_common(12)
-        with open(os.path.join(_DIR, f"{pid}.gc.jsonl"), "a") as out:
+        with open(os.path.join(_OUT, f"{pid}.gc.jsonl"), "a") as out:
             out.write(json.dumps({"n": _count[0], "time": time.time(), "gc_count": gc.get_count(),
                                   "tracked": len(objects), "traced_bytes": tracemalloc.get_traced_memory()[0],
                                   "types": types}) + "\n")

@@ -74,14 +74,15 @@ def login_options(token: str | None, tls_ca: Path | None = None) -> dict[str, An
 
 
 async def open_nats(url: str, connect_timeout: float = 2.0, token: str | None = None,
-                    tls_ca: Path | None = None) -> NATS:
+                    tls_ca: Path | None = None, login: dict[str, Any] | None = None) -> NATS:
     """Try twice (nats.py's first connect otherwise loops forever on a dead port), then once connected
-    reconnect forever, so the client rides out server restarts. With `token`, log in with it."""
+    reconnect forever, so the client rides out server restarts. With `token`, log in with it; `login`
+    (nats.connect options: an operator tool's service login) replaces that."""
     watch = _Watch(url)
     try:
         nc = await nats.connect(url, connect_timeout=max(1, round(connect_timeout)), max_reconnect_attempts=1,
                                 reconnect_time_wait=0.25, error_cb=watch.error, reconnected_cb=watch.reconnected,
-                                **login_options(token, tls_ca))
+                                **(login if login is not None else login_options(token, tls_ca)))
     except (OSError, TimeoutError, nats.errors.Error) as exc:
         cause = watch.last_error or exc
         if "authorization violation" in str(cause).lower():  # a login this NATS does not know (revoked?)

@@ -18,6 +18,7 @@ from infra.nats_auth import (
     configured_hashes,
     ensure_service_password,
     read_service_login,
+    tls_options,
 )
 from infra.nats_users_sync import NatsUsers
 from infra.settings import Settings
@@ -29,6 +30,13 @@ def service_login(settings: Settings) -> NatsLogin | None:
     if settings.auth.mode == "off":
         return None
     return read_service_login(settings.state_dir)
+
+
+def operator_nats_options(settings: Settings) -> dict[str, Any]:
+    """nats.connect options of an operator tool on the service's host (status, verify, stream, index): it
+    reads the stream and the JetStream API, so it logs in as the service user, as the roles do."""
+    login = service_login(settings)
+    return {**(login.options() if login is not None else {}), **tls_options(settings.auth.nats_tls_ca)}
 
 
 def tls_files(settings: Settings) -> TlsFiles | None:

@@ -7,6 +7,7 @@ naming the URL instead of retrying forever with a traceback per attempt.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -80,10 +81,12 @@ async def open_nats(url: str, connect_timeout: float = 2.0, token: str | None = 
     (nats.connect options: an operator tool's service login) replaces that."""
     watch = _Watch(url)
     try:
-        nc = await nats.connect(url, connect_timeout=max(1, round(connect_timeout)), max_reconnect_attempts=1,
-                                reconnect_time_wait=0.25, error_cb=watch.error, reconnected_cb=watch.reconnected,
-                                **(login if login is not None else login_options(token, tls_ca)))
-    except (OSError, TimeoutError, nats.errors.Error) as exc:
+        # Bounded: nats.py retries a failing TLS handshake (an unknown certificate) without end.
+        nc = await asyncio.wait_for(nats.connect(
+            url, connect_timeout=max(1, round(connect_timeout)), max_reconnect_attempts=1, reconnect_time_wait=0.25,
+            error_cb=watch.error, reconnected_cb=watch.reconnected,
+            **(login if login is not None else login_options(token, tls_ca))), 3 * max(1, connect_timeout) + 1)
+    except (OSError, TimeoutError, asyncio.TimeoutError, nats.errors.Error) as exc:
         cause = watch.last_error or exc
         if "authorization violation" in str(cause).lower():  # a login this NATS does not know (revoked?)
             raise PamspecError.of("access_denied", f"NATS at {url} refused the login: the token is unknown there,"

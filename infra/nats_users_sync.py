@@ -47,12 +47,20 @@ class NatsUsers:
         self.tls = tls
         self.reload = reload
         self._hashes: dict[str, str] = {}  # user -> a bcrypt known to match its secret (bootstrap only)
+        self._rejected: set[str] = set()  # hashes found in the file that match no secret of ours
 
     def _hash_of(self, user: str, secret: str, written: dict[str, str]) -> str:
-        """A bcrypt of `secret`: the one already written when it matches (so rewrites do not flap)."""
+        """A bcrypt of `secret`: the one the file holds whenever it matches, so that processes writing the
+        same file adopt each other's salt instead of rewriting (and reloading) in turn. Each hash is checked
+        once."""
+        existing = written.get(user)
+        if existing and existing != self._hashes.get(user) and existing not in self._rejected:
+            if hash_matches(existing, secret):
+                self._hashes[user] = existing
+            else:
+                self._rejected.add(existing)
         if user not in self._hashes:
-            existing = written.get(user)
-            self._hashes[user] = existing if existing and hash_matches(existing, secret) else password_hash(secret)
+            self._hashes[user] = password_hash(secret)
         return self._hashes[user]
 
     def desired(self, grants: Grants | None, now: datetime | None = None) -> str:

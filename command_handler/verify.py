@@ -223,7 +223,8 @@ async def _stream_anchor(nats_url: str, stream: str, options: dict[str, Any]) ->
     """The stream's last sequence, its ledger id and its last message (event id, bytes, row hash)."""
     # max_reconnect_attempts=0 means "forever" to nats.py: with NATS down verify would never answer.
     nc = await nats.connect(nats_url, connect_timeout=3, max_reconnect_attempts=1, allow_reconnect=False,
-                            error_cb=ConnectionLog("verify").error, **options)  # the service login, if any  # one log line, not a traceback per try
+                            error_cb=ConnectionLog("verify").error,  # one log line, not a traceback per try
+                            **options)  # the service login, where NATS has users
     try:
         js = nc.jetstream(timeout=5)
         try:

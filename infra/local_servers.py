@@ -37,7 +37,8 @@ from schemas.errors import PamledgerError
 
 __all__ = [
     "LocalStack", "NatsServer", "PostgresServer", "ServerHandle", "ServersStillRunning", "StackStatus", "StoreInUse",
-    "clean", "free_port", "read_servers_file", "reload_nats", "start_nats", "start_postgres", "status", "stop_from_file",
+    "clean", "free_port", "read_servers_file", "reload_nats", "start_nats", "start_postgres", "status",
+    "stop_from_file",
 ]
 
 log = structlog.get_logger(__name__)

@@ -223,8 +223,8 @@ async def test_a_push_to_another_tokens_inbox_is_refused(world: World) -> None:
                                                       "delivery": {"mode": "push", "subject": bob_inbox}}, ALICE)
         assert (err.value.code, err.value.policy_rule_id) == ("access_denied", "subscription.foreign_inbox")
         with pytest.raises(PamspecError) as err:
-            await alice.subscription_request("open", {"scope_id": SCOPE, "actor": ALICE,
-                                                      "delivery": {"mode": "push", "subject": "_INBOX.anything"}}, ALICE)
+            await alice.subscription_request("open", {"scope_id": SCOPE, "actor": ALICE, "delivery": {
+                "mode": "push", "subject": "_INBOX.anything"}}, ALICE)
         assert err.value.policy_rule_id == "subscription.foreign_inbox"
     finally:
         await alice.close()
@@ -239,10 +239,12 @@ async def test_a_token_issued_at_run_time_logs_in_and_a_revoked_one_is_cut_off(w
     watcher = await Raw().open(world.nats.url, issued["token"])
     try:
         await revoke_token(world.admin, issued["token_id"])
+        login = agent_login(issued["token"])
+        assert login is not None
         async def refused() -> bool:
             try:
                 other = await nats.connect(world.nats.url, max_reconnect_attempts=1, allow_reconnect=False,
-                                           connect_timeout=2, **agent_login(issued["token"]).options())  # type: ignore[union-attr]
+                                           connect_timeout=2, **login.options())
             except nats.errors.Error:
                 return True
             await other.close()

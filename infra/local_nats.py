@@ -67,6 +67,14 @@ def nats_info(port: int, timeout: float = 1.0) -> dict[str, Any] | None:
     return info
 
 
+def _has_config(pid: int) -> bool:
+    """Whether the nats-server `pid` was started with a configuration file (-c)."""
+    try:
+        return b"-c" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
 def pid_alive(pid: int) -> bool:
     """Tell whether a process exists (zombies count as dead), so stale pid files are recognised."""
     try:
@@ -142,6 +150,10 @@ class NatsServer:
         """Have the server read its configuration file again (SIGHUP): new users and permissions apply to
         new connections, and connections of a removed user are closed. False when it is not running."""
         if not self.is_running():
+            return False
+        if not _has_config(self.pid):  # started before it had a configuration: a reload reads nothing
+            log.warning("nats.reload_without_config", pid=self.pid, port=self.port,
+                        hint="restart it (pamledger down, then up) so that it runs with its users")
             return False
         self._signal(signal.SIGHUP)
         log.info("nats.reload_signalled", pid=self.pid, port=self.port)

@@ -183,7 +183,7 @@ def _rows(cur: psycopg.Cursor[Any]) -> Iterator[tuple[Any, ...]]:
 
 
 async def verify_ledger(database_url: str, nats_url: str | None = None, stream: str | None = None,
-                        partition: int = 0) -> dict[str, Any]:
+                        partition: int = 0, nats_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything `verify_tables` checks, then the head against the JetStream replica. Without NATS the
     head is not anchored (a truncated tail would go unseen), so the answer is not ok and says why."""
     result = await asyncio.to_thread(verify_tables, database_url, partition)
@@ -192,7 +192,7 @@ async def verify_ledger(database_url: str, nats_url: str | None = None, stream: 
             **result, "ok": False, "check": "stream.head",
             "reason": "the head is not anchored: verify needs NATS and the stream to see a truncated tail"}
     try:
-        anchor = await _stream_anchor(nats_url, stream)
+        anchor = await _stream_anchor(nats_url, stream, nats_options or {})
     except (OSError, nats.errors.Error, asyncio.TimeoutError) as exc:
         return result if not result["ok"] else {
             **result, "ok": False, "check": "stream.head",
@@ -219,11 +219,12 @@ def truncation_first(database_url: str, partition: int, result: dict[str, Any],
                       " from the ledger (tail truncated)"}
 
 
-async def _stream_anchor(nats_url: str, stream: str) -> dict[str, Any]:
+async def _stream_anchor(nats_url: str, stream: str, options: dict[str, Any]) -> dict[str, Any]:
     """The stream's last sequence, its ledger id and its last message (event id, bytes, row hash)."""
     # max_reconnect_attempts=0 means "forever" to nats.py: with NATS down verify would never answer.
     nc = await nats.connect(nats_url, connect_timeout=3, max_reconnect_attempts=1, allow_reconnect=False,
-                            error_cb=ConnectionLog("verify").error)  # one log line, not a traceback per try
+                            error_cb=ConnectionLog("verify").error,  # one log line, not a traceback per try
+                            **options)  # the service login, where NATS has users
     try:
         js = nc.jetstream(timeout=5)
         try:

@@ -28,6 +28,7 @@ log = structlog.get_logger(__name__)
 READY_TIMEOUT_SECONDS = 20.0
 STOP_TIMEOUT_SECONDS = 10.0
 LOCK_FILE = "nats.lock"
+CONFIG_FILE = "nats.conf"  # users, permissions, TLS (infra.nats_auth): passed with -c when present
 HOLDER_READ_SECONDS = 2.0
 
 
@@ -64,6 +65,14 @@ def nats_info(port: int, timeout: float = 1.0) -> dict[str, Any] | None:
     except ValueError:
         return None
     return info
+
+
+def _has_config(pid: int) -> bool:
+    """Whether the nats-server `pid` was started with a configuration file (-c)."""
+    try:
+        return b"-c" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
 
 
 def pid_alive(pid: int) -> bool:
@@ -136,6 +145,19 @@ class NatsServer:
         self.pid = self.process.pid
         _wait_ready(self)
         log.info("nats.restarted", pid=self.pid, port=self.port)
+
+    def reload(self) -> bool:
+        """Have the server read its configuration file again (SIGHUP): new users and permissions apply to
+        new connections, and connections of a removed user are closed. False when it is not running."""
+        if not self.is_running():
+            return False
+        if not _has_config(self.pid):  # started before it had a configuration: a reload reads nothing
+            log.warning("nats.reload_without_config", pid=self.pid, port=self.port,
+                        hint="restart it (pamledger down, then up) so that it runs with its users")
+            return False
+        self._signal(signal.SIGHUP)
+        log.info("nats.reload_signalled", pid=self.pid, port=self.port)
+        return True
 
     def _signal(self, signum: signal.Signals) -> None:
         """Send a signal, tolerating a process that already exited."""
@@ -215,6 +237,8 @@ def _spawn(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
     store.mkdir(parents=True, exist_ok=True)
     argv = [str(find_nats_server()), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
     argv += ["-l", str(data_dir / "nats-server.log")]
+    if (data_dir / CONFIG_FILE).is_file():
+        argv += ["-c", str(data_dir / CONFIG_FILE)]
     fd = _lock_store(data_dir)
     try:
         # The child inherits the locked open file: the lock is released only when nats-server exits.

@@ -37,7 +37,8 @@ from schemas.errors import PamledgerError
 
 __all__ = [
     "LocalStack", "NatsServer", "PostgresServer", "ServerHandle", "ServersStillRunning", "StackStatus", "StoreInUse",
-    "clean", "free_port", "read_servers_file", "start_nats", "start_postgres", "status", "stop_from_file",
+    "clean", "free_port", "read_servers_file", "reload_nats", "start_nats", "start_postgres", "status",
+    "stop_from_file",
 ]
 
 log = structlog.get_logger(__name__)
@@ -234,6 +235,13 @@ class LocalStack:
                 else:
                     self.postgres = launch_postgres(self.state_dir / "postgres", self.postgres.port, initialise=False)
             self.write_servers_file()
+
+
+def reload_nats(state_dir: Path) -> bool:
+    """Have the state dir's running NATS read its configuration again; False when none runs."""
+    recorded = read_servers_file(state_dir) or {}
+    running = _recorded_nats(state_dir, recorded) or store_holder(state_dir / "nats")
+    return running.reload() if running is not None else False
 
 
 def _live_servers(state_dir: Path) -> list[Any]:

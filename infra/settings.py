@@ -119,6 +119,11 @@ class AuthSettings(_Group):
     # access_denied entries: per caller and rule, this many at once and one more every denial_every_seconds.
     denial_burst: int = Field(default=5, ge=1, le=10_000)
     denial_every_seconds: float = Field(default=1.0, gt=0, le=3600)
+    # TLS for the NATS server `pamledger up` / `run --local` start (both set: it requires TLS); clients
+    # verify it against nats_tls_ca (default: the system's CAs). docs/security.md, "Transport".
+    nats_tls_cert: Path | None = None
+    nats_tls_key: Path | None = None
+    nats_tls_ca: Path | None = None
 
 
 class Settings(BaseSettings):

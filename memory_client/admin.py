@@ -16,6 +16,7 @@ import msgspec
 
 from infra.authz.policy import ADMIN_ACTOR_ID
 from infra.authz.tokens import new_token, token_digest
+from infra.nats_auth import password_hash
 from memory_client.errors import PamspecError
 from schemas.auth import (
     ACTOR_SCHEMA_ID,
@@ -82,7 +83,8 @@ async def issue_token(client: Any, actor_id: str, not_after: str | None = None, 
         raise PamspecError.of("invalid_request", "no such actor is registered: add it first",
                               {"actor_id": actor_id})
     token_id, token = new_token()
-    content: dict[str, Any] = {"token_id": token_id, "actor_id": actor_id, "token_digest": token_digest(token)}
+    content: dict[str, Any] = {"token_id": token_id, "actor_id": actor_id, "token_digest": token_digest(token),
+                               "nats_password_hash": password_hash(token)}  # its NATS login (docs/security.md)
     if not_after is not None:
         content["not_after"] = not_after
     if label is not None:
@@ -146,6 +148,7 @@ async def list_records(client: Any, object_type: str) -> list[dict[str, Any]]:
             envelope = item.get("envelope") or {}
             content = dict(envelope.get("canonical_content") or {})
             content.pop("token_digest", None)
+            content.pop("nats_password_hash", None)
             items.append({**content, "version_id": envelope.get("version_id")})
         cursor = page.get("next_cursor")
         if not cursor:

@@ -59,14 +59,16 @@ class MemoryClient:
         PAMLEDGER_REQUEST_TIMEOUT_SECONDS. Nothing listening raises PamspecError(service_unavailable) at once.
         `actor` ({actor_id, actor_kind}) names the caller of every read, query and subscription request.
         `token` is the credential sent with every request: else PAMLEDGER_TOKEN, else the administrative token
-        `make run` left in the state dir (docs/security.md)."""
+        `make run` left in the state dir (docs/security.md). It is also the NATS login: user = its token id,
+        password = the token, replies on `_INBOX.<token_id>` (docs/protocol.md, "Connecting")."""
         from infra.settings import Settings
 
         settings = Settings()
         url = url or find_nats_url(settings)
         timeout = settings.request_timeout_seconds if timeout is None else timeout
-        client = cls(await open_nats(url, min(timeout, 2.0)), prefix or settings.subject_prefix, timeout, actor=actor,
-                     token=token or find_token(settings))
+        token = token or find_token(settings)
+        nc = await open_nats(url, min(timeout, 2.0), token, settings.auth.nats_tls_ca)
+        client = cls(nc, prefix or settings.subject_prefix, timeout, actor=actor, token=token)
         client._owns = True
         return client
 

@@ -7,7 +7,9 @@ naming the URL instead of retrying forever with a traceback per attempt.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -62,15 +64,33 @@ def find_token(settings: Any = None) -> str | None:
     return read_token(admin_token_path(settings))
 
 
-async def open_nats(url: str, connect_timeout: float = 2.0) -> NATS:
+def login_options(token: str | None, tls_ca: Path | None = None) -> dict[str, Any]:
+    """nats.connect options for a pamledger token: user = its token id, password = the token, and replies on
+    `_INBOX.<token_id>`, the only subjects a NATS pamledger runs lets it receive on (docs/protocol.md).
+    A NATS without users ignores the login. `tls_ca`: verify the server's certificate against it."""
+    from infra.nats_auth import agent_login, tls_options
+
+    login = agent_login(token) if token is not None else None
+    return {**(login.options() if login is not None else {}), **tls_options(tls_ca)}
+
+
+async def open_nats(url: str, connect_timeout: float = 2.0, token: str | None = None,
+                    tls_ca: Path | None = None, login: dict[str, Any] | None = None) -> NATS:
     """Try twice (nats.py's first connect otherwise loops forever on a dead port), then once connected
-    reconnect forever, so the client rides out server restarts."""
+    reconnect forever, so the client rides out server restarts. With `token`, log in with it; `login`
+    (nats.connect options: an operator tool's service login) replaces that."""
     watch = _Watch(url)
     try:
-        nc = await nats.connect(url, connect_timeout=max(1, round(connect_timeout)), max_reconnect_attempts=1,
-                                reconnect_time_wait=0.25, error_cb=watch.error, reconnected_cb=watch.reconnected)
-    except (OSError, TimeoutError, nats.errors.Error) as exc:
+        # Bounded: nats.py retries a failing TLS handshake (an unknown certificate) without end.
+        nc = await asyncio.wait_for(nats.connect(
+            url, connect_timeout=max(1, round(connect_timeout)), max_reconnect_attempts=1, reconnect_time_wait=0.25,
+            error_cb=watch.error, reconnected_cb=watch.reconnected,
+            **(login if login is not None else login_options(token, tls_ca))), 3 * max(1, connect_timeout) + 1)
+    except (OSError, TimeoutError, asyncio.TimeoutError, nats.errors.Error) as exc:
         cause = watch.last_error or exc
+        if "authorization violation" in str(cause).lower():  # a login this NATS does not know (revoked?)
+            raise PamspecError.of("access_denied", f"NATS at {url} refused the login: the token is unknown there,"
+                                  " revoked or expired", {"nats_url": url}) from None
         raise PamspecError.of("service_unavailable", f"cannot reach NATS at {url}: {type(cause).__name__} {cause}",
                               {"nats_url": url}) from None
     nc.options["max_reconnect_attempts"] = -1  # read on every reconnect, not only at connect

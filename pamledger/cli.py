@@ -32,11 +32,15 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     from infra.migrations import migrate
 
     from pamledger.auth import prepare_credentials
+    from pamledger.nats_users import prepare_nats_config, sync_nats_users
 
+    credentials = prepare_credentials(settings)  # before NATS starts: its users include the admin token
+    prepare_nats_config(settings)
     stack = LocalStack.up(settings.state_dir)
     applied = migrate(stack.postgres.url)
+    asyncio.run(sync_nats_users(settings, stack.postgres.url))  # the ledger's tokens can log in to NATS now
     _print({"nats_url": stack.nats.url, "database_url": stack.postgres.url, "started": sorted(stack.started),
-            "migrations_applied": applied, "state_dir": str(settings.state_dir), **prepare_credentials(settings)})
+            "migrations_applied": applied, "state_dir": str(settings.state_dir), **credentials})
     return 0
 
 
@@ -66,18 +70,25 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 
     roles = parse_roles(args.roles)
     stack = None
+    credentials = prepare_credentials(settings)
     if not (settings.nats_url and settings.database_url):
         from infra.local_servers import LocalStack
+        from pamledger.nats_users import prepare_nats_config
 
+        prepare_nats_config(settings)  # NATS users and permissions (docs/security.md, "Transport")
         stack = LocalStack.up(settings.state_dir)
         settings = settings.model_copy(update={"nats_url": stack.nats.url, "database_url": stack.postgres.url})
     assert settings.nats_url and settings.database_url
     single = args.single_process or settings.processes == "single"
     try:
         migrate(settings.database_url)
+        if stack is not None:
+            from pamledger.nats_users import sync_nats_users
+
+            asyncio.run(sync_nats_users(settings, settings.database_url))
         print(json.dumps({"serving": True, "nats_url": settings.nats_url, "database_url": settings.database_url,
                           "roles": list(roles), "processes": "single" if single else "split",
-                          **prepare_credentials(settings)}), file=sys.stderr)
+                          **credentials}), file=sys.stderr)
         if single:
             asyncio.run(_serve(settings, roles))
         else:
@@ -150,8 +161,13 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
             out["postgres"].update(await _index_position(conn, settings.partition))
     except psycopg.Error as exc:
         out["postgres"] = {"answers": False, "error": type(exc).__name__}
-    try:
-        client = await MemoryClient.connect(nats_url, settings.subject_prefix, timeout=2.0)
+    from memory_client.connection import open_nats
+    from pamledger.nats_users import operator_nats_options
+
+    try:  # the service login: the ledger report reads the stream (status subjects need no credential)
+        client = MemoryClient(await open_nats(nats_url, 2.0, login=operator_nats_options(settings)),
+                              settings.subject_prefix, 2.0)
+        client._owns = True
     except Exception as exc:  # noqa: BLE001 - any connect failure means "does not answer"
         out["nats"] = {"answers": False, "error": type(exc).__name__}
         return out

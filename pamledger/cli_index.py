@@ -70,7 +70,7 @@ async def _requester(settings: Settings, nats_url: str) -> Any:
     # An operator's tool on the service's host (it reads the database directly): it sends what the indexer
     # sends, with the service credential of the state dir.
     token = read_token(service_token_path(settings)) if settings.auth.mode == "enforce" else None
-    nc = await connect_nats(nats_url, "pamledger-cli-index")
+    nc = await connect_nats(nats_url, "pamledger-cli-index", settings)
     return nc, CommandRequester(nc, settings.subject_prefix, timeout=settings.request_timeout_seconds, retries=3,
                                 token=token)
 

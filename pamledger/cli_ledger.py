@@ -32,11 +32,12 @@ def add_ledger_parsers(sub: Any) -> None:
 
 def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
     from command_handler.verify import verify_ledger
+    from pamledger.nats_users import operator_nats_options
 
     endpoints = resolve(settings)
     asyncio.run(require_operator(settings, endpoints.database_url))
     result = asyncio.run(verify_ledger(endpoints.database_url, endpoints.nats_url, settings.stream_name,
-                                       settings.partition))
+                                       settings.partition, operator_nats_options(settings)))
     print(json.dumps(result, indent=2, sort_keys=True))
     return 0 if result["ok"] else 2
 
@@ -63,8 +64,10 @@ async def rebuild_stream(settings: Settings, nats_url: str, database_url: str, f
         close_foreign_subscriptions, ledger_head, ledger_identity, stream_ledger_id, stream_reuse,
     )
     from memory_client.connection import open_nats
+    from pamledger.nats_users import operator_nats_options
 
-    nc = await open_nats(nats_url, 5.0)  # NATS down: one service_unavailable, no traceback per attempt
+    # NATS down: one service_unavailable, no traceback per attempt; the service login (it drives JetStream)
+    nc = await open_nats(nats_url, 5.0, login=operator_nats_options(settings))
     try:
         js = nc.jetstream()
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:

@@ -28,6 +28,7 @@ from indexer.step import INDEXER, indexer_spec
 from infra.follower import EventFailed, Follower, FollowerSpec
 from infra.requester import CommandRequester
 from infra.nats_log import ConnectionLog
+from infra.nats_auth import tls_options
 from infra.nats_raw import RawClient, connect_raw
 from infra.request_shell import DenialSink, Policy
 from infra.settings import Settings
@@ -37,6 +38,7 @@ from infra.subjects import status_subject
 from infra.tasks import stop_task
 from pamledger.auth import auth_for
 from pamledger.followers import FOLLOWERS
+from pamledger.nats_users import nats_is_ours, nats_users, service_login
 from pamledger.supervisor import ROLES
 from infra.embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from query.search import CheckpointWatcher
@@ -50,13 +52,17 @@ from subscriptions.store import LeadershipLost, SubscriptionStore
 log = structlog.get_logger(__name__)
 
 
-async def connect_nats(url: str, name: str) -> RawClient:
+async def connect_nats(url: str, name: str, settings: Settings | None = None) -> RawClient:
     """A NATS connection that reconnects forever (the service outlives NATS restarts), logging one line
     per state change (infra.nats_log). A RawClient, so a role may take a subscription's deliveries as raw
-    bytes (writer, projector and query do)."""
+    bytes (writer, projector and query do). With `settings`, it logs in as the service user of the state
+    dir when there is one (pamledger.nats_users) and verifies TLS against auth.nats_tls_ca."""
     events = ConnectionLog(name)
+    login = service_login(settings) if settings is not None else None
+    options: dict[str, Any] = {**(login.options() if login else {}),
+                               **(tls_options(settings.auth.nats_tls_ca) if settings is not None else {})}
     nc = await connect_raw(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
-                           connect_timeout=5, pending_size=64 * 1024 * 1024, **events.callbacks())
+                           connect_timeout=5, pending_size=64 * 1024 * 1024, **events.callbacks(), **options)
     events.client = nc
     return nc
 
@@ -76,11 +82,16 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
     authorizer = authorizer or auth.authorizer
     if auth.registry is not None and set(roles) & {"writer", "query", "gateway"}:
         tasks.append(asyncio.create_task(auth.registry.run()))
+    if "writer" in roles and nats_is_ours(settings, nats_url):  # tokens issued/revoked reach NATS's users
+        registry = auth.registry
+        tasks.append(asyncio.create_task(nats_users(settings).run(
+            lambda: registry.grants if registry is not None and registry.loaded.is_set() else None,
+            settings.auth.refresh_seconds)))
     query: QueryService | None = None
     pool: AsyncConnectionPool[Any] | None = None
 
     async def connection(role: str) -> RawClient:
-        nc = await connect_nats(nats_url, f"pamledger-{role}")
+        nc = await connect_nats(nats_url, f"pamledger-{role}", settings)
         connections.append(nc)
         return nc
 

@@ -40,6 +40,8 @@ ALL_SCOPES = "*"
 ScopePattern = Annotated[str, msgspec.Meta(pattern=r"^[^\s\x00*]{0,511}\*?\Z", min_length=1, max_length=512)]
 TokenId = Annotated[str, msgspec.Meta(pattern=r"^[a-f0-9]{16}\Z")]
 TokenDigest = Annotated[str, msgspec.Meta(pattern=r"^sha256:[a-f0-9]{64}\Z")]
+# bcrypt of the whole token: the password a NATS server pamledger runs checks (infra/nats_auth.py).
+BcryptHash = Annotated[str, msgspec.Meta(pattern=r"^\$2[abxy]\$\d{2}\$[./A-Za-z0-9]{53}\Z")]
 ActorKind = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 
 _STRICT: dict[str, bool] = dict(frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True)
@@ -69,6 +71,7 @@ class CredentialRecord(msgspec.Struct, **_STRICT):
     token_digest: TokenDigest
     not_after: Timestamp | None = None
     label: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+    nats_password_hash: BcryptHash | None = None  # absent: the token cannot log in to a NATS pamledger runs
 
 
 AUTH_CONTENT_SCHEMAS: dict[str, type[msgspec.Struct]] = {ACTOR_TYPE: ActorRecord, CREDENTIAL_TYPE: CredentialRecord}

@@ -26,6 +26,7 @@ import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from infra.authz.tokens import BadCredential, bearer_token, token_id_of
 from infra.ledger_identity import gateway_disagreement, wait_for_agreement
 from infra.request_shell import DenialSink, Deny, Policy, RequestContext, RequestShell
 from infra.requester import CommandRequester
@@ -134,7 +135,31 @@ class Gateway:
     async def _dispatch(self, name: str, request: Any, context: RequestContext) -> bytes:
         if name != "open" and context.authenticated:
             await self._check_owner(name, request.subscription_id, context)
+        if name == "open" and context.authenticated:
+            await self._check_delivery(request, context)
         return result_body(await getattr(self, f"_{name}")(request))
+
+    async def _check_delivery(self, request: SubscribeRequest, context: RequestContext) -> None:
+        """Where auth is enforced, pushes go only to the caller's own inbox `_INBOX.<token_id>.…` (a NATS
+        pamledger runs lets a token receive nowhere else): naming another's inbox would make the gateway
+        deliver one actor's events to whoever listens there (docs/security.md, "Transport")."""
+        subject = request.delivery.subject
+        try:
+            own = f"_INBOX.{token_id_of(bearer_token(context.credential))}."
+        except BadCredential:  # authenticated, so it was well-formed; refuse rather than guess
+            own = None
+        if subject is None or (own is not None and subject.startswith(own)):
+            return
+        await self._deny(context, "sub.open", Deny(
+            "subscription.foreign_inbox", message="delivery.subject must be under the caller's own inbox"
+            " _INBOX.<token_id>.", caller={"actor_id": context.principal.actor_id,
+                                            "actor_kind": context.principal.actor_kind}))
+
+    async def _deny(self, context: RequestContext, request: str, denial: Deny) -> None:
+        log.info("request.denied", request=request, rule_id=denial.rule_id)
+        if self.shell.denials is not None:
+            await self.shell.denials.denied(context, request, denial)
+        raise denial.error()
 
     async def _check_owner(self, name: str, subscription_id: str, context: RequestContext) -> None:
         """Poll, ack, resume, status and close belong to the actor that opened the subscription. Another
@@ -143,12 +168,9 @@ class Gateway:
         owner = session.request.actor.actor_id if session is not None else await self.store.owner_of(subscription_id)
         if owner == context.principal.actor_id:
             return
-        denial = Deny("subscription.not_owner", message="no subscription of this actor has this id",
-                      caller={"actor_id": context.principal.actor_id, "actor_kind": context.principal.actor_kind})
-        log.info("request.denied", request=f"sub.{name}", rule_id=denial.rule_id)
-        if self.shell.denials is not None:
-            await self.shell.denials.denied(context, f"sub.{name}", denial)
-        raise denial.error()
+        await self._deny(context, f"sub.{name}", Deny(
+            "subscription.not_owner", message="no subscription of this actor has this id",
+            caller={"actor_id": context.principal.actor_id, "actor_kind": context.principal.actor_kind}))
 
     async def _answer(self, msg: Msg, body: bytes) -> None:
         if msg.reply:

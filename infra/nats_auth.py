@@ -1,0 +1,218 @@
+"""NATS users and permissions for a NATS server pamledger runs itself (`pamledger up` / `run --local`).
+
+Why: with an open NATS anyone who reaches it can read every reply (`_INBOX.>`), the raw ledger stream
+(`{prefix}.ledger.>`, `$JS.API.>`), or join the writer's queue group and answer commands. The local server
+therefore runs with a configuration (`<state_dir>/nats/nats.conf`, mode 0600) naming:
+
+- one user for the service roles, `pamledger-service`, password in `<state_dir>/nats-service.password`
+  (0600). One user and not one per role: every role reads the same state dir (service.token included, which
+  already lets it send every service command), so per-role NATS users on one machine would separate
+  nothing a compromised role could not read anyway. It may publish and subscribe anywhere (the JetStream API,
+  the stream, the queue groups, replies).
+- one user per live pamledger credential (the bootstrap admin token included): user = token_id, password =
+  the whole token, stored as bcrypt. An agent may publish only to the public request subjects and subscribe
+  only to its own inbox `_INBOX.<token_id>.>`, so it cannot read another's replies, the stream or the
+  JetStream API, nor serve a request subject in a role's place.
+
+The credential's bcrypt is made where the token is (tokens issue; the admin token here), since the service
+keeps only a SHA-256 digest of a token and cannot derive one from the other. A bcrypt of a 256-bit random
+secret needs no work factor against guessing, so a low cost keeps every NATS connect cheap.
+
+Pure rendering here, plus the file writes; the runtime loop that keeps it current is NatsUsersSync
+(infra/nats_users_sync.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import bcrypt
+
+from infra.authz.tokens import BadCredential, token_id_of
+from infra.subjects import COMMANDS
+
+SERVICE_USER = "pamledger-service"
+SERVICE_PASSWORD_FILE = "nats-service.password"
+CONFIG_FILE = "nats.conf"
+BCRYPT_ROUNDS = 6
+SUBSCRIPTION_CALLS = ("open", "poll", "ack", "resume", "close", "status")
+
+
+@dataclass(frozen=True)
+class NatsLogin:
+    """How one client logs in to NATS: user and password, and the inbox prefix its permissions allow."""
+
+    user: str
+    password: str
+    inbox_prefix: str | None = None
+
+    def options(self) -> dict[str, Any]:
+        """Keyword arguments for nats.connect."""
+        options: dict[str, Any] = {"user": self.user, "password": self.password}
+        if self.inbox_prefix is not None:
+            options["inbox_prefix"] = self.inbox_prefix.encode()
+        return options
+
+
+def inbox_prefix(token_id: str) -> str:
+    """The only subjects an agent may receive on: `_INBOX.<token_id>` and below."""
+    return f"_INBOX.{token_id}"
+
+
+def agent_login(token: str) -> NatsLogin | None:
+    """A pamledger token's NATS login (None when it is not a well-formed token)."""
+    try:
+        token_id = token_id_of(token)
+    except BadCredential:
+        return None
+    return NatsLogin(token_id, token, inbox_prefix(token_id))
+
+
+def service_password_path(state_dir: Path) -> Path:
+    return state_dir / SERVICE_PASSWORD_FILE
+
+
+def config_path(state_dir: Path) -> Path:
+    return state_dir / "nats" / CONFIG_FILE
+
+
+def read_service_login(state_dir: Path) -> NatsLogin | None:
+    """The service roles' login, when `pamledger up` made one for this state dir."""
+    try:
+        password = service_password_path(state_dir).read_text().strip()
+    except OSError:
+        return None
+    return NatsLogin(SERVICE_USER, password) if password else None
+
+
+def ensure_service_password(state_dir: Path) -> str:
+    """The service user's password, made (0600) when absent; the first writer wins a race."""
+    path = service_password_path(state_dir)
+    login = read_service_login(state_dir)
+    if login is not None:
+        return login.password
+    write_private(path, secrets.token_urlsafe(32) + "\n", exclusive=True)
+    login = read_service_login(state_dir)
+    if login is None:
+        raise RuntimeError(f"{path} holds no password; remove it to have a new one made")
+    return login.password
+
+
+def password_hash(secret: str) -> str:
+    return bcrypt.hashpw(secret.encode(), bcrypt.gensalt(BCRYPT_ROUNDS)).decode()
+
+
+def hash_matches(stored: str, secret: str) -> bool:
+    try:
+        return bcrypt.checkpw(secret.encode(), stored.encode())
+    except ValueError:
+        return False
+
+
+def agent_permissions(prefix: str, token_id: str) -> dict[str, Any]:
+    """Publish only the public requests; receive only on the own inbox."""
+    publish = [f"{prefix}.cmd.{name}" for name in COMMANDS]
+    publish += [f"{prefix}.query.*", f"{prefix}.status.*"]
+    publish += [f"{prefix}.sub.{name}" for name in SUBSCRIPTION_CALLS]
+    return {"publish": {"allow": publish}, "subscribe": {"allow": [f"{inbox_prefix(token_id)}.>"]}}
+
+
+SERVICE_PERMISSIONS: dict[str, Any] = {"publish": {"allow": [">"]}, "subscribe": {"allow": [">"]},
+                                       "allow_responses": True}
+
+
+@dataclass(frozen=True)
+class AgentUser:
+    token_id: str
+    password_hash: str
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    cert_file: Path
+    key_file: Path
+
+
+def render_config(prefix: str, service_hash: str | None, agents: list[AgentUser],
+                  tls: TlsFiles | None = None) -> str:
+    """The configuration nats-server reads (JSON, which its format accepts). No service hash: no
+    authorization at all (auth off keeps today's open NATS)."""
+    config: dict[str, Any] = {}
+    if service_hash is not None:
+        users = [{"user": SERVICE_USER, "password": service_hash, "permissions": SERVICE_PERMISSIONS}]
+        users += [{"user": agent.token_id, "password": agent.password_hash,
+                   "permissions": agent_permissions(prefix, agent.token_id)}
+                  for agent in sorted(agents, key=lambda a: a.token_id)]
+        config["authorization"] = {"users": users}
+    if tls is not None:
+        config["tls"] = {"cert_file": str(tls.cert_file), "key_file": str(tls.key_file)}
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"
+
+
+def configured_hashes(text: str) -> dict[str, str]:
+    """user -> password hash of a configuration render_config wrote (empty when unreadable)."""
+    try:
+        users = json.loads(text).get("authorization", {}).get("users", [])
+        return {str(u["user"]): str(u["password"]) for u in users}
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return {}
+
+
+def live_agents(credentials: dict[str, Any], actors: dict[str, Any], now: datetime,
+                skip: set[str], known: dict[str, str]) -> list[AgentUser]:
+    """The NATS users the grants snapshot's credentials give: live (not expired, actor registered), with
+    a bcrypt to check against (`nats_password_hash` in its record, or `known` for the bootstrap tokens)."""
+    agents = []
+    for token_id, credential in credentials.items():
+        if token_id in skip or credential.actor_id not in actors:
+            continue
+        if credential.not_after is not None and now > credential.not_after:
+            continue
+        hashed = known.get(token_id) or getattr(credential, "nats_password_hash", None)
+        if hashed:
+            agents.append(AgentUser(token_id, hashed))
+    return agents
+
+
+def write_private(path: Path, text: str, exclusive: bool = False) -> bool:
+    """Write `text` to `path` (mode 0600) as one atomic replacement; False when it already held exactly that.
+    `exclusive`: never replace an existing file (the first writer wins)."""
+    try:
+        if path.read_text() == text:
+            return False
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, aside = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode())
+        os.close(fd)
+        if exclusive:
+            try:
+                os.link(aside, path)
+            except FileExistsError:
+                return False
+        else:
+            os.replace(aside, path)
+    finally:
+        if os.path.exists(aside):
+            os.unlink(aside)
+    return True
+
+
+def tls_options(ca_file: Path | None) -> dict[str, Any]:
+    """nats.connect options verifying the server against `ca_file` (a private CA, a self-signed certificate).
+    None: nothing, and a server that requires TLS is verified against the system's CAs."""
+    if ca_file is None:
+        return {}
+    import ssl
+
+    return {"tls": ssl.create_default_context(cafile=str(ca_file))}

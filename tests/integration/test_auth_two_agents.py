@@ -5,7 +5,8 @@ Why: this is issue 14's promise in its plainest form. Each agent holds every ope
 nothing else. "Infer" is checked by comparing answers: the other's existing object and an id that exists
 nowhere are answered identically (code, rule, message, details with the id masked), and so are the other's
 scope and a scope that does not exist. Timing is not tested. Reading the other's replies off `_INBOX.>`
-(the wiretap) is the transport's part (NATS users and permissions, another slice): its test is skipped here.
+(the wiretap) is refused by NATS users and permissions: tests/integration/test_nats_auth.py runs it against a
+server with the generated configuration; here it is skipped.
 """
 
 from __future__ import annotations
@@ -277,9 +278,10 @@ async def _anonymous_ack_denials(env: Env) -> int:
     return sum(1 for e in events if e["payload"].get("request") == "sub.ack" and not e["payload"].get("authenticated"))
 
 
-@pytest.mark.skip(reason="wiretap: reading the other agent's replies off _INBOX.> or the raw ledger stream is "
-                         "refused by NATS users and permissions (issue 14 'Transport'), another helper's slice; "
-                         "today any connection may subscribe to _INBOX.> (docs/security.md, known gaps)")
+@pytest.mark.skip(reason="this module's NATS has no users (the shared test server); the wiretap is refused by the "
+                         "NATS users and permissions pamledger generates, tested against a server running them in "
+                         "tests/integration/test_nats_auth.py (_INBOX.>, another token's inbox, the ledger stream, "
+                         "sub.deliver.>, $JS.API.>, the writer's queue group)")
 async def test_neither_can_wiretap_the_others_replies_or_the_ledger_stream(world: World) -> None:
     """Bob's own NATS connection listens on every inbox and on the raw ledger subjects while Alice reads and
     writes: nothing of Alice's may reach him. Under the generated NATS configuration Bob connects with his

@@ -79,15 +79,17 @@ async def search(pool: Any, settings: QuerySettings, vector: list[float], scope:
 @pytest.mark.parametrize("scope", [SMALL, BIG])
 async def test_hnsw_and_exact_give_the_same_top_k(pool: Any, scope: str) -> None:
     rng = random.Random(11)
-    hnsw_settings = QuerySettings(search_exact_threshold=10)
+    hnsw_settings = QuerySettings(search_exact_threshold=10, search_mid_threshold=0)
+    mid_settings = QuerySettings(search_exact_threshold=10, search_mid_threshold=100_000)  # a "mid-size" scope
     for vector in clustered(rng, 10):
         exact = await search(pool, QuerySettings(), vector, scope)
-        approx = await search(pool, hnsw_settings, vector, scope)
         assert exact["index"]["method"] == "exact" and exact["index"]["approximate"] is False
-        assert approx["index"] == {**approx["index"], "method": "hnsw", "approximate": True, "ef_search": 400}
-        assert [i["object_id"] for i in approx["items"]] == [i["object_id"] for i in exact["items"]]
-        scores = [i["semantic_score"] for i in approx["items"]]
-        assert scores == sorted(scores, reverse=True) and len(scores) == 10
+        for settings, ef_search in ((hnsw_settings, 400), (mid_settings, 1000)):
+            approx = await search(pool, settings, vector, scope)
+            assert approx["index"] == {**approx["index"], "method": "hnsw", "approximate": True, "ef_search": ef_search}
+            assert [i["object_id"] for i in approx["items"]] == [i["object_id"] for i in exact["items"]]
+            scores = [i["semantic_score"] for i in approx["items"]]
+            assert scores == sorted(scores, reverse=True) and len(scores) == 10
 
 
 async def test_a_filter_few_rows_pass_still_gets_its_true_neighbours_through_hnsw(pool: Any) -> None:
@@ -97,8 +99,8 @@ async def test_a_filter_few_rows_pass_still_gets_its_true_neighbours_through_hns
     rare = {"validation_states": ["unverified"]}
     for vector in clustered(rng, 5):
         exact = await search(pool, QuerySettings(), vector, BIG, **rare)
-        approx = await search(pool, QuerySettings(search_exact_threshold=10, search_ef_search=20), vector, BIG,
-                              **rare)
+        narrow = QuerySettings(search_exact_threshold=10, search_ef_search=20, search_mid_threshold=0)
+        approx = await search(pool, narrow, vector, BIG, **rare)
         assert approx["index"]["method"] == "hnsw" and len(exact["items"]) == 10
         assert [i["object_id"] for i in approx["items"]] == [i["object_id"] for i in exact["items"]]
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import base64
 
-COMMANDS = ("create", "update", "transition", "delete", "create_scope")
+# The commands an agent may send (the rest of `{prefix}.cmd.*` is the service's own: open_subscription,
+# record_*, register_embedding_space): what a credential's NATS login may publish.
+COMMANDS = ("create", "update", "transition", "delete", "create_scope", "grant_delegation", "check_delegation",
+            "revoke_delegation")
 QUERIES = ("read", "history", "query", "search", "whoami")
 
 

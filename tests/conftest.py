@@ -216,3 +216,35 @@ def pamspec_dir() -> Path:
     if not PAMSPEC.is_dir():
         pytest.skip(f"PAMSPEC files not found at {PAMSPEC} (../shared is absent)")
     return PAMSPEC
+
+
+@contextlib.asynccontextmanager
+async def locked_env(servers: Servers, state: Path, label: str) -> AsyncIterator[Env]:
+    """An Env whose NATS runs the configuration `pamledger up` generates with auth enforced (users and
+    permissions per credential: docs/security.md "Transport"), its tokens in `state`; the session's Postgres."""
+    import json
+
+    from infra.endpoints import SERVERS_FILE
+    from infra.local_servers import start_nats
+    from pamledger.auth import prepare_credentials
+    from pamledger.nats_users import prepare_nats_config, sync_nats_users
+
+    settings = fresh_settings(label, state_dir=state, auth=AuthSettings(mode="enforce"))
+    database_url = fresh_database(servers, label)
+    prepare_credentials(settings)
+    prepare_nats_config(settings)
+    server = start_nats(state / "nats")
+    # What `pamledger up` records: the service then knows this NATS is its own (and whom to make reload).
+    (state / SERVERS_FILE).write_text(json.dumps({"nats_url": server.url, "nats_port": server.port,
+                                                  "nats_pid": server.pid}))
+    await sync_nats_users(settings, database_url)
+    saved = os.environ.get("PAMLEDGER_STATE_DIR")
+    os.environ["PAMLEDGER_STATE_DIR"] = str(state)  # serving()'s own client logs in with this admin token
+    try:
+        yield Env(Servers(server.url, servers.admin_url), database_url, settings)
+    finally:
+        if saved is None:
+            os.environ.pop("PAMLEDGER_STATE_DIR", None)
+        else:
+            os.environ["PAMLEDGER_STATE_DIR"] = saved
+        server.stop()

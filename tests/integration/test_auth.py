@@ -1,5 +1,9 @@
 """Authentication and authorization through NATS, with real tokens, grants held in the ledger and auth enforced.
 
+This module's NATS has no users, so that requests without a login, or with a malformed token, reach the
+service and its own checks can be seen; where pamledger runs NATS they are refused at login already
+(test_nats_auth.py, and test_delegation.py runs its requests through such a server).
+
 Why: memory steers what agents do next, so a forged write or a read across tenants is the worst failure
 the service can have. Each denial here goes over the wire, is answered `access_denied` with its rule, and
 is recorded as a content-free `access_denied` entry in the system scope; revocations take effect on the

@@ -20,15 +20,13 @@ import psycopg
 import pytest
 from referencing import Registry, Resource
 
-from infra.authz.bootstrap import read_token
-from infra.settings import AuthSettings
+from infra.authz.bootstrap import admin_token_path, read_token
 from memory_client.admin import issue_token, parse_grant, put_actor
 from memory_client.client import MemoryClient
 from memory_client.delegation import check_delegation, grant_delegation, revoke_delegation
 from memory_client.errors import PamspecError
 from schemas.canonical import decode_json
-from tests.conftest import (ROOT, Env, Servers, fresh_database, fresh_settings, pamspec_dir, service_environment,
-                            serving, wait_for)
+from tests.conftest import ROOT, Env, Servers, locked_env, pamspec_dir, service_environment, serving, wait_for
 
 SCOPE = "team:deleg"
 SUPERVISOR = {"actor_id": "actor:agent:supervisor", "actor_kind": "agent"}
@@ -38,14 +36,6 @@ OUTSIDER = {"actor_id": "actor:agent:outsider", "actor_kind": "agent"}
 
 def at(minutes: float) -> str:
     return (datetime.now(timezone.utc) + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-@pytest.fixture(scope="module")
-def env(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Env:
-    state = tmp_path_factory.mktemp("deleg_state")
-    settings = fresh_settings("deleg", auth=AuthSettings(mode="enforce", admin_token_file=state / "admin.token",
-                                                         service_token_file=state / "service.token"))
-    return Env(servers, fresh_database(servers, "deleg"), settings)
 
 
 class Agents:
@@ -71,9 +61,11 @@ async def _works(client: MemoryClient) -> bool:
 
 
 @pytest.fixture(scope="module")
-async def agents(env: Env) -> AsyncIterator[Agents]:
-    async with serving(env):
-        admin_token = read_token(Path(str(env.settings.auth.admin_token_file)))
+async def agents(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Agents]:
+    """The service with auth enforced on a NATS running the generated users and permissions: every request
+    here logs in to NATS with its token and passes both the transport's and the service's checks."""
+    async with locked_env(servers, tmp_path_factory.mktemp("deleg_state"), "deleg") as env, serving(env):
+        admin_token = read_token(admin_token_path(env.settings))
         assert admin_token is not None
         admin = await _connect(env, admin_token, None)
         await wait_for(lambda: _works_admin(admin), timeout=30)
@@ -243,7 +235,7 @@ async def _refused_now(call: Any) -> bool:
 async def test_the_conformance_adapter_works_with_auth_enforced(agents: Agents) -> None:
     """The adapter holds the administrative token: it acts as each harness actor (registering it) and sets up
     the granting actor's grants before a grant, as the upstream suite presumes."""
-    admin = read_token(Path(str(agents.env.settings.auth.admin_token_file)))
+    admin = read_token(admin_token_path(agents.env.settings))
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "memory_client", "conformance-adapter", cwd=ROOT,
         env=service_environment(agents.env, PAMLEDGER_TOKEN=str(admin)),

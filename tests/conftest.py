@@ -119,6 +119,7 @@ class Env:
     servers: Servers
     database_url: str
     settings: Settings
+    nats_server: Any = None  # the NATS of its own, when it has one (locked_env)
 
     @property
     def nats_url(self) -> str:
@@ -241,10 +242,47 @@ async def locked_env(servers: Servers, state: Path, label: str) -> AsyncIterator
     saved = os.environ.get("PAMLEDGER_STATE_DIR")
     os.environ["PAMLEDGER_STATE_DIR"] = str(state)  # serving()'s own client logs in with this admin token
     try:
-        yield Env(Servers(server.url, servers.admin_url), database_url, settings)
+        yield Env(Servers(server.url, servers.admin_url), database_url, settings, server)
     finally:
         if saved is None:
             os.environ.pop("PAMLEDGER_STATE_DIR", None)
         else:
             os.environ["PAMLEDGER_STATE_DIR"] = saved
         server.stop()
+
+
+def enforced_env(servers: Servers, state: Path, label: str, **auth: Any) -> Env:
+    """A module's world with auth enforced on the shared (open) NATS: its tokens in `state`."""
+    settings = fresh_settings(label, auth=AuthSettings(mode="enforce", admin_token_file=state / "admin.token",
+                                                       service_token_file=state / "service.token", **auth))
+    return Env(servers, fresh_database(servers, label), settings)
+
+
+async def token_client(env: Env, token: str | None) -> Any:
+    """A client sending `token` (None: no credential at all), no retries."""
+    from memory_client.client import MemoryClient
+
+    client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix, token=token or "")
+    client.token = token  # "" above keeps connect from finding a token elsewhere; None sends none
+    client.retries = 0
+    return client
+
+
+async def admin_client(env: Env) -> Any:
+    """A client with the module's administrative token, once the service answers it."""
+    from infra.authz.bootstrap import admin_token_path, read_token
+    from memory_client.client import PamspecError
+
+    token = read_token(admin_token_path(env.settings))
+    assert token is not None, "no admin token: is the service serving this env?"
+    client = await token_client(env, token)
+
+    async def answers() -> bool:
+        try:
+            await client.query("system:pamledger", limit=1)
+            return True
+        except PamspecError:
+            return False
+
+    await wait_for(answers, timeout=30)
+    return client

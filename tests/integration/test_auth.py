@@ -29,7 +29,8 @@ from memory_client.admin import issue_token, parse_grant, put_actor, revoke_acto
 from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError
 from schemas.canonical import decode_json
-from tests.conftest import ROOT, Env, Servers, fresh_database, fresh_settings, service_environment, serving, wait_for
+from tests.conftest import (ROOT, Env, Servers, admin_client, enforced_env, fresh_database, fresh_settings,
+                            service_environment, serving, token_client, wait_for)
 
 ALICE = {"actor_id": "actor:agent:alice", "actor_kind": "agent"}
 BOB = {"actor_id": "actor:agent:bob", "actor_kind": "agent"}
@@ -41,11 +42,8 @@ def prov(actor: dict[str, str]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def env(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Env:
-    state = tmp_path_factory.mktemp("auth_state")
-    settings = fresh_settings("auth", auth=AuthSettings(mode="enforce", admin_token_file=state / "admin.token",
-                                                        service_token_file=state / "service.token",
-                                                        denial_burst=3, denial_every_seconds=2.0))
-    return Env(servers, fresh_database(servers, "auth"), settings)
+    return enforced_env(servers, tmp_path_factory.mktemp("auth_state"), "auth", denial_burst=3,
+                        denial_every_seconds=2.0)
 
 
 class World:
@@ -54,20 +52,13 @@ class World:
         self.env, self.admin, self.alice, self.bob, self.anonymous, self.tokens = env, admin, alice, bob, anonymous, tokens
 
 
-async def _client(env: Env, token: str | None) -> MemoryClient:
-    client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix, token=token or "")
-    client.token = token  # "" above keeps connect from finding a token elsewhere; None sends none
-    client.retries = 0
-    return client
+_client = token_client
 
 
 @pytest.fixture(scope="module")
 async def world(env: Env) -> AsyncIterator[World]:
     async with serving(env):
-        admin_token = read_token(Path(str(env.settings.auth.admin_token_file)))
-        assert admin_token is not None
-        admin = await _client(env, admin_token)
-        await wait_for(lambda: _answers(admin, "system:pamledger"), timeout=30)
+        admin = await admin_client(env)
         for scope in ("team:a:one", "team:b:one"):
             await admin.create_scope(scope)
         await put_actor(admin, ALICE["actor_id"], "agent", [parse_grant("team:a:*=create,read,query,update,"

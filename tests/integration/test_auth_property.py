@@ -21,18 +21,15 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, event, given, settings, strategies as st
 
-from infra.authz.bootstrap import read_token
-from infra.settings import AuthSettings
 from memory_client.admin import issue_token, parse_grant, put_actor
 from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError
-from tests.conftest import Env, Servers, fresh_database, fresh_settings, serving, wait_for
+from tests.conftest import Env, Servers, admin_client, enforced_env, serving, token_client, wait_for
 
 SCOPES = ("prop:a:one", "prop:a:two", "prop:b:one", "zeta:c:one")
 PATTERNS = (*SCOPES, "prop:a:*", "prop:b:*", "prop:*", "zeta:*", "prop:a:t*", "*")
@@ -65,16 +62,10 @@ class World:
 
 @pytest.fixture(scope="module")
 def env(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Env:
-    state = tmp_path_factory.mktemp("authprop_state")
-    settings = fresh_settings("authprop", auth=AuthSettings(mode="enforce", admin_token_file=state / "admin.token",
-                                                            service_token_file=state / "service.token"))
-    return Env(servers, fresh_database(servers, "authprop"), settings)
+    return enforced_env(servers, tmp_path_factory.mktemp("authprop_state"), "authprop")
 
 
-async def _client(env: Env, token: str) -> MemoryClient:
-    client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix, token=token)
-    client.retries = 0
-    return client
+_client = token_client
 
 
 def _prov(actor: dict[str, str]) -> dict[str, Any]:
@@ -91,10 +82,7 @@ async def _write(world: World, scope_id: str, text: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 async def world(env: Env) -> AsyncIterator[World]:
     async with serving(env):
-        admin_token = read_token(Path(str(env.settings.auth.admin_token_file)))
-        assert admin_token is not None
-        admin = await _client(env, admin_token)
-        await wait_for(lambda: _answers(admin, "system:pamledger"), timeout=30)
+        admin = await admin_client(env)
         w = World(env, admin, {s: _marker() for s in SCOPES})
         try:
             for scope in SCOPES:

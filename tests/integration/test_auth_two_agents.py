@@ -16,20 +16,17 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import nats
 import psycopg
 import pytest
 
-from infra.authz.bootstrap import read_token
-from infra.settings import AuthSettings
 from memory_client.admin import issue_token, parse_grant, put_actor
 from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError
 from schemas.canonical import decode_json
-from tests.conftest import Env, Servers, fresh_database, fresh_settings, serving, wait_for
+from tests.conftest import Env, Servers, admin_client, enforced_env, serving, token_client, wait_for
 
 ALICE = {"actor_id": "actor:agent:alice2", "actor_kind": "agent"}
 BOB = {"actor_id": "actor:agent:bob2", "actor_kind": "agent"}
@@ -60,16 +57,10 @@ class World:
 
 @pytest.fixture(scope="module")
 def env(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Env:
-    state = tmp_path_factory.mktemp("twoagents_state")
-    settings = fresh_settings("twoagents", auth=AuthSettings(mode="enforce", admin_token_file=state / "admin.token",
-                                                             service_token_file=state / "service.token"))
-    return Env(servers, fresh_database(servers, "twoagents"), settings)
+    return enforced_env(servers, tmp_path_factory.mktemp("twoagents_state"), "twoagents")
 
 
-async def _client(env: Env, token: str) -> MemoryClient:
-    client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix, token=token)
-    client.retries = 0
-    return client
+_client = token_client
 
 
 async def _can_query(client: MemoryClient, scope_id: str) -> bool:
@@ -83,12 +74,9 @@ async def _can_query(client: MemoryClient, scope_id: str) -> bool:
 @pytest.fixture(scope="module")
 async def world(env: Env) -> AsyncIterator[World]:
     async with serving(env):
-        admin_token = read_token(Path(str(env.settings.auth.admin_token_file)))
-        assert admin_token is not None
-        admin = await _client(env, admin_token)
+        admin = await admin_client(env)
         clients = [admin]
         try:
-            await wait_for(lambda: _can_query(admin, "system:pamledger"), timeout=30)
             agents = {}
             for name, actor in (("alice", ALICE), ("bob", BOB)):
                 await admin.create_scope(SCOPE[name])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import stat
 import time
 import uuid
@@ -25,15 +24,11 @@ import pytest
 from infra.authz.bootstrap import read_token
 from infra.endpoints import SERVERS_FILE
 from infra.local_nats import NatsServer
-from infra.local_servers import start_nats
 from infra.nats_auth import SERVICE_USER, agent_login, config_path, read_service_login
-from infra.settings import AuthSettings
 from memory_client.admin import issue_token, parse_grant, put_actor, revoke_token
 from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError
-from pamledger.auth import prepare_credentials
-from pamledger.nats_users import prepare_nats_config, sync_nats_users
-from tests.conftest import Env, Servers, answers, fresh_database, fresh_settings, serving, wait_for
+from tests.conftest import Env, Servers, answers, locked_env, serving, wait_for
 
 ALICE = {"actor_id": "actor:agent:alice", "actor_kind": "agent"}
 BOB = {"actor_id": "actor:agent:bob", "actor_kind": "agent"}
@@ -61,36 +56,19 @@ def _record_nats(state: Path, server: NatsServer) -> None:
 
 @pytest.fixture(scope="module")
 async def world(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
-    state = tmp_path_factory.mktemp("nats_auth_state")
-    settings = fresh_settings("natsauth", state_dir=state, auth=AuthSettings(mode="enforce"))
-    database_url = fresh_database(servers, "natsauth")
     # What `pamledger up` does, with the session's Postgres: tokens, a configuration, NATS, the ledger's users.
-    prepare_credentials(settings)
-    prepare_nats_config(settings)
-    server = start_nats(state / "nats")
-    _record_nats(state, server)
-    await sync_nats_users(settings, database_url)
-    env = Env(Servers(server.url, servers.admin_url), database_url, settings)
-    saved = os.environ.get("PAMLEDGER_STATE_DIR")
-    os.environ["PAMLEDGER_STATE_DIR"] = str(state)  # serving()'s own client logs in with this admin token
-    try:
-        async with serving(env):
-            admin = await _client(env, read_token(state / "admin.token"))
-            await admin.create_scope(SCOPE)
-            await put_actor(admin, ALICE["actor_id"], "agent", [parse_grant("team:a:*=*")])
-            await put_actor(admin, BOB["actor_id"], "agent", [parse_grant("team:a:*=read,query")])
-            tokens = {"alice": await issue_token(admin, ALICE["actor_id"]),
-                      "bob": await issue_token(admin, BOB["actor_id"])}
-            try:
-                yield World(env, server, admin, tokens)
-            finally:
-                await admin.close()
-    finally:
-        if saved is None:
-            os.environ.pop("PAMLEDGER_STATE_DIR", None)
-        else:
-            os.environ["PAMLEDGER_STATE_DIR"] = saved
-        server.stop()
+    async with locked_env(servers, tmp_path_factory.mktemp("nats_auth_state"), "natsauth") as env, serving(env):
+        state = env.settings.state_dir
+        admin = await _client(env, read_token(state / "admin.token"))
+        await admin.create_scope(SCOPE)
+        await put_actor(admin, ALICE["actor_id"], "agent", [parse_grant("team:a:*=*")])
+        await put_actor(admin, BOB["actor_id"], "agent", [parse_grant("team:a:*=read,query")])
+        tokens = {"alice": await issue_token(admin, ALICE["actor_id"]),
+                  "bob": await issue_token(admin, BOB["actor_id"])}
+        try:
+            yield World(env, env.nats_server, admin, tokens)
+        finally:
+            await admin.close()
 
 
 async def _client(env: Env, token: str | None) -> MemoryClient:

@@ -154,11 +154,13 @@ def _check(command: CheckDelegation, state: DelegationState, stamp: Stamp,
         raise _denied("delegation.outside_window", "the delegation is not in effect at this time")
     if command.operation not in grant["granted_operations"]:
         raise _denied("delegation.operation_not_granted", "the operation is not delegated")
+    if command.whole_scope and ("granted_object_ids" in grant or "granted_object_types" in grant):
+        raise _denied("delegation.object_not_granted", "the delegation covers some objects, not the whole scope")
     if command.object_id is not None and "granted_object_ids" in grant \
             and command.object_id not in grant["granted_object_ids"]:
         raise _denied("delegation.object_not_granted", "the object is not delegated")
-    if command.object_type is not None and "granted_object_types" in grant \
-            and command.object_type not in grant["granted_object_types"]:
+    if "granted_object_types" in grant and (command.object_type not in grant["granted_object_types"]) \
+            and (command.object_type is not None or command.strict):
         raise _denied("delegation.object_type_not_granted", "the object type is not delegated")
     scope = grant.get("target_scope_id", state.scope_id)
     if not authority.holds(grant["granting_actor"]["actor_id"], scope, command.operation):

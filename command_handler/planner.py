@@ -116,6 +116,9 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             check = None if isinstance(command, DELEGATION_COMMANDS) or inputs.authority is EVERYTHING else \
                 exercise_for(command, head.meta if head is not None else None)  # type: ignore[arg-type]
             if isinstance(command, DELEGATION_COMMANDS):
+                if isinstance(command, CheckDelegation) and command.object_type is None and head is not None:
+                    item = msgspec.structs.replace(item, command=msgspec.structs.replace(  # its type, from the head
+                        command, object_type=head.meta.get("object_type")))
                 item, command, decision, state = _delegation(item, stamp, inputs, delegations)
                 if state is not None:
                     delegations[state.delegation_id] = state

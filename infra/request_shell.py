@@ -36,11 +36,14 @@ log = structlog.get_logger(__name__)
 MAX_ACTOR_HEADER_CHARS = 2048
 
 
-class Principal(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Who the caller says it is (the `Pam-Actor` header); [M6] authenticates it with a credential."""
+class Principal(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """Who the caller says it is (the `Pam-Actor` header): the credential proves `actor_id`; a read, query or
+    search may name the delegation it is made under (`delegation_id`, `on_behalf_of_actor_id`)."""
 
     actor_id: Id
     actor_kind: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]  # as in a command's actor
+    on_behalf_of_actor_id: Id | None = None
+    delegation_id: Id | None = None
 
 
 ANONYMOUS = Principal(actor_id="actor:anonymous", actor_kind="anonymous")
@@ -73,9 +76,11 @@ class RequestContext(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Allow(msgspec.Struct, frozen=True):
-    """The policy lets the request through; `principal` is the caller it authenticated (None: not checked)."""
+    """The policy lets the request through; `principal` is the caller it authenticated (None: not checked).
+    `delegation_id`: allowed only if that delegation allows it: the shell exercises it before the handler."""
 
     principal: Principal | None = None
+    delegation_id: str | None = None
 
 
 class Deny(msgspec.Struct, frozen=True):
@@ -115,12 +120,21 @@ class DenialSink(Protocol):
     async def denied(self, context: RequestContext, operation: str, decision: Deny) -> None: ...
 
 
+class DelegationGate(Protocol):
+    """Exercises the delegation a request is made under (infra.authz.exercise): returns once the writer has
+    counted the use, raises AccessDenied (recorded by the writer) when the delegation does not allow it."""
+
+    async def exercise(self, context: RequestContext, operation: str, request: Any, delegation_id: str) -> None: ...
+
+
 def claim_of(request: Any, principal: Principal) -> Claim | None:
     """The actor a request names: its body's `actor` (commands, subscription opens), else a Pam-Actor header."""
     actor = getattr(request, "actor", None)
     if actor is not None and hasattr(actor, "actor_id"):
         return Claim(actor.actor_id, getattr(actor, "on_behalf_of_actor_id", None), getattr(actor, "delegation_id", None))
-    return None if principal == ANONYMOUS else Claim(principal.actor_id)
+    if principal == ANONYMOUS:
+        return None
+    return Claim(principal.actor_id, principal.on_behalf_of_actor_id, principal.delegation_id)
 
 
 def authorize(policy: Policy, context: RequestContext, request: Any, operation: str) -> tuple[RequestContext, Decision]:
@@ -198,10 +212,11 @@ class RequestShell:
     """Runs one request through decode, context, policy and handler; always returns the reply bytes."""
 
     def __init__(self, policy: Policy | None = None, budget_seconds: float | None = None,
-                 denials: DenialSink | None = None):
+                 denials: DenialSink | None = None, delegations: DelegationGate | None = None):
         self.policy: Policy = policy or AllowAll()
         self.budget_seconds = budget_seconds
         self.denials = denials
+        self.delegations = delegations
 
     async def answer(self, operation: str, subject: str, data: bytes, headers: dict[str, str] | None,
                      decode: Callable[[bytes], Any], handle: Handler) -> bytes:
@@ -218,6 +233,11 @@ class RequestShell:
                 if self.denials is not None:
                     await self.denials.denied(context, operation, decision)  # fails closed: raises
                 raise decision.error()
+            if decision.delegation_id is not None:
+                if self.delegations is None:
+                    raise AccessDenied("requests under a delegation are not served here",
+                                       rule_id="delegation.not_found")
+                await self.delegations.exercise(context, operation, request, decision.delegation_id)
             return await handle(request, context)
         except Exception as exc:  # noqa: BLE001 - every failure answers with its error envelope
             return error_body(exc, operation_id, operation)

@@ -19,7 +19,7 @@ from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 from infra.subjects import command_subject
 from schemas.auth import AUTHORIZATION_HEADER
 from schemas.canonical import decode_json
-from schemas.errors import ErrorCode, PamledgerError, ServiceUnavailable
+from schemas.errors import AccessDenied, ErrorCode, PamledgerError, ServiceUnavailable
 from schemas.replies import IDEMPOTENCY_HEADER, OPERATION_HEADER
 
 _encoder = msgspec.json.Encoder()
@@ -74,6 +74,9 @@ async def request_with_retries(nc: NATS, subject: str, payload: bytes, headers: 
 
 
 def answered_error(envelope: dict[str, Any]) -> PamledgerError:
-    """The server-side error for a PAMSPEC error envelope another service answered."""
+    """The server-side error for a PAMSPEC error envelope another service answered (a refusal keeps its rule)."""
+    if envelope.get("code") in ("access_denied", "policy_denied") and envelope.get("policy_rule_id"):
+        return AccessDenied(str(envelope.get("message", "")), rule_id=str(envelope["policy_rule_id"]),
+                            code=cast(ErrorCode, envelope["code"]))
     return PamledgerError(str(envelope.get("message", "")), details=envelope.get("details") or {},
                           code=cast(ErrorCode, envelope.get("code", "internal_error")))

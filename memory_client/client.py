@@ -187,6 +187,9 @@ class MemoryClient:
         if not isinstance(actor, dict) or not actor:  # a malformed actor is the service's to refuse, in the body
             return {}
         named = {"actor_id": actor.get("actor_id"), "actor_kind": actor.get("actor_kind")}
+        for optional in ("on_behalf_of_actor_id", "delegation_id"):  # a read under a delegation names it
+            if actor.get(optional):
+                named[optional] = actor[optional]
         return {ACTOR_HEADER: canonical_bytes(named).decode()}
 
     async def whoami(self, token: str | None = None) -> dict[str, Any]:

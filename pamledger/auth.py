@@ -11,7 +11,8 @@ from infra.authz.audit import DenialLimiter, DenialRecorder
 from infra.authz.bootstrap import admin_token_path, bootstrap_credentials, ensure_token, service_token_path
 from infra.authz.enforce import GrantsAuthorizer, RecordedDenials, TokenPolicy
 from infra.authz.registry import GrantsRegistry
-from infra.request_shell import AllowAll, DenialSink, Policy
+from infra.authz.exercise import DelegatedReads
+from infra.request_shell import AllowAll, DelegationGate, DenialSink, Policy
 from infra.requester import CommandRequester
 from infra.settings import Settings
 from subscriptions.filters import AllowAll as DeliverAll, Authorizer
@@ -31,6 +32,13 @@ class Auth:
             return None
         requester = CommandRequester(nc, prefix, timeout=2.0, retries=1, token=self.service_token)
         return RecordedDenials(DenialRecorder(requester, self.limiter))
+
+
+def delegated_reads(auth: Auth, nc: NATS, prefix: str) -> DelegationGate | None:
+    """Where the query service has reads under a delegation exercised (None where auth is off)."""
+    if auth.limiter is None:
+        return None
+    return DelegatedReads(CommandRequester(nc, prefix, timeout=5.0, retries=1, token=auth.service_token))
 
 
 def auth_for(settings: Settings, database_url: str) -> Auth:

@@ -36,7 +36,7 @@ from infra.role_failures import RoleFailures
 from infra.stuck import StuckState, describe
 from infra.subjects import status_subject
 from infra.tasks import stop_task
-from pamledger.auth import auth_for
+from pamledger.auth import auth_for, delegated_reads
 from pamledger.followers import FOLLOWERS
 from pamledger.nats_users import nats_is_ours, nats_users, service_login
 from pamledger.supervisor import ROLES
@@ -107,7 +107,8 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             query_nc = await connection("query")
             query = QueryService(query_nc, pool, settings.subject_prefix, watcher, settings.query,
                                  settings.partition, policy, index_watcher,
-                                 auth.denials(query_nc, settings.subject_prefix))
+                                 auth.denials(query_nc, settings.subject_prefix),
+                                 delegated_reads(auth, query_nc, settings.subject_prefix))
             await query.start()
             tasks.append(asyncio.create_task(watcher.run(database_url)))
             tasks.append(asyncio.create_task(index_watcher.run(database_url)))

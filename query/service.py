@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from infra.embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from infra.nats_raw import RawClient, parse_headers
-from infra.request_shell import DenialSink, Policy, RequestContext, RequestShell
+from infra.request_shell import DelegationGate, DenialSink, Policy, RequestContext, RequestShell
 from infra.settings import QuerySettings
 from infra.subjects import QUERIES, query_subject, status_subject
 from query.reads import history, read_envelope
@@ -64,11 +64,13 @@ class QueryService:
 
     def __init__(self, nc: RawClient, pool: AsyncConnectionPool[Any], prefix: str, watcher: CheckpointWatcher,
                  settings: QuerySettings, partition: int, policy: Policy | None = None,
-                 index_watcher: CheckpointWatcher | None = None, denials: DenialSink | None = None):
+                 index_watcher: CheckpointWatcher | None = None, denials: DenialSink | None = None,
+                 delegations: DelegationGate | None = None):
         """`watcher` follows the projection (Query, lexical search), `index_watcher` the indexer (semantic
         search); without one, a search's min_sequence on the index is never reached and says so."""
         self.nc = nc
-        self.shell = RequestShell(policy, denials=denials)  # denials: where refusals are recorded (auth on)
+        # denials: where refusals are recorded; delegations: reads under a delegation (both where auth is on)
+        self.shell = RequestShell(policy, denials=denials, delegations=delegations)
         self.partition = partition
         self.settings = settings
         self.pool = pool

@@ -56,6 +56,10 @@ class CheckDelegation(msgspec.Struct, tag="check_delegation", **_COMMAND):
     object_id: Id | None = None
     object_type: ObjectTypeName | None = None
     on_behalf_of_actor_id: Id | None = None  # when given, must be the granting actor
+    # The service's own checks for reads under a delegation: `whole_scope` (a query or search) is refused by a
+    # delegation restricted to some objects or types; `strict` refuses a type restriction it cannot verify.
+    whole_scope: bool = False
+    strict: bool = False
     operation_id: Id | None = None
     idempotency_key: IdempotencyKey | None = None
 

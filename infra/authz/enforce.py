@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from infra.authz.audit import DenialRecorder, denial_entry
-from infra.authz.policy import Denied, decide, holds
+from infra.authz.policy import DELEGABLE_READS, Denied, decide, holds
 from infra.authz.registry import GrantsRegistry
 from infra.request_shell import Allow, Decision, Deny, Principal, RequestContext
 from schemas.common import SYSTEM_SCOPE
@@ -30,7 +30,11 @@ class TokenPolicy:
             return Deny(outcome.rule_id, outcome.code, outcome.message,  # type: ignore[arg-type]
                         caller={"actor_id": caller.actor_id, "actor_kind": caller.actor.actor_kind} if caller else None,
                         token_id=caller.token_id if caller else None)
-        return Allow(Principal(actor_id=outcome.actor_id, actor_kind=outcome.actor.actor_kind))
+        claim = context.claim
+        delegated = claim.delegation_id if claim is not None and operation in DELEGABLE_READS else None
+        return Allow(Principal(actor_id=outcome.actor_id, actor_kind=outcome.actor.actor_kind,
+                               on_behalf_of_actor_id=claim.on_behalf_of_actor_id if claim and delegated else None,
+                               delegation_id=delegated), delegation_id=delegated)
 
     def holds(self, actor_id: str, scope_id: str, operation: str) -> bool:
         """Whether `actor_id` holds `operation` on `scope_id` by its own grants now (a delegation's grantor)."""

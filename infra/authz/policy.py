@@ -46,10 +46,13 @@ INTERNAL_COMMANDS = frozenset({"cmd.open_subscription", "cmd.close_subscription"
 # Requests that name no scope: they act on one subscription, which the gateway checks belongs to the caller.
 # What the service's roles may send besides INTERNAL_COMMANDS (the indexer registers its default space), for
 # any actor their command names.
-SERVICE_REQUESTS = INTERNAL_COMMANDS | {"cmd.register_embedding_space"}
+SERVICE_REQUESTS = INTERNAL_COMMANDS | {"cmd.register_embedding_space", "cmd.check_delegation"}
 SCOPELESS = frozenset({"sub.poll", "sub.ack", "sub.resume", "sub.status", "sub.close", "query.whoami"})
 # Commands that may be made under a delegation (actor.delegation_id): the delegation stands in for the grant.
 DELEGABLE = frozenset({"cmd.create", "cmd.update", "cmd.transition", "cmd.delete"})
+# Reads that may be made under one (the Pam-Actor header's delegation_id): the shell has the writer exercise it
+# (infra.authz.exercise) before the handler runs.
+DELEGABLE_READS = frozenset({"query.read", "query.history", "query.query", "query.search"})
 # Delegation commands: the caller must be the command's actor; who may grant, check or revoke what is the
 # writer's core's to decide (command_handler/delegations.py), against the grantor's grants.
 DECIDED_BY_THE_WRITER = frozenset({"cmd.grant_delegation", "cmd.check_delegation", "cmd.revoke_delegation"})
@@ -144,8 +147,8 @@ def authorize(caller: Caller, request: str, scope_id: str | None, claim: Claim |
         if claim.actor_id != caller.actor_id:
             return Denied("authz.actor_mismatch", "the request names an actor other than the authenticated one",
                           caller)
-        if claim.delegation_id is not None and request in DELEGABLE:
-            return None  # the writer checks the delegation and counts the use in the command's own batch
+        if claim.delegation_id is not None and request in DELEGABLE | DELEGABLE_READS:
+            return None  # the writer checks the delegation and counts the use (reads: through the shell)
         if claim.on_behalf_of_actor_id is not None or claim.delegation_id is not None:
             return Denied("delegation.not_found", "acting for another actor needs a delegation", caller)
     if request in SCOPELESS:

@@ -70,7 +70,7 @@ async def agents(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> 
         admin = await _connect(env, admin_token, None)
         await wait_for(lambda: _works_admin(admin), timeout=30)
         await admin.create_scope(SCOPE)
-        await put_actor(admin, SUPERVISOR["actor_id"], "agent", [parse_grant(f"{SCOPE}=read,query,update,create")])
+        await put_actor(admin, SUPERVISOR["actor_id"], "agent", [parse_grant(f"{SCOPE}=read,query,update,create,inspect_history")])
         await put_actor(admin, WORKER["actor_id"], "agent", [parse_grant("team:elsewhere=read")])
         await put_actor(admin, OUTSIDER["actor_id"], "agent", [parse_grant("team:elsewhere=read")])
         clients = {}
@@ -313,5 +313,43 @@ async def test_a_delegate_writes_under_the_delegation_and_each_write_is_a_counte
     wrong = {**acting, "delegation_id": other["delegation_id"], "on_behalf_of_actor_id": OUTSIDER["actor_id"]}
     await _refused(worker.create(SCOPE, "task", {"title": "z"}, wrong, {**provenance, "actor": wrong}),
                    "delegation.grantor_mismatch")
-    # a delegation does not open reads (not wired there yet): the worker still may not read the scope
-    await _refused(worker.read(SCOPE, made["object_id"], actor=acting), "authz.scope_not_granted")
+    # the header of a read without the delegation: the worker's own grants, which do not cover the scope
+    await _refused(worker.read(SCOPE, made["object_id"], actor=WORKER), "authz.scope_not_granted")
+
+
+async def test_a_delegate_reads_under_the_delegation_and_each_read_is_a_counted_use(agents: Agents) -> None:
+    """Read, history, query and search name the delegation in the Pam-Actor header; the writer exercises it
+    (counted, delegation_exercised) before the query service answers."""
+    made = await agents["supervisor"].create(SCOPE, "task", {"title": "shared plan"}, SUPERVISOR,
+                                             {"provenance_id": "prov:s", "actor": SUPERVISOR, "activity": "t"})
+    note = await agents["supervisor"].create(SCOPE, "claim", {"statement": "a private note"}, SUPERVISOR,
+                                             {"provenance_id": "prov:s", "actor": SUPERVISOR, "activity": "t"})
+    granted = await grant(agents, ["read", "inspect_history", "query"], usage_limit=4)
+    acting = {**WORKER, "on_behalf_of_actor_id": SUPERVISOR["actor_id"], "delegation_id": granted["delegation_id"]}
+    worker = agents["worker"]
+    read = await worker.read(SCOPE, made["object_id"], actor=acting)
+    assert read["canonical_content"] == {"title": "shared plan"}
+    assert (await worker.history(SCOPE, made["object_id"], actor=acting))["object_id"] == made["object_id"]
+    found = await worker.query(SCOPE, actor=acting, validation_states=["unverified"])
+    assert {i["envelope"]["object_id"] for i in found["items"]} >= {made["object_id"], note["object_id"]}
+    searched = await worker.search(SCOPE, text="plan", mode="lexical", actor=acting,  # search is a query
+                                   filter={"validation_states": ["unverified"]})
+    assert [i["object_id"] for i in searched["items"]] == [made["object_id"]]
+    await _refused(worker.read(SCOPE, made["object_id"], actor=acting), "delegation.usage_exhausted")
+    await _refused(worker.subscription_request("open", {"scope_id": SCOPE, "actor": acting}, acting),
+                   "delegation.not_found")  # subscriptions under a delegation are not served
+    uses = [e["payload"] for e in await entries(agents.env, "delegation_exercised")
+            if e["payload"]["delegation_id"] == granted["delegation_id"]]
+    assert [(u["operation"], u["use"]) for u in uses] == [("read", 1), ("inspect_history", 2), ("query", 3),
+                                                           ("query", 4)]
+    # restricted to one object (and its type): that object only, no query over the whole scope
+    narrow = await grant(agents, ["read", "query"], granted_object_ids=[made["object_id"]],
+                         granted_object_types=["task"])
+    acting = {**acting, "delegation_id": narrow["delegation_id"]}
+    await worker.read(SCOPE, made["object_id"], actor=acting)
+    await _refused(worker.read(SCOPE, note["object_id"], actor=acting), "delegation.object_not_granted")
+    await _refused(worker.query(SCOPE, actor=acting), "delegation.object_not_granted")
+    typed = await grant(agents, ["read"], granted_object_types=["task"])
+    acting = {**acting, "delegation_id": typed["delegation_id"]}
+    await worker.read(SCOPE, made["object_id"], actor=acting)
+    await _refused(worker.read(SCOPE, note["object_id"], actor=acting), "delegation.object_type_not_granted")

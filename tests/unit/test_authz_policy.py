@@ -58,7 +58,8 @@ CASES = [
     (bearer(ALICE), "cmd.create", "team:a:1", Claim("actor:alice", on_behalf_of_actor_id="actor:bob"),
      "delegation.not_found"),
     (bearer(ALICE), "cmd.create", "team:b:1", Claim("actor:alice", delegation_id="del:1"), None),  # writer checks it
-    (bearer(ALICE), "query.read", "team:b:1", Claim("actor:alice", delegation_id="del:1"), "delegation.not_found"),
+    (bearer(ALICE), "query.read", "team:b:1", Claim("actor:alice", delegation_id="del:1"), None),  # shell exercises
+    (bearer(ALICE), "sub.open", "team:b:1", Claim("actor:alice", delegation_id="del:1"), "delegation.not_found"),
     (bearer(ALICE), "query.read", "team:b:1", None, "authz.scope_not_granted"),
     (bearer(ALICE), "query.read", "team:a", None, "authz.scope_not_granted"),  # the prefix is "team:a:"
     (bearer(ALICE), "cmd.delete", "team:a:1", Claim("actor:alice"), "authz.operation_not_granted"),

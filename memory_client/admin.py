@@ -17,6 +17,7 @@ import msgspec
 from infra.authz.policy import ADMIN_ACTOR_ID
 from infra.authz.tokens import new_token, token_digest
 from infra.nats_auth import password_hash
+from memory_client.connection import open_nats
 from memory_client.errors import PamspecError
 from schemas.auth import (
     ACTOR_SCHEMA_ID,
@@ -111,8 +112,28 @@ async def _until_accepted(client: Any, token: str, wait_seconds: float) -> None:
         else:
             if found.get("authenticated"):
                 await asyncio.sleep(REFRESH_SECONDS)
+                await _until_nats_login(client, token, deadline)
             return
         await asyncio.sleep(0.1)
+
+
+async def _until_nats_login(client: Any, token: str, deadline: float) -> None:
+    """Where pamledger runs NATS with users (auth enforced), a new token's NATS login appears once the
+    server has reloaded its users (about a second): wait for it too, so the token works at once."""
+    url = getattr(client.nc, "connected_url", None)
+    if url is None:
+        return
+    address = f"{url.scheme}://{url.hostname}:{url.port}"
+    while True:
+        try:
+            nc = await open_nats(address, 2.0, token=token)
+        except PamspecError as exc:
+            if exc.code != "access_denied" or asyncio.get_running_loop().time() >= deadline:
+                return  # not a login problem, or out of time: the caller finds out when it connects
+            await asyncio.sleep(0.2)
+            continue
+        await nc.close()
+        return
 
 
 async def _delete(client: Any, object_id: str, what: str, admin: dict[str, Any]) -> dict[str, Any]:

@@ -161,12 +161,12 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
             out["postgres"].update(await _index_position(conn, settings.partition))
     except psycopg.Error as exc:
         out["postgres"] = {"answers": False, "error": type(exc).__name__}
-    from memory_client.connection import open_nats
+    from memory_client.connection import find_token, open_nats
     from pamledger.nats_users import operator_nats_options
 
     try:  # the service login: the ledger report reads the stream (status subjects need no credential)
         client = MemoryClient(await open_nats(nats_url, 2.0, login=operator_nats_options(settings)),
-                              settings.subject_prefix, 2.0)
+                              settings.subject_prefix, 2.0, token=find_token(settings))  # `caller`: whoami
         client._owns = True
     except Exception as exc:  # noqa: BLE001 - any connect failure means "does not answer"
         out["nats"] = {"answers": False, "error": type(exc).__name__}

@@ -76,7 +76,9 @@ def projector_process(env: Env, log_path: Path) -> Iterator[None]:
 def _environment(env: Env) -> dict[str, str]:
     return {"PAMLEDGER_NATS_URL": env.nats_url, "PAMLEDGER_DATABASE_URL": env.database_url,
             "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix,
-            "PAMLEDGER_STREAM_NAME": env.settings.stream_name}
+            "PAMLEDGER_STREAM_NAME": env.settings.stream_name,
+            # the module's auth mode (off): enforced, the process would make tokens in the repository's .pamledger
+            "PAMLEDGER_AUTH__MODE": env.settings.auth.mode}
 
 
 async def status(client: MemoryClient, role: str) -> dict[str, Any] | None:

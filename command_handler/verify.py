@@ -63,6 +63,27 @@ _ORPHAN_CHECKS = (
      " WHERE l.event_id IS NULL OR l.scope_id <> r.scope_id OR l.object_id IS DISTINCT FROM r.object_id"
      " OR l.version_id IS DISTINCT FROM r.version_id ORDER BY r.ledger_sequence LIMIT 1"),
 )
+# The writer's delegation state (migration 009) against the ledger's delegation entries, both ways: each row's
+# grant, uses and revocation are what its delegation_granted / _exercised / _revoked entries say, and every
+# delegation_granted has its row. (The chain pass above has vouched for those entries' bytes.)
+_DELEGATION_EVENTS = """(SELECT l.ledger_sequence, l.event_type, convert_from(l.event, 'UTF8')::jsonb -> 'payload' AS p
+   FROM ledger l WHERE l.partition = %(p)s
+   AND l.event_type IN ('delegation_granted', 'delegation_exercised', 'delegation_revoked'))"""
+_DELEGATION_CHECKS = (
+    ("delegations.ledger_entries",
+     "SELECT NULL::bigint, d.delegation_id FROM delegations d LEFT JOIN LATERAL (SELECT"
+     " count(*) FILTER (WHERE e.event_type = 'delegation_exercised') AS uses,"
+     " coalesce(bool_or(e.event_type = 'delegation_revoked'), false) AS revoked,"
+     " (array_agg(e.p -> 'delegation') FILTER (WHERE e.event_type = 'delegation_granted'))[1] AS granted"
+     " FROM " + _DELEGATION_EVENTS + " e WHERE coalesce(e.p ->> 'delegation_id', e.p -> 'delegation' ->> 'delegation_id')"
+     " = d.delegation_id) f ON true"
+     " WHERE f.granted IS NULL OR f.granted <> convert_from(d.grant_object, 'UTF8')::jsonb OR f.uses <> d.uses"
+     " OR f.revoked <> d.revoked ORDER BY d.delegation_id LIMIT 1"),
+    ("delegations.row",
+     "SELECT e.ledger_sequence, e.p -> 'delegation' ->> 'delegation_id' FROM " + _DELEGATION_EVENTS + " e"
+     " WHERE e.event_type = 'delegation_granted' AND NOT EXISTS (SELECT 1 FROM delegations d"
+     " WHERE d.delegation_id = e.p -> 'delegation' ->> 'delegation_id') ORDER BY e.ledger_sequence LIMIT 1"),
+)
 _LEDGER_COLUMNS = ("event_id", "operation_id", "scope_id", "object_id", "version_id", "event_type")
 
 
@@ -175,6 +196,13 @@ def verify_tables(database_url: str, partition: int = 0) -> dict[str, Any]:
             if found is not None:
                 return failure(Bad(found[0], check, f"{check.split('.')[0]} row {found[1]!r} is not accounted"
                                    " for by the ledger"), result["rows_checked"])
+        for check, statement in _DELEGATION_CHECKS:
+            found = conn.execute(statement, {"p": partition}).fetchone()
+            if found is not None:
+                return failure(Bad(found[0], check, f"delegation {found[1]!r}: its row and its ledger entries"
+                                   " disagree" if check.endswith("entries") else
+                                   f"delegation {found[1]!r} is granted in the ledger but has no row"),
+                               result["rows_checked"])
         return result
 
 

@@ -353,3 +353,24 @@ async def test_a_delegate_reads_under_the_delegation_and_each_read_is_a_counted_
     acting = {**acting, "delegation_id": typed["delegation_id"]}
     await worker.read(SCOPE, made["object_id"], actor=acting)
     await _refused(worker.read(SCOPE, note["object_id"], actor=acting), "delegation.object_type_not_granted")
+
+
+async def test_verify_checks_the_delegation_rows_against_the_ledger(agents: Agents) -> None:
+    """The writer's delegation state is derived: `pamledger verify` folds the ledger's delegation entries and
+    names a row that disagrees (uses, revocation, the grant) or a grant without its row. Runs last: it
+    tampers with this module's database."""
+    from command_handler.verify import verify_tables
+
+    url = agents.env.database_url
+    assert (await asyncio.to_thread(verify_tables, url))["ok"] is True
+    granted = await grant(agents, ["read"], usage_limit=3)
+    await check_delegation(agents["worker"], granted["delegation_id"], SCOPE, WORKER["actor_id"], "read")
+    assert (await asyncio.to_thread(verify_tables, url))["ok"] is True
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute("UPDATE delegations SET uses = 0 WHERE delegation_id = %s", (granted["delegation_id"],))
+        report = await asyncio.to_thread(verify_tables, url)
+        assert report["ok"] is False and report["check"] == "delegations.ledger_entries", report
+        assert granted["delegation_id"] in report["reason"]
+        await conn.execute("DELETE FROM delegations WHERE delegation_id = %s", (granted["delegation_id"],))
+        report = await asyncio.to_thread(verify_tables, url)
+        assert report["ok"] is False and report["check"] == "delegations.row", report

@@ -64,6 +64,9 @@ def find_token(settings: Any = None) -> str | None:
     return read_token(admin_token_path(settings))
 
 
+_RESET_ATTEMPTS = 5
+
+
 def login_options(token: str | None, tls_ca: Path | None = None) -> dict[str, Any]:
     """nats.connect options for a pamledger token: user = its token id, password = the token, and replies on
     `_INBOX.<token_id>`, the only subjects a NATS pamledger runs lets it receive on (docs/protocol.md).
@@ -79,23 +82,30 @@ async def open_nats(url: str, connect_timeout: float = 2.0, token: str | None = 
     """Try twice (nats.py's first connect otherwise loops forever on a dead port), then once connected
     reconnect forever, so the client rides out server restarts. With `token`, log in with it; `login`
     (nats.connect options: an operator tool's service login) replaces that."""
-    watch = _Watch(url)
-    try:
-        # Bounded: nats.py retries a failing TLS handshake (an unknown certificate) without end.
-        nc = await asyncio.wait_for(nats.connect(
-            url, connect_timeout=max(1, round(connect_timeout)), max_reconnect_attempts=1, reconnect_time_wait=0.25,
-            error_cb=watch.error, reconnected_cb=watch.reconnected,
-            **(login if login is not None else login_options(token, tls_ca))), 3 * max(1, connect_timeout) + 1)
-    except (OSError, TimeoutError, asyncio.TimeoutError, nats.errors.Error) as exc:
-        cause = watch.last_error or exc
-        if "authorization violation" in str(cause).lower():  # a login this NATS does not know (revoked?)
-            raise PamspecError.of("access_denied", f"NATS at {url} refused the login: the token is unknown there,"
-                                  " revoked or expired", {"nats_url": url}) from None
-        raise PamspecError.of("service_unavailable", f"cannot reach NATS at {url}: {type(cause).__name__} {cause}",
-                              {"nats_url": url}) from None
-    nc.options["max_reconnect_attempts"] = -1  # read on every reconnect, not only at connect
-    watch.connected = True
-    return nc
+    options = login if login is not None else login_options(token, tls_ca)
+    for attempt in range(_RESET_ATTEMPTS):
+        watch = _Watch(url)
+        try:
+            # Bounded: nats.py retries a failing TLS handshake (an unknown certificate) without end.
+            nc = await asyncio.wait_for(nats.connect(
+                url, connect_timeout=max(1, round(connect_timeout)), max_reconnect_attempts=1,
+                reconnect_time_wait=0.25, error_cb=watch.error, reconnected_cb=watch.reconnected, **options),
+                3 * max(1, connect_timeout) + 1)
+        except (OSError, TimeoutError, asyncio.TimeoutError, nats.errors.Error) as exc:
+            cause = watch.last_error or exc
+            if "authorization violation" in str(cause).lower():  # a login this NATS does not know (revoked?)
+                raise PamspecError.of("access_denied", f"NATS at {url} refused the login: the token is unknown"
+                                      " there, revoked or expired", {"nats_url": url}) from None
+            # A server that refuses a login writes -ERR and closes at once: now and then the close overtakes
+            # the -ERR (a reset, 3 in 40 here), which says nothing. Ask again rather than guess.
+            if isinstance(cause, (ConnectionResetError, BrokenPipeError)) and attempt + 1 < _RESET_ATTEMPTS:
+                continue
+            raise PamspecError.of("service_unavailable", f"cannot reach NATS at {url}: {type(cause).__name__}"
+                                  f" {cause}", {"nats_url": url}) from None
+        nc.options["max_reconnect_attempts"] = -1  # read on every reconnect, not only at connect
+        watch.connected = True
+        return nc
+    raise AssertionError("unreachable")
 
 
 class _Watch:

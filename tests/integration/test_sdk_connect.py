@@ -127,6 +127,7 @@ async def test_headers_count_toward_max_payload_at_the_exact_boundary(service: E
     refused by the SDK, and the connection stays up (nats-server would close it, losing requests in flight)."""
     client = await MemoryClient.connect(service.nats_url, service.settings.subject_prefix, timeout=5.0)
     client.retries = 0
+    client.token = None  # the headers counted below are exactly these (a `make run` in this checkout leaves a token)
     try:
         await client.create_scope(SCOPE)
         limit = client.nc.max_payload
@@ -178,3 +179,27 @@ async def test_the_sdk_finds_the_service_without_importing_server_code(service: 
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == 0, err.decode()
     assert json.loads(out) == []
+
+
+async def test_a_refused_login_is_access_denied_every_time(tmp_path: Path) -> None:
+    """A NATS with users closes the connection right after its -ERR; now and then the close overtakes the
+    -ERR (a connection reset). The SDK asks again instead of calling a refused login unreachable."""
+    import json as _json
+
+    from infra.local_nats import launch_nats
+    from infra.local_servers import free_port
+    from memory_client.connection import open_nats
+
+    (tmp_path / "nats").mkdir()
+    (tmp_path / "nats" / "nats.conf").write_text(  # launch_nats passes it with -c
+        _json.dumps({"authorization": {"users": [{"user": "someone", "password": "secret"}]}}))
+    server = launch_nats(tmp_path / "nats", free_port())
+    try:
+        codes = []
+        for _ in range(30):
+            with pytest.raises(PamspecError) as err:
+                await open_nats(server.url, 2.0, token="pam_0123456789abcdef_" + "A" * 43)
+            codes.append(err.value.code)
+        assert set(codes) == {"access_denied"}, codes
+    finally:
+        server.stop()

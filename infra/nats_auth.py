@@ -25,9 +25,7 @@ Pure rendering here, plus the file writes; the runtime loop that keeps it curren
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -35,7 +33,9 @@ from typing import Any
 
 import bcrypt
 
-from infra.authz.tokens import BadCredential, token_id_of
+from infra.authz.policy import Grants, refusal_of
+from infra.authz.tokens import token_id_or_none
+from infra.private_files import ensure_private
 from infra.subjects import COMMANDS
 
 SERVICE_USER = "pamledger-service"
@@ -68,11 +68,8 @@ def inbox_prefix(token_id: str) -> str:
 
 def agent_login(token: str) -> NatsLogin | None:
     """A pamledger token's NATS login (None when it is not a well-formed token)."""
-    try:
-        token_id = token_id_of(token)
-    except BadCredential:
-        return None
-    return NatsLogin(token_id, token, inbox_prefix(token_id))
+    token_id = token_id_or_none(token)
+    return NatsLogin(token_id, token, inbox_prefix(token_id)) if token_id is not None else None
 
 
 def service_password_path(state_dir: Path) -> Path:
@@ -94,15 +91,11 @@ def read_service_login(state_dir: Path) -> NatsLogin | None:
 
 def ensure_service_password(state_dir: Path) -> str:
     """The service user's password, made (0600) when absent; the first writer wins a race."""
-    path = service_password_path(state_dir)
-    login = read_service_login(state_dir)
-    if login is not None:
-        return login.password
-    write_private(path, secrets.token_urlsafe(32) + "\n", exclusive=True)
-    login = read_service_login(state_dir)
-    if login is None:
-        raise RuntimeError(f"{path} holds no password; remove it to have a new one made")
-    return login.password
+    def read(path: Path) -> str | None:
+        login = read_service_login(path.parent)
+        return login.password if login is not None else None
+
+    return ensure_private(service_password_path(state_dir), lambda: secrets.token_urlsafe(32), read)[0]
 
 
 def password_hash(secret: str) -> str:
@@ -165,47 +158,17 @@ def configured_hashes(text: str) -> dict[str, str]:
         return {}
 
 
-def live_agents(credentials: dict[str, Any], actors: dict[str, Any], now: datetime,
-                skip: set[str], known: dict[str, str]) -> list[AgentUser]:
-    """The NATS users the grants snapshot's credentials give: live (not expired, actor registered), with
-    a bcrypt to check against (`nats_password_hash` in its record, or `known` for the bootstrap tokens)."""
+def live_agents(grants: Grants, now: datetime, skip: set[str], known: dict[str, str]) -> list[AgentUser]:
+    """The NATS users the grants snapshot's credentials give: live as the policy sees them, with a bcrypt to
+    check against (`nats_password_hash` in its record, or `known` for the bootstrap tokens)."""
     agents = []
-    for token_id, credential in credentials.items():
-        if token_id in skip or credential.actor_id not in actors:
+    for token_id, credential in grants.credentials.items():
+        if token_id in skip or refusal_of(grants, credential, now) is not None:
             continue
-        if credential.not_after is not None and now > credential.not_after:
-            continue
-        hashed = known.get(token_id) or getattr(credential, "nats_password_hash", None)
+        hashed = known.get(token_id) or credential.nats_password_hash
         if hashed:
             agents.append(AgentUser(token_id, hashed))
     return agents
-
-
-def write_private(path: Path, text: str, exclusive: bool = False) -> bool:
-    """Write `text` to `path` (mode 0600) as one atomic replacement; False when it already held exactly that.
-    `exclusive`: never replace an existing file (the first writer wins)."""
-    try:
-        if path.read_text() == text:
-            return False
-    except OSError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, aside = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, text.encode())
-        os.close(fd)
-        if exclusive:
-            try:
-                os.link(aside, path)
-            except FileExistsError:
-                return False
-        else:
-            os.replace(aside, path)
-    finally:
-        if os.path.exists(aside):
-            os.unlink(aside)
-    return True
 
 
 def tls_options(ca_file: Path | None) -> dict[str, Any]:

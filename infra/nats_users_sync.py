@@ -18,7 +18,7 @@ from pathlib import Path
 import structlog
 
 from infra.authz.policy import SERVICE_ACTOR_ID, Grants
-from infra.authz.tokens import BadCredential, token_id_of
+from infra.authz.tokens import token_id_or_none
 from infra.nats_auth import (
     SERVICE_USER,
     AgentUser,
@@ -29,8 +29,8 @@ from infra.nats_auth import (
     live_agents,
     password_hash,
     render_config,
-    write_private,
 )
+from infra.private_files import write_private
 
 log = structlog.get_logger(__name__)
 
@@ -70,14 +70,13 @@ class NatsUsers:
         written = configured_hashes(self._read())
         service_hash = self._hash_of(SERVICE_USER, self.service_password, written)
         known: dict[str, str] = {}
-        admin_id = _token_id(self.admin_token)
+        admin_id = token_id_or_none(self.admin_token)
         if self.admin_token is not None and admin_id is not None:
             known[admin_id] = self._hash_of(admin_id, self.admin_token, written)
         if grants is None:
             return render_config(self.prefix, service_hash, [AgentUser(t, h) for t, h in known.items()], self.tls)
         service_ids = {t for t, c in grants.credentials.items() if c.actor_id == SERVICE_ACTOR_ID}
-        agents = live_agents(dict(grants.credentials), dict(grants.actors), now or datetime.now(timezone.utc),
-                             service_ids, known)
+        agents = live_agents(grants, now or datetime.now(timezone.utc), service_ids, known)
         return render_config(self.prefix, service_hash, agents, self.tls)
 
     def apply(self, text: str) -> bool:
@@ -104,13 +103,4 @@ class NatsUsers:
                 except OSError as exc:
                     log.warning("nats.users_not_written", path=str(self.path), error=type(exc).__name__)
             await asyncio.sleep(every)
-
-
-def _token_id(token: str | None) -> str | None:
-    if token is None:
-        return None
-    try:
-        return token_id_of(token)
-    except BadCredential:
-        return None
 

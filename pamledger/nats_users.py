@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
-
-from infra.authz.bootstrap import admin_token_path, bootstrap_credentials, read_token, service_token_path
+from infra.authz.bootstrap import admin_token_path, bootstrap_from, read_token
 from infra.authz.registry import GrantsRegistry
 from infra.endpoints import read_servers_file
 from infra.nats_auth import (
@@ -83,11 +81,7 @@ async def sync_nats_users(settings: Settings, database_url: str) -> None:
     if settings.auth.mode == "off":
         users.apply(users.desired(None))
         return
-    registry = GrantsRegistry(database_url, bootstrap_credentials(read_token(admin_token_path(settings)),
-                                                                  read_token(service_token_path(settings))))
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        await registry.refresh(conn)
-    users.apply(users.desired(registry.grants))
+    users.apply(users.desired(await GrantsRegistry.read_once(database_url, bootstrap_from(settings))))
 
 
 def nats_is_ours(settings: Settings, nats_url: str) -> bool:

@@ -8,12 +8,11 @@ before anyone has issued them anything. Both are tokens in files of the state di
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from infra.authz.policy import ADMIN_ACTOR_ID, SERVICE_ACTOR_ID
 from infra.authz.tokens import BadCredential, new_token, token_digest, token_id_of
+from infra.private_files import ensure_private
 from infra.settings import Settings
 from schemas.auth import ALL_SCOPES, ActorRecord, CredentialRecord, ScopeGrant
 from schemas.common import SYSTEM_SCOPE
@@ -42,28 +41,13 @@ def read_token(path: Path) -> str | None:
 
 
 def ensure_token(path: Path) -> tuple[str, bool]:
-    """The token in `path`, made first when absent: (token, made_now). Safe when several processes race:
-    the file appears whole (written aside, then linked into place) and the first one made wins."""
-    existing = read_token(path)
-    if existing is not None:
-        return existing, False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _, token = new_token()
-    fd, aside = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, (token + "\n").encode())
-        os.close(fd)
-        try:
-            os.link(aside, path)
-        except FileExistsError:
-            pass
-    finally:
-        os.unlink(aside)
-    found = read_token(path)
-    if found is None:
-        raise RuntimeError(f"{path} exists but holds no pamledger token; remove it to have a new one made")
-    return found, found == token
+    """The token in `path`, made first when absent: (token, made_now). Safe when several processes race."""
+    return ensure_private(path, lambda: new_token()[1], read_token)
+
+
+def bootstrap_from(settings: Settings) -> list[tuple[CredentialRecord, ActorRecord]]:
+    """The bootstrap credentials whose token files the settings name and that exist (none made here)."""
+    return bootstrap_credentials(read_token(admin_token_path(settings)), read_token(service_token_path(settings)))
 
 
 def bootstrap_credentials(admin_token: str | None, service_token: str | None

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-import psycopg
-
-from infra.authz.bootstrap import admin_token_path, bootstrap_credentials, read_token, service_token_path
+from infra.authz.bootstrap import admin_token_path, bootstrap_from, read_token
 from infra.authz.policy import Denied, authenticate, holds
 from infra.authz.registry import GrantsRegistry
 from infra.settings import Settings
@@ -29,11 +27,8 @@ async def require_operator(settings: Settings, database_url: str, scope_id: str 
     if settings.auth.mode == "off":
         return
     token = settings.token or read_token(admin_token_path(settings))
-    registry = GrantsRegistry(database_url, bootstrap_credentials(read_token(admin_token_path(settings)),
-                                                                  read_token(service_token_path(settings))))
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        await registry.refresh(conn)
-    caller = authenticate(registry.grants, f"Bearer {token}" if token else None, datetime.now(timezone.utc))
+    grants = await GrantsRegistry.read_once(database_url, bootstrap_from(settings))
+    caller = authenticate(grants, f"Bearer {token}" if token else None, datetime.now(timezone.utc))
     if isinstance(caller, Denied):
         raise AccessDenied(f"{caller.message} (set PAMLEDGER_TOKEN, or run where the state dir holds admin.token)",
                            rule_id=caller.rule_id)

@@ -110,12 +110,20 @@ def authenticate(grants: Grants, header: str | None, now: datetime) -> Caller | 
     matches = digest_matches(credential.token_digest if credential is not None else _NO_DIGEST, token)
     if credential is None or not matches:
         return Denied("auth.unknown_credential", "the credential is not valid")
+    refused = refusal_of(grants, credential, now)
+    if refused is not None:
+        return refused
+    actor = grants.actors[credential.actor_id]
+    return Caller(actor, token_id, internal=actor.actor_id in grants.internal_actor_ids)
+
+
+def refusal_of(grants: Grants, credential: CredentialRecord, now: datetime) -> Denied | None:
+    """Why a known credential no longer works (expired, or its actor revoked), or None: it is live."""
     if credential.not_after is not None and now > credential.not_after:
         return Denied("auth.expired_credential", "the credential has expired")
-    actor = grants.actors.get(credential.actor_id)
-    if actor is None:
+    if credential.actor_id not in grants.actors:
         return Denied("auth.unknown_actor", "the credential's actor is no longer registered")
-    return Caller(actor, token_id, internal=actor.actor_id in grants.internal_actor_ids)
+    return None
 
 
 def holds(actor: ActorRecord, scope_id: str, operation: str) -> str | None:

@@ -84,6 +84,14 @@ class GrantsRegistry:
             log.info("grants.loaded", actors=len(self.grants.actors), credentials=len(self.grants.credentials))
         self.loaded.set()
 
+    @classmethod
+    async def read_once(cls, database_url: str, bootstrap: list[tuple[CredentialRecord, ActorRecord]]) -> Grants:
+        """The grants as the ledger holds them now (a one-off tool's look, no refreshing)."""
+        registry = cls(database_url, bootstrap)
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            await registry.refresh(conn)
+        return registry.grants
+
     async def run(self) -> None:
         """Refresh forever; reconnect when the database goes away (keeping the last snapshot meanwhile)."""
         failing = False

@@ -50,6 +50,14 @@ def token_id_of(token: str) -> str:
     return match.group(1)
 
 
+def token_id_or_none(token: str | None) -> str | None:
+    """The credential id of a well-formed token, else None."""
+    try:
+        return token_id_of(token) if token is not None else None
+    except BadCredential:
+        return None
+
+
 def bearer_token(header: str | None) -> str:
     """The token of an `Authorization: Bearer <token>` header value (BadCredential when missing or malformed)."""
     if header is None or not header.strip():

@@ -10,11 +10,13 @@ next one recorded for the same caller and rule.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from command_handler.intake import Parsed
 from command_handler.delegations import EVERYTHING, Authority
-from infra.authz.audit import DenialLimiter, denial_entry, limiter_key
+from infra.authz.audit import DenialLimiter, denial_entry
 from infra.authz.enforce import entry_for
 from infra.request_shell import Deny, Policy, authorize, context_of
 from schemas.commands import RecordAccessDenied
@@ -30,15 +32,7 @@ def admit(policy: Policy, limiter: DenialLimiter, parsed: Parsed, subject: str,
     if not isinstance(decision, Deny):
         return parsed
     refusal = decision.error()
-    suppressed = limiter.admit(limiter_key(decision.caller, decision.rule_id))
-    if suppressed is None:
-        return refusal
-    entry = entry_for(context, f"cmd.{parsed.name}", decision)
-    entry["denial"]["suppressed"] = suppressed  # type: ignore[index]
-    entry["operation_id"] = parsed.operation_id or entry["operation_id"]
-    command = msgspec.convert(entry, RecordAccessDenied)
-    return Parsed(name="record_access_denied", command=command, operation_id=command.operation_id,
-                  idempotency_key=None, request_digest="", refusal=refusal)
+    return _recorded(limiter, entry_for(context, f"cmd.{parsed.name}", decision), parsed, refusal) or refusal
 
 
 def refusal_entry(limiter: DenialLimiter, parsed: Parsed, refusal: AccessDenied) -> Parsed | None:
@@ -46,11 +40,14 @@ def refusal_entry(limiter: DenialLimiter, parsed: Parsed, refusal: AccessDenied)
     when the limiter leaves it out."""
     actor = getattr(parsed.command, "actor", None)
     caller = {"actor_id": actor.actor_id, "actor_kind": actor.actor_kind} if actor is not None else None
-    suppressed = limiter.admit(limiter_key(caller, refusal.rule_id))
-    if suppressed is None:
+    entry = denial_entry(f"cmd.{parsed.name}", refusal.rule_id, refusal.code, parsed.scope_id, caller, None, None, 0)
+    return _recorded(limiter, entry, parsed, refusal)
+
+
+def _recorded(limiter: DenialLimiter, entry: dict[str, Any], parsed: Parsed, refusal: AccessDenied) -> Parsed | None:
+    """The entry as a command of the batch, answered with `refusal` once it commits; None: left out."""
+    if not limiter.admit_entry(entry):
         return None
-    entry = denial_entry(f"cmd.{parsed.name}", refusal.rule_id, refusal.code, parsed.scope_id, caller, None,
-                         None, suppressed)
     entry["operation_id"] = parsed.operation_id or entry["operation_id"]
     command = msgspec.convert(entry, RecordAccessDenied)
     return Parsed(name="record_access_denied", command=command, operation_id=command.operation_id,

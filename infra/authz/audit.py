@@ -61,6 +61,16 @@ class DenialLimiter:
         left_out, bucket.suppressed = bucket.suppressed, 0
         return left_out
 
+    def admit_entry(self, entry: dict[str, Any]) -> bool:
+        """Whether to record this `record_access_denied` body; when so, it now says how many were left out."""
+        denial = entry["denial"]
+        suppressed = self.admit(limiter_key(entry["actor"] if denial.get("authenticated") else None,
+                                            denial["rule_id"]))
+        if suppressed is None:
+            return False
+        denial["suppressed"] = suppressed
+        return True
+
 
 def denial_entry(request: str, rule_id: str, code: str, scope_id: str | None, actor: dict[str, Any] | None,
                  token_id: str | None, claimed_actor_id: str | None, suppressed: int) -> dict[str, Any]:
@@ -86,12 +96,8 @@ class DenialRecorder:
 
     async def record(self, entry: dict[str, Any]) -> None:
         """Record `entry` unless the limiter leaves it out; ServiceUnavailable when it cannot be recorded."""
-        denial = entry["denial"]
-        suppressed = self.limiter.admit(limiter_key(entry["actor"] if denial.get("authenticated") else None,
-                                                    denial["rule_id"]))
-        if suppressed is None:
+        if not self.limiter.admit_entry(entry):
             return
-        entry["denial"]["suppressed"] = suppressed
         try:
             await self.requester.command("record_access_denied", entry)
         except PamledgerError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -271,18 +272,45 @@ async def token_client(env: Env, token: str | None) -> Any:
 async def admin_client(env: Env) -> Any:
     """A client with the module's administrative token, once the service answers it."""
     from infra.authz.bootstrap import admin_token_path, read_token
-    from memory_client.client import PamspecError
 
     token = read_token(admin_token_path(env.settings))
     assert token is not None, "no admin token: is the service serving this env?"
     client = await token_client(env, token)
-
-    async def answers() -> bool:
-        try:
-            await client.query("system:pamledger", limit=1)
-            return True
-        except PamspecError:
-            return False
-
-    await wait_for(answers, timeout=30)
+    await wait_for(lambda: can_query(client, "system:pamledger"), timeout=30)
     return client
+
+
+async def can_query(client: Any, scope_id: str) -> bool:
+    """The client's query of `scope_id` is answered (its token and grant are in effect)."""
+    from memory_client.client import PamspecError
+
+    try:
+        await client.query(scope_id, limit=1)
+        return True
+    except PamspecError:
+        return False
+
+
+@contextlib.contextmanager
+def pamledger_run(tmp_path: Path, **env: str) -> Iterator[tuple[subprocess.Popen[bytes], Path, Path]]:
+    """A real `pamledger run` on a state dir of its own (no PAMLEDGER_ variable of ours leaks in; `env` adds
+    some): (process, state dir, log). Interrupted at the end, then its state dir cleaned."""
+    from infra.local_servers import clean
+
+    state, log_path = tmp_path / "state", tmp_path / "run.log"
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("PAMLEDGER_")}
+    environment.update(PAMLEDGER_STATE_DIR=str(state), PAMLEDGER_LOG_FORMAT="json", **env)
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "pamledger", "run"], cwd=ROOT, env=environment,
+                                stdout=log, stderr=log)
+    try:
+        yield proc, state, log_path
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        clean(state)

@@ -29,7 +29,7 @@ from memory_client.admin import issue_token, parse_grant, put_actor, revoke_acto
 from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError
 from schemas.canonical import decode_json
-from tests.conftest import (ROOT, Env, Servers, admin_client, enforced_env, fresh_database, fresh_settings,
+from tests.conftest import (ROOT, Env, Servers, admin_client, can_query, enforced_env, fresh_database, fresh_settings,
                             service_environment, serving, token_client, wait_for)
 
 ALICE = {"actor_id": "actor:agent:alice", "actor_kind": "agent"}
@@ -69,21 +69,13 @@ async def world(env: Env) -> AsyncIterator[World]:
         alice = await _client(env, tokens["alice"]["token"])
         bob = await _client(env, tokens["bob"]["token"])
         anonymous = await _client(env, None)
-        await wait_for(lambda: _answers(alice), timeout=10)
-        await wait_for(lambda: _answers(bob, "team:b:one"), timeout=10)
+        await wait_for(lambda: can_query(alice, "team:a:one"), timeout=10)
+        await wait_for(lambda: can_query(bob, "team:b:one"), timeout=10)
         try:
             yield World(env, admin, alice, bob, anonymous, tokens)
         finally:
             for c in (admin, alice, bob, anonymous):
                 await c.close()
-
-
-async def _answers(client: MemoryClient, scope_id: str = "team:a:one") -> bool:
-    try:
-        await client.query(scope_id, limit=1)
-        return True
-    except PamspecError:
-        return False
 
 
 async def _denied(call: Any, rule: str) -> PamspecError:
@@ -204,7 +196,7 @@ async def test_a_revoked_token_stops_working_without_a_restart(world: World) -> 
     extra = await issue_token(world.admin, ALICE["actor_id"], label="short-lived")
     client = await _client(world.env, extra["token"])
     try:
-        await wait_for(lambda: _answers(client), timeout=10)
+        await wait_for(lambda: can_query(client, "team:a:one"), timeout=10)
         await revoke_token(world.admin, extra["token_id"])
         await wait_for(lambda: _refused(client.query("team:a:one")), timeout=5)
         await _denied(client.query("team:a:one"), "auth.unknown_credential")
@@ -284,7 +276,7 @@ async def test_a_revoked_actor_loses_every_token(world: World) -> None:
     issued = await issue_token(world.admin, dave["actor_id"])
     client = await _client(world.env, issued["token"])
     try:
-        await wait_for(lambda: _answers(client, "team:b:one"), timeout=10)
+        await wait_for(lambda: can_query(client, "team:b:one"), timeout=10)
         await revoke_actor(world.admin, dave["actor_id"])
         await wait_for(lambda: _refused_with(client.query("team:b:one"), "auth.unknown_actor"), timeout=5)
     finally:
@@ -328,7 +320,7 @@ async def test_the_cli_manages_actors_and_tokens(world: World) -> None:
     assert code == 0 and issued["token"].startswith("pam_"), err
     client = await _client(world.env, issued["token"])
     try:
-        await wait_for(lambda: _answers(client), timeout=10)
+        await wait_for(lambda: can_query(client, "team:a:one"), timeout=10)
         async def listed_tokens() -> Any:  # the list reads the projection: it shows the token a moment later
             _, listed, _ = await _cli(world, "tokens", "list", token=admin)
             return listed if any(t["token_id"] == issued["token_id"] for t in listed["tokens"]) else None

@@ -100,14 +100,6 @@ async def world(env: Env) -> AsyncIterator[World]:
                 await c.close()
 
 
-async def _answers(client: MemoryClient, scope_id: str) -> bool:
-    try:
-        await client.query(scope_id, limit=1)
-        return True
-    except PamspecError:
-        return False
-
-
 def allowed(grants: list[tuple[list[str], list[str]]], scope_id: str, operation: str) -> bool:
     """The oracle: some grant names the scope (exactly, by a `prefix*` pattern, or `*`) and the operation."""
     def covers(pattern: str) -> bool:

@@ -26,7 +26,7 @@ from memory_client.admin import issue_token, parse_grant, put_actor
 from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError
 from schemas.canonical import decode_json
-from tests.conftest import Env, Servers, admin_client, enforced_env, serving, token_client, wait_for
+from tests.conftest import Env, Servers, admin_client, can_query, enforced_env, serving, token_client, wait_for
 
 ALICE = {"actor_id": "actor:agent:alice2", "actor_kind": "agent"}
 BOB = {"actor_id": "actor:agent:bob2", "actor_kind": "agent"}
@@ -63,14 +63,6 @@ def env(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Env:
 _client = token_client
 
 
-async def _can_query(client: MemoryClient, scope_id: str) -> bool:
-    try:
-        await client.query(scope_id, limit=1)
-        return True
-    except PamspecError:
-        return False
-
-
 @pytest.fixture(scope="module")
 async def world(env: Env) -> AsyncIterator[World]:
     async with serving(env):
@@ -83,7 +75,7 @@ async def world(env: Env) -> AsyncIterator[World]:
                 await put_actor(admin, actor["actor_id"], "agent", [parse_grant(f"{SCOPE[name]}=*")])
                 client = await _client(env, (await issue_token(admin, actor["actor_id"]))["token"])
                 clients.append(client)
-                await wait_for(lambda: _can_query(client, SCOPE[name]), timeout=10)
+                await wait_for(lambda: can_query(client, SCOPE[name]), timeout=10)
                 objects = [await client.create(SCOPE[name], "claim", {"text": f"{SECRET[name]} plan {i}"}, actor,
                                                prov(actor), validation_state="corroborated") for i in range(2)]
                 agents[name] = Agent(name, actor, SCOPE[name], client, objects)

@@ -12,7 +12,6 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -26,7 +25,7 @@ from memory_client.client import MemoryClient
 from memory_client.delegation import check_delegation, grant_delegation, revoke_delegation
 from memory_client.errors import PamspecError
 from schemas.canonical import decode_json
-from tests.conftest import ROOT, Env, Servers, locked_env, pamspec_dir, service_environment, serving, wait_for
+from tests.conftest import ROOT, Env, Servers, admin_client, can_query, locked_env, pamspec_dir, service_environment, serving, wait_for
 
 SCOPE = "team:deleg"
 SUPERVISOR = {"actor_id": "actor:agent:supervisor", "actor_kind": "agent"}
@@ -52,23 +51,12 @@ async def _connect(env: Env, token: str, actor: dict[str, str] | None) -> Memory
     return client
 
 
-async def _works(client: MemoryClient) -> bool:
-    try:
-        await client.query(SCOPE, limit=1)
-        return True
-    except PamspecError:
-        return False
-
-
 @pytest.fixture(scope="module")
 async def agents(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Agents]:
     """The service with auth enforced on a NATS running the generated users and permissions: every request
     here logs in to NATS with its token and passes both the transport's and the service's checks."""
     async with locked_env(servers, tmp_path_factory.mktemp("deleg_state"), "deleg") as env, serving(env):
-        admin_token = read_token(admin_token_path(env.settings))
-        assert admin_token is not None
-        admin = await _connect(env, admin_token, None)
-        await wait_for(lambda: _works_admin(admin), timeout=30)
+        admin = await admin_client(env)
         await admin.create_scope(SCOPE)
         await put_actor(admin, SUPERVISOR["actor_id"], "agent", [parse_grant(f"{SCOPE}=read,query,update,create,inspect_history")])
         await put_actor(admin, WORKER["actor_id"], "agent", [parse_grant("team:elsewhere=read")])
@@ -76,20 +64,12 @@ async def agents(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> 
         clients = {}
         for name, actor in (("supervisor", SUPERVISOR), ("worker", WORKER), ("outsider", OUTSIDER)):
             clients[name] = await _connect(env, (await issue_token(admin, actor["actor_id"]))["token"], actor)
-        await wait_for(lambda: _works(clients["supervisor"]), timeout=10)
+        await wait_for(lambda: can_query(clients["supervisor"], SCOPE), timeout=10)
         try:
             yield Agents(env, admin, clients)
         finally:
             for c in (admin, *clients.values()):
                 await c.close()
-
-
-async def _works_admin(admin: MemoryClient) -> bool:
-    try:
-        await admin.query("system:pamledger", limit=1)
-        return True
-    except PamspecError:
-        return False
 
 
 async def _refused(call: Any, rule: str, code: str = "access_denied") -> None:
@@ -213,7 +193,7 @@ async def test_a_grantor_that_loses_the_operation_loses_the_delegation(agents: A
     await put_actor(agents.admin, boss["actor_id"], "agent", [parse_grant(f"{SCOPE}=read,query")])
     client = await _connect(agents.env, (await issue_token(agents.admin, boss["actor_id"]))["token"], boss)
     try:
-        await wait_for(lambda: _works(client), timeout=10)
+        await wait_for(lambda: can_query(client, SCOPE), timeout=10)
         granted = await grant_delegation(client, SCOPE, boss, WORKER, ["read"], "policy:x", at(-1), at(60))
         await check_delegation(agents["worker"], granted["delegation_id"], SCOPE, WORKER["actor_id"], "read")
         await put_actor(agents.admin, boss["actor_id"], "agent", [parse_grant(f"{SCOPE}=query")])

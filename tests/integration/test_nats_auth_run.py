@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,11 +18,11 @@ from typing import Any
 import pytest
 
 from infra.authz.bootstrap import read_token
-from infra.local_servers import clean, read_servers_file
+from infra.local_servers import read_servers_file
 from memory_client.admin import issue_token, parse_grant, put_actor, revoke_token
 from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError
-from tests.conftest import ROOT, TEST_SPACE, answers, wait_for
+from tests.conftest import TEST_SPACE, answers, pamledger_run, wait_for
 
 PLANNER = {"actor_id": "actor:agent:planner", "actor_kind": "agent"}
 SCOPE = "workspace:locked"
@@ -31,23 +30,9 @@ SCOPE = "workspace:locked"
 
 @pytest.fixture
 def run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    state = tmp_path / "state"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PAMLEDGER_")}
-    env.update(PAMLEDGER_STATE_DIR=str(state), PAMLEDGER_LOG_FORMAT="json", PAMLEDGER_AUTH__MODE="enforce",
-               PAMLEDGER_INDEXER__DEFAULT_SPACE=TEST_SPACE)
-    with (tmp_path / "run.log").open("ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "pamledger", "run"], cwd=ROOT, env=env, stdout=log, stderr=log)
-    try:
+    with pamledger_run(tmp_path, PAMLEDGER_AUTH__MODE="enforce", PAMLEDGER_INDEXER__DEFAULT_SPACE=TEST_SPACE) as (
+            proc, state, _):
         yield proc, state
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        clean(state)
 
 
 async def _client(url: str, token: str | None) -> MemoryClient | None:

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from infra.local_nats import nats_info
 from infra.local_postgres import postgres_answers
 from infra.local_servers import clean, read_servers_file
 from memory_client.client import MemoryClient
-from tests.conftest import ACTOR, PROVENANCE, wait_for
+from tests.conftest import ACTOR, PROVENANCE, pamledger_run, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SCOPE = "workspace:restarts"
@@ -31,23 +30,8 @@ SCOPE = "workspace:restarts"
 @pytest.fixture
 def run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, Path]]:
     """`pamledger run` on its own state dir; interrupted, then its state dir cleaned, at teardown."""
-    state, log_path = tmp_path / "state", tmp_path / "run.log"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PAMLEDGER_")}
-    env.update(PAMLEDGER_STATE_DIR=str(state), PAMLEDGER_LOG_FORMAT="json")
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "pamledger", "run"], cwd=ROOT, env=env,
-                                stdout=log, stderr=log)
-    try:
-        yield proc, state, log_path
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        clean(state)
+    with pamledger_run(tmp_path) as running:
+        yield running
 
 
 async def _write(nats_url: str, label: str, state: Path) -> bool:

@@ -1,26 +1,43 @@
-"""The writer's pure core: decide(state, command) -> Decision and evolve(state, decision) -> state.
+"""The writer's pure core: decide(head, command, stamp, registry, context) -> Decision, and evolve.
 
-No clock, uuid, I/O or logging here: ids and time arrive in a Stamp, and the object types, content schemas
-and transition tables in a TypeRegistry. A rejection raises a CommandRejected subclass carrying its stable
-PAMSPEC code.
+No clock, uuid, I/O or logging here: ids and time arrive in a Stamp, the object types, content schemas and
+transition tables in a TypeRegistry, and what a command may look at besides its own object's head (the
+other objects it names, the actors' grants, restorable content) in a Context. A rejection raises a
+CommandRejected subclass carrying its stable PAMSPEC code. Relate, Redact and Promote live in their own
+modules (relationships, redactions, promotion); this one dispatches and holds create, update, transition,
+delete, provenance correction and tool memory.
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import msgspec
 
-from command_handler.state import Decision, ObjectHead, Stamp
+from command_handler import promotion, redactions, relationships
+from command_handler.state import NO_CONTEXT, Context, Decision, ObjectHead, Stamp
+from command_handler.versions import (
+    check_actor,
+    content_digest,
+    entry_event,
+    follower_stamp,
+    live_head,
+    next_head,
+    stamped,
+    transition_payload,
+    version_event,
+    with_optionals,
+)
 from schemas.canonical import canonical_bytes
 from schemas.commands import (
     CloseSubscription,
+    CorrectProvenance,
     CreateObject,
     DeleteObject,
     EventOnlyCommand,
     ObjectCommand,
     OpenSubscription,
+    Promote,
     RecordAccessDenied,
     RecordIndexEvent,
     RegisterEmbeddingSpace,
@@ -29,50 +46,78 @@ from schemas.commands import (
 )
 from schemas.common import SPEC_VERSION, SYSTEM_SCOPE
 from schemas.embedding import space_digest
-from schemas.envelope import Actor, Provenance
 from schemas.errors import (
+    AccessDenied,
     InvalidObject,
     InvalidRequest,
     InvalidStateTransition,
-    LegalHold,
-    ObjectDeleted,
-    ObjectNotFound,
     ObjectRedacted,
+    PamledgerError,
     VersionConflict,
 )
-from schemas.events import TRANSITION_EVENT, LedgerEvent
-from schemas.errors import PamledgerError
+from schemas.events import TRANSITION_EVENT
+from schemas.redaction import Redact
 from schemas.registry import TypeRegistry
+from schemas.relationship import Relate, is_relationship
 
-TOMBSTONE_CONTENT = {"tombstone": True}
-_OPTIONAL_FIELDS = (
-    "observed_at", "asserted_at", "valid_from", "valid_until",
-    "relationship_refs", "integrity", "quality_signals",
-)
+# Kept importable from here: tests and benches name them so.
+__all__ = ["decide", "evolve", "content_digest", "named_objects"]
+TOOL_EVENTS = {"tool_invocation": "tool_invoked", "tool_result": "tool_completed"}
 
 
 def decide(
-    head: ObjectHead | None, command: ObjectCommand | EventOnlyCommand, stamp: Stamp, registry: TypeRegistry
+    head: ObjectHead | None, command: ObjectCommand | EventOnlyCommand, stamp: Stamp, registry: TypeRegistry,
+    context: Context = NO_CONTEXT,
 ) -> Decision:
-    """Validate one command against the object's head and the registry's tables and say what it writes, or
-    raise."""
+    """Validate one command against the object's head, the registry's tables and the context, and say what it
+    writes, or raise."""
     match command:
         case OpenSubscription() | CloseSubscription() | RegisterEmbeddingSpace() | RecordIndexEvent() | RecordAccessDenied():
             return _event_only(command, stamp)
         case CreateObject():
-            return _create(head, command, stamp, registry)
+            return create(head, command, stamp, registry, context)
         case UpdateObject():
-            return _update(_live_head(head, command), command, stamp, registry)
+            return _update(_object_head(head, command), command, stamp, registry)
         case TransitionState():
-            return _transition(_live_head(head, command), command, stamp, registry)
+            return _transition(live_head(head, command.object_id, command.expected_version_id), command, stamp,
+                               registry, context)
         case DeleteObject():
-            return _delete(_live_head(head, command), command, stamp)
+            return redactions.erase(live_head(head, command.object_id, command.expected_version_id), command, stamp,
+                                    "deleted", "object_deleted")
+        case CorrectProvenance():
+            return _correct_provenance(live_head(head, command.object_id, command.expected_version_id), command, stamp)
+        case Relate():
+            return relationships.relate(head, command, stamp, context)
+        case Redact():
+            return redactions.redact(live_head(head, command.object_id, command.expected_version_id), command, stamp,
+                                     context)
+        case Promote():
+            return promotion.promote(head, command, stamp, registry, context, create)
     raise InvalidRequest(f"unknown command {type(command).__name__}")
 
 
 def evolve(head: ObjectHead | None, decision: Decision) -> ObjectHead | None:
     """The object's head after a decision commits."""
     return decision.head if decision.head is not None else head
+
+
+def named_objects(command: Any) -> list[tuple[str, str]]:
+    """(scope_id, object_id) of every object a command looks at besides the one it writes: what the writer
+    loads into the Context before deciding."""
+    scope_id = command.scope_id
+    if isinstance(command, Relate):
+        keys = [(scope_id, command.source_object_id), (command.target_scope_id or scope_id, command.target_object_id)]
+        return keys
+    if isinstance(command, Promote):
+        keys = [(scope_id, command.source_object_id)]
+        if command.relationship_id is not None:
+            keys.append((scope_id, command.relationship_id))
+        return keys
+    if isinstance(command, CreateObject) and command.object_type == "tool_result":
+        content = command.canonical_content
+        invocation = content.get("invocation_object_id") if isinstance(content, dict) else None
+        return [(scope_id, invocation)] if isinstance(invocation, str) else []
+    return []
 
 
 def _event_only(command: EventOnlyCommand, stamp: Stamp) -> Decision:
@@ -98,47 +143,15 @@ def _event_only(command: EventOnlyCommand, stamp: Stamp) -> Decision:
         event_type, payload = "access_denied", msgspec.to_builtins(command.denial)
     else:
         event_type, payload = command.event_type, command.payload
-    event = LedgerEvent(
-        event_id=stamp.event_id, operation_id=stamp.operation_id, scope_id=command.scope_id,
-        event_type=event_type,  # type: ignore[arg-type]
-        recorded_at=stamp.now, sequence=1, actor=command.actor, payload=payload,
-    )
-    return Decision(event=event, head=None)
+    return Decision(event=entry_event(command.actor, stamp, command.scope_id, event_type, payload), head=None)
 
 
-def content_digest(salt: bytes, content: bytes) -> str:
-    """Salted digest: the ledger keeps it, and once salt and content are erased it reveals nothing."""
-    return "sha256:" + hashlib.sha256(salt + content).hexdigest()
-
-
-def _live_head(head: ObjectHead | None, command: UpdateObject | TransitionState | DeleteObject) -> ObjectHead:
-    if head is None:
-        raise ObjectNotFound("object not found in this scope", details={"object_id": command.object_id})
-    if head.deleted:
-        raise ObjectDeleted(
-            "object has been deleted", details={"object_id": head.object_id, "tombstone_version_id": head.version_id}
-        )
-    if command.expected_version_id != head.version_id:
-        raise VersionConflict(
-            "expected version is stale",
-            details={
-                "object_id": head.object_id,
-                "expected_version_id": command.expected_version_id,
-                "current_version_id": head.version_id,
-            },
-        )
+def _object_head(head: ObjectHead | None, command: UpdateObject) -> ObjectHead:
+    head = live_head(head, command.object_id, command.expected_version_id)
+    if is_relationship(head.meta):
+        raise InvalidRequest("this id names a Relationship Object: its next version is written with relate",
+                             details={"relationship_id": head.object_id})
     return head
-
-
-def _check_actor(actor: Actor, provenance: Provenance) -> None:
-    for who in (actor, provenance.actor):
-        att = who.attestation
-        if att and att.not_before and att.not_after and att.not_before > att.not_after:
-            raise PamledgerError(
-                "actor attestation window is inverted (not_before after not_after)",
-                details={"actor_id": who.actor_id},
-                code="policy_denied",
-            )
 
 
 def _check_type(command: CreateObject, registry: TypeRegistry) -> None:
@@ -155,54 +168,18 @@ def _check_type(command: CreateObject, registry: TypeRegistry) -> None:
         raise InvalidObject("extension object types require schema_id", details={"object_type": object_type})
 
 
-def _stamped(meta: dict[str, Any], command: Any, stamp: Stamp, sequence: int) -> dict[str, Any]:
-    """Service-assigned fields (version, sequence, times) plus the command's actor and provenance."""
-    now = msgspec.to_builtins(stamp.now)
-    provenance = msgspec.to_builtins(command.provenance)
-    provenance.setdefault("recorded_at", now)
-    meta.update(
-        version_id=stamp.version_id,
-        sequence=sequence,
-        committed_at=now,
-        recorded_at=now,
-        actor=msgspec.to_builtins(command.actor),
-        provenance=provenance,
-    )
-    return meta
-
-
-def _with_optionals(meta: dict[str, Any], command: CreateObject | UpdateObject) -> dict[str, Any]:
-    for name in _OPTIONAL_FIELDS:
-        value = getattr(command, name)
-        if value is not None:
-            meta[name] = msgspec.to_builtins(value)
-    return meta
-
-
-def _event(command: Any, stamp: Stamp, event_type: str, head: ObjectHead, payload: dict[str, Any]) -> LedgerEvent:
-    return LedgerEvent(
-        event_id=stamp.event_id,
-        operation_id=stamp.operation_id,
-        scope_id=head.scope_id,
-        object_id=head.object_id,
-        version_id=head.version_id,
-        event_type=event_type,  # type: ignore[arg-type]
-        recorded_at=stamp.now,
-        sequence=head.sequence,
-        actor=command.actor,
-        payload={"envelope": head.meta, "content_digest": head.content_digest, **payload},
-    )
-
-
-def _create(head: ObjectHead | None, command: CreateObject, stamp: Stamp, registry: TypeRegistry) -> Decision:
+def create(head: ObjectHead | None, command: CreateObject, stamp: Stamp, registry: TypeRegistry,
+           context: Context = NO_CONTEXT) -> Decision:
     if head is not None:
         raise VersionConflict(
             "an object with this object_id already exists in this scope",
             details={"object_id": head.object_id, "current_version_id": head.version_id},
         )
     _check_type(command, registry)
-    _check_actor(command.actor, command.provenance)
+    check_actor(command.actor, command.provenance)
     registry.check_content(command.object_type, command.canonical_content)
+    if command.object_type == "tool_result":
+        _check_invocation(command, context)
     if command.availability_state != "available":
         raise InvalidRequest("objects are created available", details={"availability_state": command.availability_state})
     lifecycle = command.lifecycle_state or registry.lifecycle_at_creation(command.object_type)
@@ -218,94 +195,119 @@ def _create(head: ObjectHead | None, command: CreateObject, stamp: Stamp, regist
     }
     if command.schema_id is not None:
         meta["schema_id"] = command.schema_id
-    _stamped(_with_optionals(meta, command), command, stamp, 1)
+    stamped(with_optionals(meta, command), command.actor, command.provenance, stamp, 1)
     content = canonical_bytes(command.canonical_content)
     new = ObjectHead(
         scope_id=command.scope_id, object_id=stamp.object_id, version_id=stamp.version_id,
         sequence=1, meta=meta, content_digest=content_digest(stamp.salt, content),
     )
-    return Decision(event=_event(command, stamp, "object_created", new, {}), head=new, content=content)
+    decision = Decision(event=version_event(command.actor, stamp, "object_created", new, {}), head=new, content=content)
+    tool_event = TOOL_EVENTS.get(command.object_type)
+    if tool_event is None:
+        return decision
+    return msgspec.structs.replace(decision, followers=(_tool_entry(command, stamp, tool_event, new),))
+
+
+def _check_invocation(command: CreateObject, context: Context) -> None:
+    """A tool_result's invocation_object_id names a live tool_invocation of this scope."""
+    invocation_id = command.canonical_content["invocation_object_id"]
+    invocation = context.head(command.scope_id, invocation_id)
+    problem = None
+    if invocation is None or invocation.deleted:
+        problem = "names no tool_invocation in this scope"
+    elif invocation.meta.get("object_type") != "tool_invocation":
+        problem = f"names a {invocation.meta.get('object_type') or 'relationship'}, not a tool_invocation"
+    if problem is not None:
+        raise InvalidObject(f"canonical_content.invocation_object_id {problem}",
+                            details={"field": "/canonical_content/invocation_object_id",
+                                     "invocation_object_id": invocation_id})
+
+
+def _tool_entry(command: CreateObject, stamp: Stamp, event_type: str, new: ObjectHead) -> Decision:
+    """tool_invoked / tool_completed: the event-only entry beside a tool memory object's creation."""
+    content = command.canonical_content
+    payload: dict[str, Any] = {"object_id": new.object_id, "version_id": new.version_id}
+    if event_type == "tool_invoked":
+        payload["tool_name"] = content["tool_name"]
+    else:
+        payload.update(invocation_object_id=content["invocation_object_id"], outcome=content["outcome"])
+    return Decision(event=entry_event(command.actor, follower_stamp(stamp, 1), command.scope_id, event_type, payload,
+                                      object_id=new.object_id), head=None)
 
 
 def _update(head: ObjectHead, command: UpdateObject, stamp: Stamp, registry: TypeRegistry) -> Decision:
     if head.state("availability") in ("redacted", "partially_redacted"):
         raise ObjectRedacted("object content is redacted; it cannot be updated", details={"object_id": head.object_id})
-    _check_actor(command.actor, command.provenance)
+    check_actor(command.actor, command.provenance)
     registry.check_content(str(head.meta["object_type"]), command.canonical_content)
-    meta = _stamped(_with_optionals(dict(head.meta), command), command, stamp, head.sequence + 1)
+    meta = stamped(with_optionals(dict(head.meta), command), command.actor, command.provenance, stamp,
+                   head.sequence + 1)
     content = canonical_bytes(command.canonical_content)
-    new = ObjectHead(
-        scope_id=head.scope_id, object_id=head.object_id, version_id=stamp.version_id,
-        sequence=head.sequence + 1, meta=meta, content_digest=content_digest(stamp.salt, content),
-    )
+    new = next_head(head, stamp, meta, content_digest(stamp.salt, content))
     payload = {"previous_version_id": head.version_id}
-    return Decision(event=_event(command, stamp, "object_updated", new, payload), head=new, content=content)
+    return Decision(event=version_event(command.actor, stamp, "object_updated", new, payload), head=new, content=content)
 
 
-def _transition(head: ObjectHead, command: TransitionState, stamp: Stamp, registry: TypeRegistry) -> Decision:
+def _transition(head: ObjectHead, command: TransitionState, stamp: Stamp, registry: TypeRegistry,
+                context: Context) -> Decision:
     dimension, target = command.dimension, command.target_state
     current = head.state(dimension)
     details: dict[str, Any] = {"object_id": head.object_id, "dimension": dimension, "from": current, "to": target}
     if target not in registry.states[dimension]:
         raise InvalidStateTransition(f"{target!r} is not a {dimension} state", details=details)
-    allowed = registry.allowed_targets(dimension, current)
-    if target not in allowed:
-        details["allowed"] = list(allowed)
-        raise InvalidStateTransition(f"{dimension} cannot move from {current} to {target}", details=details)
-    _check_actor(command.actor, command.provenance)
+    check_transition(registry, context, command, current, details)
+    check_actor(command.actor, command.provenance)
     if dimension == "availability":
-        return _availability(head, command, stamp, target)
-    meta = _stamped(dict(head.meta), command, stamp, head.sequence + 1)
+        return redactions.availability(head, command, stamp, context)
+    meta = stamped(dict(head.meta), command.actor, command.provenance, stamp, head.sequence + 1)
     meta[f"{dimension}_state"] = target
-    new = ObjectHead(
-        scope_id=head.scope_id, object_id=head.object_id, version_id=stamp.version_id,
-        sequence=head.sequence + 1, meta=meta, content_digest=head.content_digest,
-    )
-    payload = _transition_payload(head, command, current)
-    return Decision(event=_event(command, stamp, TRANSITION_EVENT[dimension], new, payload), head=new)
+    new = next_head(head, stamp, meta, head.content_digest)
+    payload = transition_payload(head, dimension, current, target, command.policy_basis)
+    if command.policy_override:
+        payload["policy_override"] = True
+    return Decision(event=version_event(command.actor, stamp, TRANSITION_EVENT[dimension], new, payload), head=new)
 
 
-def _transition_payload(head: ObjectHead, command: Any, current: str) -> dict[str, Any]:
-    payload: dict[str, Any] = {
-        "dimension": getattr(command, "dimension", "availability"),
-        "from": current,
-        "to": getattr(command, "target_state", "deleted"),
-        "previous_version_id": head.version_id,
-    }
+def check_transition(registry: TypeRegistry, context: Context, command: TransitionState, current: str,
+                     details: dict[str, Any]) -> None:
+    """The 9.5 tables with their qualifications: a plain move passes; a qualified one ("with review policy")
+    needs a policy_basis (policy_denied); a move of the "forbidden without policy override" column needs
+    policy_override (else invalid_state_transition), a policy_basis (policy_denied) and an administrator
+    (access_denied, rule transition.override_needs_administrator); any other move is invalid_state_transition."""
+    rule, policy = registry.transition_rule(command.dimension, current, command.target_state)
+    if rule == "forbidden":
+        details["allowed"] = list(registry.allowed_targets(command.dimension, current))
+        raise InvalidStateTransition(f"{command.dimension} cannot move from {current} to {command.target_state}",
+                                     details=details)
+    if policy is not None:
+        details["needs"] = policy
+    if rule == "needs_override" and not command.policy_override:
+        raise InvalidStateTransition(
+            f"{command.dimension} {current} -> {command.target_state} is forbidden without a policy override"
+            f" ({policy}): send policy_override with a policy_basis", details=details)
+    if rule != "allowed" and not command.policy_basis:
+        raise PamledgerError(f"{command.dimension} {current} -> {command.target_state} needs a policy_basis ({policy})",
+                             details=details, code="policy_denied")
+    if rule == "needs_override" and not context.authority.administers(command.actor.actor_id):
+        raise AccessDenied("a policy override is an administrator's", rule_id="transition.override_needs_administrator")
+
+
+def _correct_provenance(head: ObjectHead, command: CorrectProvenance, stamp: Stamp) -> Decision:
+    """A new version with the corrected provenance; fields it drops must be named (never silently removed)."""
+    check_actor(command.actor, command.provenance)
+    previous: dict[str, Any] = head.meta["provenance"]
+    corrected = msgspec.to_builtins(command.provenance)
+    dropped = sorted(set(previous) - set(corrected) - {"recorded_at"})
+    unnamed = [name for name in dropped if name not in (command.removed_fields or [])]
+    if unnamed:
+        raise InvalidRequest("provenance cannot be silently removed: name every field the correction drops in"
+                             " removed_fields", details={"object_id": head.object_id, "dropped_fields": unnamed})
+    meta = stamped(dict(head.meta), command.actor, command.provenance, stamp, head.sequence + 1)
+    new = next_head(head, stamp, meta, head.content_digest)
+    payload: dict[str, Any] = {"previous_version_id": head.version_id,
+                               "previous_provenance_id": previous.get("provenance_id")}
+    if dropped:
+        payload["removed_fields"] = dropped
     if command.policy_basis is not None:
         payload["policy_basis"] = command.policy_basis
-    return payload
-
-
-def _availability(head: ObjectHead, command: TransitionState, stamp: Stamp, target: str) -> Decision:
-    if target == "deleted":
-        return _delete(head, command, stamp)
-    if target == "redacted":
-        return _erase(head, command, stamp, "redacted", "availability_transitioned")
-    raise InvalidRequest(
-        f"availability {target} needs the redact operation with a redaction target, which this release lacks",
-        details={"object_id": head.object_id, "dimension": "availability", "to": target},
-    )
-
-
-def _delete(head: ObjectHead, command: DeleteObject | TransitionState, stamp: Stamp) -> Decision:
-    return _erase(head, command, stamp, "deleted", "object_deleted")
-
-
-def _erase(head: ObjectHead, command: Any, stamp: Stamp, availability: str, event_type: str) -> Decision:
-    """A content-free version (tombstone); the content of every version of the object is erased."""
-    if head.state("retention") == "legal_hold":
-        raise LegalHold(
-            "retention legal_hold blocks deletion and redaction", details={"object_id": head.object_id}
-        )
-    meta = _stamped(dict(head.meta), command, stamp, head.sequence + 1)
-    meta["availability_state"] = availability
-    new = ObjectHead(
-        scope_id=head.scope_id, object_id=head.object_id, version_id=stamp.version_id,
-        sequence=head.sequence + 1, meta=meta, content_digest=None,
-    )
-    payload = _transition_payload(head, command, head.state("availability"))
-    payload["dimension"] = "availability"
-    payload["to"] = availability
-    event = _event(command, stamp, event_type, new, payload)
-    return Decision(event=event, head=new, erase_content=True)
+    return Decision(event=version_event(command.actor, stamp, "provenance_updated", new, payload), head=new)

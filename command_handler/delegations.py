@@ -15,11 +15,11 @@ operation (`delegation.grantor_lacks_operation`), and a use is left (`delegation
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
-from command_handler.state import Decision, Stamp
+from command_handler.state import Authority, Decision, Stamp
 from schemas.common import SYSTEM_SCOPE
 from schemas.delegation import (
     DELEGATION_SPEC_VERSION,
@@ -29,7 +29,17 @@ from schemas.delegation import (
     GrantDelegation,
     RevokeDelegation,
 )
-from schemas.commands import CreateObject, DeleteObject, ObjectCommand, TransitionState, UpdateObject
+from schemas.commands import (
+    CorrectProvenance,
+    CreateObject,
+    DeleteObject,
+    ObjectCommand,
+    Promote,
+    TransitionState,
+    UpdateObject,
+)
+from schemas.redaction import Redact
+from schemas.relationship import Relate
 from schemas.errors import AccessDenied, InvalidObject, InvalidRequest
 from schemas.events import LedgerEvent
 
@@ -37,27 +47,6 @@ from schemas.events import LedgerEvent
 def timestamp_text(moment: datetime) -> str:
     """UTC with six fraction digits: every recorded time has one width, so the texts compare as the times do."""
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-class Authority(Protocol):
-    """What the writer's policy says about actors' own grants (everything, where auth is off)."""
-
-    def holds(self, actor_id: str, scope_id: str, operation: str) -> bool: ...
-
-    def administers(self, actor_id: str) -> bool: ...
-
-
-class _Everything:
-    """The authority where auth is off (or the policy only decides requests): every actor holds everything."""
-
-    def holds(self, actor_id: str, scope_id: str, operation: str) -> bool:
-        return True
-
-    def administers(self, actor_id: str) -> bool:
-        return True
-
-
-EVERYTHING = _Everything()
 
 
 def _denied(rule: str, message: str, code: str = "access_denied") -> AccessDenied:
@@ -179,7 +168,8 @@ def _check(command: CheckDelegation, state: DelegationState, stamp: Stamp,
     return Decision(event=event, head=None, result=result), msgspec.structs.replace(state, uses=uses)
 
 
-_OPERATION_OF = {CreateObject: "create", UpdateObject: "update", TransitionState: "transition", DeleteObject: "delete"}
+_OPERATION_OF = {CreateObject: "create", UpdateObject: "update", TransitionState: "transition", DeleteObject: "delete",
+                 Relate: "relate", Redact: "redact", Promote: "promote", CorrectProvenance: "update"}
 
 
 def exercise_for(command: ObjectCommand, head_meta: dict[str, Any] | None) -> CheckDelegation | None:
@@ -192,8 +182,15 @@ def exercise_for(command: ObjectCommand, head_meta: dict[str, Any] | None) -> Ch
     if command.provenance.actor is None or command.provenance.actor.delegation_id != actor.delegation_id:
         raise InvalidObject("a command made under a delegation names it in provenance.actor.delegation_id too",
                             details={"field": "/provenance/actor/delegation_id", "delegation_id": actor.delegation_id})
-    object_type = command.object_type if isinstance(command, CreateObject) else (head_meta or {}).get("object_type")
+    if isinstance(command, CreateObject):
+        object_type, object_id = command.object_type, command.object_id
+    elif isinstance(command, Promote):  # the object it makes of the working memory
+        object_type, object_id = command.target_object_type, command.source_object_id
+    elif isinstance(command, Relate):  # the relationship is checked by its source object
+        object_type, object_id = None, command.source_object_id
+    else:
+        object_type, object_id = (head_meta or {}).get("object_type"), command.object_id
     return CheckDelegation(scope_id=command.scope_id, delegation_id=actor.delegation_id,
                            delegated_actor_id=actor.actor_id, operation=_OPERATION_OF[type(command)],  # type: ignore[arg-type]
-                           actor=actor, object_id=getattr(command, "object_id", None), object_type=object_type,
+                           actor=actor, object_id=object_id, object_type=object_type,
                            on_behalf_of_actor_id=actor.on_behalf_of_actor_id)

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from command_handler.intake import Parsed
-from command_handler.delegations import EVERYTHING, Authority
+from command_handler.state import EVERYTHING, Authority
 from infra.authz.audit import DenialLimiter, denial_entry
 from infra.authz.enforce import entry_for
 from infra.request_shell import Deny, Policy, authorize, context_of

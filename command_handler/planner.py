@@ -8,6 +8,7 @@ whose handling raised something unexpected: that command alone answers internal_
 
 from __future__ import annotations
 
+from collections import ChainMap
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -16,9 +17,9 @@ import structlog
 
 from command_handler.chain import row_hash
 from command_handler.core import decide
-from command_handler.delegations import EVERYTHING, Authority, decide_delegation, exercise_for
+from command_handler.delegations import decide_delegation, exercise_for
 from command_handler.intake import Parsed
-from command_handler.state import Decision, ObjectHead, Stamp
+from command_handler.state import EVERYTHING, Authority, Context, Decision, ObjectHead, Stamp
 from infra.ledger import IdempotencyRow, LedgerRow
 from command_handler.store import Batch, ContentRow, VersionRow
 from schemas.canonical import canonical_bytes
@@ -75,7 +76,8 @@ class PlanInputs:
     stamp: Callable[[Parsed], Stamp]
     tail: tuple[int, bytes]
     registry: TypeRegistry
-    contents: dict[str, bytes] = field(default_factory=dict)
+    contents: dict[str, bytes] = field(default_factory=dict)  # by digest: transitions' replies, partial redactions
+    restorable: dict[tuple[str, str], str] = field(default_factory=dict)  # suppressed content a restoration brings back
     delegations: dict[str, DelegationState] = field(default_factory=dict)  # loaded for this batch
     authority: Authority = EVERYTHING
     # A refused delegation command -> the access_denied entry recording it (None: the limiter leaves it out).
@@ -91,6 +93,12 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
     new_scopes: set[str] = set()
     outcomes: list[Outcome] = []
     delegations: dict[str, DelegationState] = {}
+
+    def context(batch_heads: dict[tuple[str, str], ObjectHead]) -> Context:
+        """What a command may look at: heads as this batch left them, then as loaded; grants; contents."""
+        return Context(heads=ChainMap(batch_heads, inputs.heads), authority=inputs.authority,
+                       restorable=inputs.restorable, contents=inputs.contents)
+
     for index, item in enumerate(items):
         if isinstance(item, PamledgerError):
             outcomes.append(Outcome(error=item))
@@ -128,16 +136,12 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
                 if state is None:  # refused: the refusal's entry is what this command writes
                     item, command, decision = refused, refused.command, used
                 else:
-                    decision = decide(head, command, stamp, inputs.registry)
+                    item, command, decision = _decided(item, head, stamp, inputs, context(heads))
                     exercise = (msgspec.structs.replace(used, event=msgspec.structs.replace(
                         used.event, sequence=seq + 1)), state)
             else:
-                decision = decide(head, command, stamp, inputs.registry)
-            if decision.head is None:  # event-only entries take their ledger sequence as `sequence`
-                decision = msgspec.structs.replace(
-                    decision, event=msgspec.structs.replace(decision.event, sequence=seq + 1))
-            event_bytes = canonical_bytes(decision.event)
-            meta = canonical_bytes(decision.head.meta) if decision.head is not None else b""
+                item, command, decision = _decided(item, head, stamp, inputs, context(heads))
+            entries = _sequenced(decision, seq + (1 if exercise is not None else 0))
         except PamledgerError as exc:
             outcomes.append(Outcome(error=exc))
             continue
@@ -154,29 +158,50 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
                       new_hash, stamp)
             prev = new_hash
             delegations[state.delegation_id] = state
-            decision = _resequenced(decision, seq)
-            event_bytes = canonical_bytes(decision.event)
-        seq += 1
-        new_hash = row_hash(prev, seq, event_bytes)
-        _add_rows(batch, decision, item, seq, (event_bytes, meta), prev, new_hash, stamp)
-        prev = new_hash
-        if decision.head is not None:
-            heads[key] = decision.head
+        first = seq + 1
+        for position, (entry, encoded) in enumerate(entries):  # the command's own entry, then its followers
+            seq += 1
+            new_hash = row_hash(prev, seq, encoded[0])
+            keyed = item if position == 0 else msgspec.structs.replace(item, idempotency_key=None)
+            _add_rows(batch, entry, keyed, seq, encoded, prev, new_hash, stamp)
+            prev = new_hash
+            if entry.head is not None:
+                heads[(entry.head.scope_id, entry.head.object_id)] = entry.head
+        decision = entries[0][0]
         if item.idempotency_key is not None:
             keys[(command.scope_id, item.idempotency_key)] = (item.request_digest, index)
         content = decision.content
         if content is None and decision.head is not None and decision.head.content_digest is not None:
             content = inputs.contents.get(decision.head.content_digest)
-        outcomes.append(Outcome(accepted=Accepted(item, decision, seq, content)))
+        outcomes.append(Outcome(accepted=Accepted(item, decision, first, content)))
     batch.delegations = list(delegations.values())
     return Plan(outcomes, batch, heads, _new_records(batch), new_scopes, (seq, prev), delegations)
 
 
-def _resequenced(decision: Decision, seq: int) -> Decision:
-    """An event-only decision's `sequence` is its ledger sequence: one more when an entry was put before it."""
-    if decision.head is not None:
-        return decision
-    return msgspec.structs.replace(decision, event=msgspec.structs.replace(decision.event, sequence=seq + 1))
+def _sequenced(decision: Decision, seq: int) -> list[tuple[Decision, tuple[bytes, bytes]]]:
+    """The command's entries in order (its own, then its followers), each encoded as (event bytes, meta
+    bytes), with event-only entries' `sequence` set to the ledger sequence each will take after `seq`. All
+    encoding happens here, before anything of the batch moves, so nothing later can fail halfway."""
+    out = []
+    for offset, entry in enumerate((decision, *decision.followers), start=1):
+        if entry.head is None:
+            entry = msgspec.structs.replace(entry, event=msgspec.structs.replace(entry.event, sequence=seq + offset))
+        meta = canonical_bytes(entry.head.meta) if entry.head is not None else b""
+        out.append((entry, (canonical_bytes(entry.event), meta)))
+    return out
+
+
+def _decided(item: Parsed, head: ObjectHead | None, stamp: Stamp, inputs: PlanInputs, context: Context
+             ) -> tuple[Parsed, Any, Decision]:
+    """The core's decision on a command; a refusal the core makes on authorization grounds (a cross-scope
+    target, a policy override) becomes the access_denied entry that records it, like the policy's own."""
+    try:
+        return item, item.command, decide(head, item.command, stamp, inputs.registry, context)  # type: ignore[arg-type]
+    except AccessDenied as exc:
+        recorded = inputs.record_refusal(item, exc)
+        if recorded is None:
+            raise
+        return recorded, recorded.command, decide(None, recorded.command, stamp, inputs.registry)  # type: ignore[arg-type]
 
 
 def _delegation(item: Parsed, stamp: Stamp, inputs: PlanInputs, states: dict[str, DelegationState]
@@ -252,7 +277,7 @@ def _add_rows(
     event_bytes, meta = encoded
     batch.ledger.append(LedgerRow(
         ledger_sequence=seq, event_id=event.event_id, operation_id=event.operation_id, scope_id=event.scope_id,
-        object_id=event.object_id, version_id=event.version_id, event_type=event.event_type,
+        object_id=event.object_id or event.relationship_id, version_id=event.version_id, event_type=event.event_type,
         recorded_at=event.recorded_at, event=event_bytes, prev_hash=prev, row_hash=new_hash,
     ))
     if head is None:  # an event-only entry: its record names no object or version, only its ledger row
@@ -272,7 +297,7 @@ def _add_rows(
             salt=stamp.salt, content=decision.content,
         ))
     if decision.erase_content:
-        batch.erase.append((head.scope_id, head.object_id))
+        batch.erase.append((head.scope_id, head.object_id, head.content_digest))
     if item.idempotency_key is not None:
         batch.idempotency.append(IdempotencyRow(
             scope_id=head.scope_id, idempotency_key=item.idempotency_key, request_digest=item.request_digest,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Protocol
 
 import msgspec
 
@@ -35,6 +38,51 @@ class Stamp(msgspec.Struct, frozen=True, kw_only=True):
     object_id: str
     now: datetime
     salt: bytes
+    # Fresh uuid4 texts for commands that write more than one entry (promote, relate, tool memory): the core
+    # takes its further event, version and object ids from here, in order.
+    spare: tuple[str, ...] = ()
+
+
+class Authority(Protocol):
+    """What the writer's policy says about actors' own grants (everything, where auth is off)."""
+
+    def holds(self, actor_id: str, scope_id: str, operation: str) -> bool: ...
+
+    def administers(self, actor_id: str) -> bool: ...
+
+
+class _Everything:
+    """The authority where auth is off (or the policy only decides requests): every actor holds everything."""
+
+    def holds(self, actor_id: str, scope_id: str, operation: str) -> bool:
+        return True
+
+    def administers(self, actor_id: str) -> bool:
+        return True
+
+
+EVERYTHING = _Everything()
+_NOTHING: Mapping[Any, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a command may look at besides its own object's head: the heads of the other objects it names
+    (a relationship's endpoints, a promoted source, a tool result's invocation), keyed (scope_id, object_id)
+    and current as of the batch; the actors' grants; and per object the digest of the last content a
+    suppressing redaction hid, where content storage still holds it (what a restoration brings back); and
+    the current content of objects a partial redaction projects."""
+
+    heads: Mapping[tuple[str, str], ObjectHead] = field(default_factory=lambda: _NOTHING)
+    authority: Authority = EVERYTHING
+    restorable: Mapping[tuple[str, str], str] = field(default_factory=lambda: _NOTHING)
+    contents: Mapping[str, bytes] = field(default_factory=lambda: _NOTHING)  # by digest: what a partial redaction reads
+
+    def head(self, scope_id: str, object_id: str) -> ObjectHead | None:
+        return self.heads.get((scope_id, object_id))
+
+
+NO_CONTEXT = Context()
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,5 +91,8 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     event: Any  # schemas.events.LedgerEvent
     head: ObjectHead | None  # None for event-only ledger entries (no Memory Version)
     content: bytes | None = None
-    erase_content: bool = False
+    erase_content: bool = False  # erase the object's stored content, all but the new head's own (if it has any)
     result: dict[str, Any] | None = None  # an event-only entry's own result fields (a delegation's grant)
+    # Entries the same command writes after this one, in order, in the same transaction (promote: the source's
+    # superseded version, the derived_from relationship, the working_memory_promoted entry).
+    followers: tuple["Decision", ...] = ()

@@ -69,8 +69,9 @@ _APPEND_PARTS = {
        AS d(delegation_id text, scope_id text, "grant" json, uses int, revoked boolean)
   ON CONFLICT (delegation_id) DO UPDATE SET uses = excluded.uses, revoked = excluded.revoked)""",
     "erase": """erased AS (
-  DELETE FROM content_store c USING json_to_recordset(%(erase)s::json) AS k(scope_id text, object_id text)
-  WHERE c.scope_id = k.scope_id AND c.object_id = k.object_id)""",
+  DELETE FROM content_store c USING json_to_recordset(%(erase)s::json)
+                                    AS k(scope_id text, object_id text, keep text)
+  WHERE c.scope_id = k.scope_id AND c.object_id = k.object_id AND c.content_digest IS DISTINCT FROM k.keep)""",
 }
 
 
@@ -105,7 +106,9 @@ class Batch(msgspec.Struct, kw_only=True):
     versions: list[VersionRow]
     content: list[ContentRow]
     idempotency: list[IdempotencyRow]
-    erase: list[tuple[str, str]]
+    # (scope_id, object_id, keep): erase the object's stored content except the digest `keep` (the content a
+    # partial redaction keeps; None for a full erasure)
+    erase: list[tuple[str, str, str | None]]
     scopes: list[tuple[str, str, str | None, str | None]]
     delegations: list[DelegationState] = []  # each changed delegation's state after the batch, once
 
@@ -113,6 +116,7 @@ class Batch(msgspec.Struct, kw_only=True):
 class LedgerStore(Protocol):
     async def load_heads(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], ObjectHead]: ...
     async def load_idempotency(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], IdempotencyRow]: ...
+    async def load_restorable(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]: ...
     async def known_scopes(self, scope_ids: list[str]) -> set[str]: ...
     async def load_contents(self, digests: list[str]) -> dict[str, bytes]: ...
     async def append(self, batch: Batch) -> None: ...
@@ -213,6 +217,22 @@ class PostgresLedgerStore:
         return {r[0]: DelegationState(delegation_id=r[0], scope_id=r[1], grant=msgspec.json.decode(bytes(r[2])),
                                       uses=int(r[3]), revoked=bool(r[4])) for r in await cur.fetchall()}
 
+    async def load_restorable(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """Per object, the digest of its newest version that was available with content, where content storage
+        still holds it (what a suppressing redaction hid and a restoration may bring back)."""
+        if not keys:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT DISTINCT ON (v.scope_id, v.object_id) v.scope_id, v.object_id, v.content_digest"
+            " FROM memory_versions v JOIN unnest(%s::text[], %s::text[]) AS k(s, o)"
+            " ON v.scope_id = k.s AND v.object_id = k.o"
+            " JOIN content_store c ON c.content_digest = v.content_digest"
+            " WHERE convert_from(v.meta, 'UTF8')::jsonb ->> 'availability_state' = 'available'"
+            " ORDER BY v.scope_id, v.object_id, v.sequence DESC",
+            ([k[0] for k in keys], [k[1] for k in keys]),
+        )
+        return {(r[0], r[1]): r[2] for r in await cur.fetchall()}
+
     async def known_scopes(self, scope_ids: list[str]) -> set[str]:
         if not scope_ids:
             return set()
@@ -227,8 +247,9 @@ class PostgresLedgerStore:
         Content of an object that the same batch erases is never written at all: data-modifying CTEs
         share one snapshot, so the erasing DELETE could not see rows inserted beside it.
         """
-        erased = set(batch.erase)
-        content = [c for c in batch.content if (c.scope_id, c.object_id) not in erased]
+        content = [c for c in batch.content if not any(
+            (c.scope_id, c.object_id) == (scope_id, object_id) and c.content_digest != keep
+            for scope_id, object_id, keep in batch.erase)]
         if len(batch.ledger) <= self.single_statement_rows:
             await self._append_parts(batch, content, tuple(_APPEND_PARTS))
             return
@@ -243,7 +264,7 @@ class PostgresLedgerStore:
                        for s in batch.scopes],
             "ledger": batch.ledger, "versions": batch.versions, "content": content,
             "idempotency": batch.idempotency,
-            "erase": [{"scope_id": e[0], "object_id": e[1]} for e in batch.erase],
+            "erase": [{"scope_id": e[0], "object_id": e[1], "keep": e[2]} for e in batch.erase],
             "delegations": batch.delegations,
         }
         params: dict[str, Any] = {part: _batch_json.encode(rows[part]).decode() for part in parts if rows[part]}

@@ -27,24 +27,28 @@ _decode = msgspec.json.Decoder()
 # One pass in ledger order: each row with the version it committed and, for the events that brought new
 # content (create, update), that content. Transitions share their predecessor's digest: its content is
 # checked once, with the event that wrote it. Content may be missing only once a later event erased the
-# object (delete, or redact: an availability transition always redacts): the last column says so. It is
+# object (delete, an availability transition to redacted, or an erasing redaction): the last column says so. It is
 # computed only for new content that is missing (NULL otherwise), from the erasing rows' event_type, which
 # the same pass checks against their hashed events.
+# Events whose version brought new content (a partial redaction brings its projection).
+_NEW_CONTENT = "('object_created', 'object_updated', 'relationship_created', 'relationship_updated', 'object_redacted')"
 _ROWS_SQL = """
 SELECT l.ledger_sequence, l.event, l.prev_hash, l.row_hash, l.event_id, l.operation_id, l.scope_id,
        l.object_id, l.version_id, l.event_type, l.recorded_at,
        v.version_id, v.scope_id, v.object_id, v.sequence, v.ledger_sequence, v.meta, v.content_digest,
        c.content_digest, c.scope_id, c.object_id, c.salt, c.content,
        CASE WHEN c.content_digest IS NULL AND v.content_digest IS NOT NULL
-                 AND l.event_type IN ('object_created', 'object_updated')
+                 AND l.event_type IN """ + _NEW_CONTENT + """
             THEN EXISTS (SELECT 1 FROM ledger e WHERE e.scope_id = l.scope_id AND e.object_id = l.object_id
                          AND e.ledger_sequence > l.ledger_sequence AND e.partition = l.partition
-                         AND e.event_type IN ('object_deleted', 'availability_transitioned'))
+                         AND (e.event_type IN ('object_deleted', 'availability_transitioned')
+                              OR (e.event_type = 'object_redacted'
+                                  AND convert_from(e.event, 'UTF8')::jsonb #>> '{payload,redaction,erased}' = 'true')))
        END
 FROM ledger l
 LEFT JOIN memory_versions v ON v.version_id = l.version_id
 LEFT JOIN content_store c ON c.content_digest = v.content_digest
-     AND l.event_type IN ('object_created', 'object_updated')
+     AND l.event_type IN """ + _NEW_CONTENT + """
 WHERE l.partition = %s ORDER BY l.ledger_sequence"""
 # Rows of the other tables that no ledger row accounts for (checked after the pass, which vouches for
 # every ledger column they are compared with). Each: (check, SQL returning (ledger_sequence, what)).
@@ -132,7 +136,7 @@ def check_columns(seq: int, row: tuple[Any, ...]) -> None:
     except msgspec.DecodeError:
         raise Bad(seq, "ledger.event", "the event bytes are not JSON") from None
     for name, value in zip(_LEDGER_COLUMNS, row[4:10]):
-        if event.get(name) != value:
+        if _named(event, name) != value:
             raise Bad(seq, f"ledger.{name}", f"ledger.{name} differs from the event's {name}")
     if _timestamp(event.get("recorded_at")) != row[10]:
         raise Bad(seq, "ledger.recorded_at", "ledger.recorded_at differs from the event's recorded_at")
@@ -145,12 +149,20 @@ def check_columns(seq: int, row: tuple[Any, ...]) -> None:
                                             " the object")
 
 
+def _named(event: dict[str, Any], name: str) -> Any:
+    """An event's field as the ledger's columns file it: a Relationship Version's relationship_id is filed as
+    its object_id (ids are one namespace per scope)."""
+    if name == "object_id" and event.get("object_id") is None:
+        return event.get("relationship_id")
+    return event.get(name)
+
+
 def check_version(seq: int, event: dict[str, Any], version: tuple[Any, ...]) -> None:
     version_id, scope_id, object_id, sequence, ledger_sequence, meta, digest = version
     if version_id is None:
         raise Bad(seq, "memory_versions", "the version this event committed is missing")
     payload = event.get("payload") or {}
-    expected = {"scope_id": event.get("scope_id"), "object_id": event.get("object_id"),
+    expected = {"scope_id": event.get("scope_id"), "object_id": _named(event, "object_id"),
                 "sequence": event.get("sequence"), "ledger_sequence": seq,
                 "content_digest": payload.get("content_digest")}
     found = {"scope_id": scope_id, "object_id": object_id, "sequence": sequence,

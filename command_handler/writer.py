@@ -18,6 +18,7 @@ import psycopg
 import structlog
 from nats.aio.msg import Msg
 
+from command_handler.core import TOOL_EVENTS, named_objects
 from command_handler.denials import admit, authority_of, refusal_entry
 from command_handler.guard import AppendGuard
 from command_handler.intake import Parsed, parse
@@ -33,7 +34,9 @@ from infra.request_shell import AllowAll, Policy, error_body, to_error
 from infra.settings import Settings
 from infra.subjects import command_subject, status_subject
 from schemas.canonical import canonical_bytes
-from schemas.commands import CreateScope, TransitionState
+from schemas.commands import CorrectProvenance, CreateObject, CreateScope, Promote, TransitionState
+from schemas.redaction import Redact
+from schemas.relationship import Relate
 from schemas.errors import PamledgerError
 from schemas.registry import TypeRegistry, default_registry
 from schemas.replies import OPERATION_HEADER, entry_result_bytes, error_reply, result_bytes
@@ -184,14 +187,13 @@ class Writer:
 
     async def _load(self, parsed: list[Parsed], with_idempotency: bool) -> PlanInputs:
         """Fetch, in one query each, the heads, scopes (and, when asked, idempotency records) the caches lack."""
-        head_keys, idem_keys, scope_ids = set(), set(), set()
+        head_keys: set[tuple[str, str]] = set()
+        idem_keys, scope_ids = set(), set()
         for p in parsed:
             if isinstance(p.command, CreateScope):
                 scope_ids.add(p.command.scope_id)
                 continue
-            object_id = getattr(p.command, "object_id", None)
-            if object_id is not None and (p.scope_id, object_id) not in self.heads:
-                head_keys.add((p.scope_id, object_id))
+            head_keys.update(k for k in _keys_of(p.command) if k not in self.heads)
             if with_idempotency and p.idempotency_key and (p.scope_id, p.idempotency_key) not in self.idempotency:
                 idem_keys.add((p.scope_id, p.idempotency_key))
             if p.scope_id not in self.scopes:
@@ -204,22 +206,26 @@ class Writer:
             self.idempotency.put(key, record)
         heads: dict[tuple[str, str], ObjectHead] = {}
         for p in parsed:
-            object_id = getattr(p.command, "object_id", None)
-            cached = self.heads.get((p.scope_id, object_id)) if object_id is not None else None
-            if cached is not None:
-                heads[(p.scope_id, str(object_id))] = cached
+            for key in _keys_of(p.command):
+                cached = self.heads.get(key)
+                if cached is not None:
+                    heads[key] = cached
         idem = {}
         for p in parsed:
             if p.idempotency_key:
                 rec = self.idempotency.get((p.scope_id, p.idempotency_key))
                 if rec is not None:
                     idem[(p.scope_id, p.idempotency_key)] = rec
-        digests = [h.content_digest for p in parsed if isinstance(p.command, TransitionState)
+        digests = [h.content_digest for p in parsed if isinstance(p.command, (TransitionState, Redact, CorrectProvenance))
                    for h in [heads.get((p.scope_id, p.command.object_id))] if h and h.content_digest]
+        restorable = await self.store.load_restorable(sorted(
+            (p.scope_id, p.command.object_id) for p in parsed if isinstance(p.command, TransitionState)
+            and p.command.dimension == "availability" and p.command.target_state == "available"))
+        digests.extend(restorable.values())
         delegation_ids = sorted({d for p in parsed for d in [delegation_named(p.command)] if d})
         return PlanInputs(heads=heads, idempotency=idem, scope_known=self.scopes.__contains__,
                           stamp=new_stamp, tail=self.tail, registry=self.registry,
-                          contents=await self.store.load_contents(digests),
+                          contents=await self.store.load_contents(digests), restorable=restorable,
                           delegations=await self.store.load_delegations(delegation_ids),
                           authority=authority_of(self.policy),
                           record_refusal=lambda item, exc: refusal_entry(self.denial_limiter, item, exc))
@@ -257,12 +263,13 @@ class Writer:
             a = outcome.accepted
             if a.parsed.refusal is not None:  # the refusal is recorded: now it may be answered
                 return error_reply(a.parsed.refusal, (msg.headers or {}).get(OPERATION_HEADER) or a.parsed.operation_id)
+            if a.decision.head is not None:
+                return result_bytes(a.decision.head, a.ledger_sequence, a.decision.event.event_id, a.content,
+                                    a.decision.result)
             if a.decision.result is not None:  # a delegation's entry: its own result fields too
                 return canonical_bytes({"result": {"ledger_sequence": a.ledger_sequence,
                                                    "event_id": a.decision.event.event_id, **a.decision.result}})
-            if a.decision.head is None:
-                return entry_result_bytes(a.ledger_sequence, a.decision.event.event_id)
-            return result_bytes(a.decision.head, a.ledger_sequence, a.decision.event.event_id, a.content)
+            return entry_result_bytes(a.ledger_sequence, a.decision.event.event_id)
         if outcome.error is not None:
             return error_reply(outcome.error, _op_id(msg, item))
         if outcome.scope_result is not None:
@@ -296,6 +303,20 @@ def delegation_named(command: Any) -> str | None:
     return getattr(actor, "delegation_id", None)
 
 
+def _keys_of(command: Any) -> list[tuple[str, str]]:
+    """(scope_id, object_id) of every head a command needs: its own object's and those it names."""
+    if isinstance(command, Promote):
+        own = command.target_object_id
+    elif isinstance(command, Relate):
+        own = command.relationship_id
+    else:
+        own = getattr(command, "object_id", None)
+    keys = named_objects(command)
+    if own is not None:
+        keys.append((command.scope_id, own))
+    return keys
+
+
 def _op_id(msg: Command, item: Parsed | PamledgerError) -> str | None:
     if isinstance(item, Parsed) and item.operation_id:
         return item.operation_id
@@ -307,9 +328,14 @@ def new_stamp(parsed: Parsed) -> Stamp:
     the system's randomness gives the four version-4 UUIDs and the content salt."""
     command = parsed.command
     random = os.urandom(80)
-    object_id = getattr(command, "object_id", None)
-    if object_id is None:
-        object_id = f"mem:{uuid4_text(random[:16])}"
+    if isinstance(command, Relate):
+        object_id = command.relationship_id or f"rel:{uuid4_text(random[:16])}"
+    else:
+        object_id = (command.target_object_id if isinstance(command, Promote) else getattr(command, "object_id", None)) \
+            or f"mem:{uuid4_text(random[:16])}"
+    spares = _SPARE_IDS.get(type(command), 0)
+    if isinstance(command, CreateObject) and command.object_type in TOOL_EVENTS:
+        spares = 3
     return Stamp(
         operation_id=parsed.operation_id or f"op:{uuid4_text(random[16:32])}",
         event_id=f"evt:{uuid4_text(random[32:48])}",
@@ -317,7 +343,15 @@ def new_stamp(parsed: Parsed) -> Stamp:
         object_id=object_id,
         now=datetime.now(timezone.utc),
         salt=random[64:],
+        spare=tuple(uuid4_text(chunk) for chunk in _chunks(os.urandom(16 * spares))) if spares else (),
     )
+
+
+_SPARE_IDS: dict[type, int] = {Promote: 12}  # three ids (event, version, object) per further entry
+
+
+def _chunks(data: bytes) -> list[bytes]:
+    return [data[i:i + 16] for i in range(0, len(data), 16)]
 
 
 _UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))  # the version nibble and the variant bits

@@ -13,7 +13,7 @@ import msgspec
 import psycopg
 
 from schemas.canonical import canonical_bytes, decode_json
-from schemas.replies import entry_result_bytes, envelope_bytes
+from schemas.replies import entry_result_bytes, envelope_bytes, id_field
 
 # The ledger head through the (partition, ledger_sequence) key: one index probe, whatever the ledger size.
 HEAD_SQL = "SELECT coalesce(max(ledger_sequence), 0) FROM ledger WHERE partition = %s"
@@ -71,12 +71,13 @@ async def fetch_replay(conn: psycopg.AsyncConnection[Any], record: IdempotencyRo
     )
     row = await cur.fetchone()
     assert row is not None, "idempotency record without its version"
+    meta = decode_json(bytes(row[1]))
     return canonical_bytes({"result": {
-        "object_id": record.object_id,
+        id_field(meta): record.object_id,
         "version_id": record.version_id,
         "sequence": row[0],
         "ledger_sequence": record.ledger_sequence,
         "event_id": row[3],
-        "envelope": msgspec.Raw(envelope_bytes(decode_json(bytes(row[1])), bytes(row[2]) if row[2] else None)),
+        "envelope": msgspec.Raw(envelope_bytes(meta, bytes(row[2]) if row[2] else None)),
         "idempotency_result": "replayed_original_result",
     }})

@@ -24,6 +24,8 @@ from schemas.common import (
 from schemas.delegation import CheckDelegation, DelegationCommand, GrantDelegation, RevokeDelegation
 from schemas.embedding import EmbeddingSpace
 from schemas.envelope import Actor, Integrity, Provenance, QualitySignals
+from schemas.redaction import Redact
+from schemas.relationship import Relate
 
 ObjectType = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 IDEMPOTENCY_KEY_MAX = 256
@@ -91,6 +93,9 @@ class TransitionState(msgspec.Struct, tag="transition", **_COMMAND):
     actor: Actor
     provenance: Provenance
     policy_basis: Text | None = None
+    # Moves the 9.5 tables list under "forbidden without policy override" (scratch -> active, ...): allowed only
+    # with this set, a policy_basis, and (auth enforced) an administrator as actor.
+    policy_override: bool = False
     idempotency_key: IdempotencyKey | None = None
     operation_id: Id | None = None
 
@@ -103,6 +108,45 @@ class DeleteObject(msgspec.Struct, tag="delete", **_COMMAND):
     expected_version_id: Id
     actor: Actor
     provenance: Provenance
+    policy_basis: Text | None = None
+    idempotency_key: IdempotencyKey | None = None
+    operation_id: Id | None = None
+
+
+class Promote(msgspec.Struct, tag="promote", **_COMMAND):
+    """Consolidate a working_memory object into a canonical Memory Object (section 10.10), atomically: the new
+    object (provenance.transformation_parent = the source's version), the source moved to `superseded`, a
+    `derived_from` Relationship Object from the new object to the source, and a `working_memory_promoted` entry."""
+
+    scope_id: Id
+    source_object_id: Id
+    expected_version_id: Id
+    target_object_type: ObjectType
+    target_canonical_content: Any
+    actor: Actor
+    provenance: Provenance
+    target_object_id: Id | None = None
+    target_schema_id: SchemaUri | None = None
+    target_lifecycle_state: LifecycleState | None = None
+    target_validation_state: ValidationState = "unverified"
+    relationship_id: Id | None = None
+    quality_signals: QualitySignals | None = None
+    idempotency_key: IdempotencyKey | None = None
+    operation_id: Id | None = None
+
+
+class CorrectProvenance(msgspec.Struct, tag="correct_provenance", **_COMMAND):
+    """Write a new version whose provenance is `provenance` (section 8.6), with a `provenance_updated` entry.
+
+    Provenance is never silently removed: every field the current provenance has and the correction lacks must
+    be named in `removed_fields` (else invalid_request), and the entry records the previous provenance_id."""
+
+    scope_id: Id
+    object_id: Id
+    expected_version_id: Id
+    actor: Actor
+    provenance: Provenance
+    removed_fields: list[Annotated[str, msgspec.Meta(min_length=1, max_length=64)]] | None = None
     policy_basis: Text | None = None
     idempotency_key: IdempotencyKey | None = None
     operation_id: Id | None = None
@@ -191,7 +235,7 @@ class RecordAccessDenied(msgspec.Struct, tag="record_access_denied", **_COMMAND)
     idempotency_key: IdempotencyKey | None = None
 
 
-ObjectCommand = CreateObject | UpdateObject | TransitionState | DeleteObject
+ObjectCommand = CreateObject | UpdateObject | TransitionState | DeleteObject | Relate | Redact | Promote | CorrectProvenance
 EventOnlyCommand = OpenSubscription | CloseSubscription | RegisterEmbeddingSpace | RecordIndexEvent | RecordAccessDenied
 Command = ObjectCommand | EventOnlyCommand | CreateScope | DelegationCommand
 
@@ -200,6 +244,10 @@ COMMAND_TYPES: dict[str, type[Command]] = {
     "update": UpdateObject,
     "transition": TransitionState,
     "delete": DeleteObject,
+    "relate": Relate,
+    "redact": Redact,
+    "promote": Promote,
+    "correct_provenance": CorrectProvenance,
     "create_scope": CreateScope,
     "open_subscription": OpenSubscription,
     "close_subscription": CloseSubscription,

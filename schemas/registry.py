@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -19,10 +19,11 @@ from schemas.auth import AUTH_CONTENT_SCHEMAS
 from schemas.common import EXTENSION_TYPE_PATTERNS, STANDARD_OBJECT_TYPES
 from schemas.content import CONTENT_SCHEMAS
 from schemas.errors import InvalidObject
-from schemas.transitions import TRANSITIONS
+from schemas.transitions import NEEDS_POLICY_BASIS, OVERRIDABLE, TRANSITIONS
 
 ContentSchema = type[msgspec.Struct]
 TransitionTable = Mapping[str, tuple[str, ...]]
+QualifiedMoves = Mapping[str, Mapping[tuple[str, str], str]]  # dimension -> (from, to) -> the policy it needs
 DEFAULT_INITIAL_LIFECYCLE = "active"
 INITIAL_LIFECYCLE: dict[str, str] = {"working_memory": "scratch"}  # types that start elsewhere than active
 
@@ -40,6 +41,17 @@ class TypeRegistry:
     initial_lifecycle: Mapping[str, str]
     transitions: Mapping[str, TransitionTable]
     states: Mapping[str, frozenset[str]]  # every state a dimension's table names, derived
+    needs_policy_basis: QualifiedMoves = field(default_factory=dict)  # allowed moves that need a policy_basis
+    overridable: QualifiedMoves = field(default_factory=dict)  # forbidden moves a policy override may make
+
+    def transition_rule(self, dimension: str, current: str, target: str) -> tuple[str, str | None]:
+        """How `current` -> `target` may happen: ("allowed", None), ("needs_policy_basis", policy),
+        ("needs_override", policy) or ("forbidden", None)."""
+        if target in self.allowed_targets(dimension, current):
+            policy = self.needs_policy_basis.get(dimension, {}).get((current, target))
+            return ("allowed", None) if policy is None else ("needs_policy_basis", policy)
+        policy = self.overridable.get(dimension, {}).get((current, target))
+        return ("forbidden", None) if policy is None else ("needs_override", policy)
 
     def is_extension_type(self, object_type: str) -> bool:
         """True for reverse-DNS or URI object types, which PAMSPEC allows with a schema_id."""
@@ -73,6 +85,8 @@ def make_registry(
     content_schemas: Mapping[str, ContentSchema],
     initial_lifecycle: Mapping[str, str],
     transitions: Mapping[str, Mapping[str, Iterable[str]]],
+    needs_policy_basis: QualifiedMoves | None = None,
+    overridable: QualifiedMoves | None = None,
 ) -> TypeRegistry:
     """A registry holding read-only copies of the given tables, so no caller can change it afterwards."""
     tables = {dim: MappingProxyType({src: tuple(dst) for src, dst in table.items()})
@@ -85,14 +99,20 @@ def make_registry(
         initial_lifecycle=MappingProxyType(dict(initial_lifecycle)),
         transitions=MappingProxyType(tables),
         states=MappingProxyType(states),
+        needs_policy_basis=_frozen_moves(needs_policy_basis),
+        overridable=_frozen_moves(overridable),
     )
+
+
+def _frozen_moves(moves: QualifiedMoves | None) -> QualifiedMoves:
+    return MappingProxyType({dim: MappingProxyType(dict(table)) for dim, table in (moves or {}).items()})
 
 
 def default_registry() -> TypeRegistry:
     """The standard types, their content schemas (and those of the actor and credential records of
     schemas.auth) and the section 9.5 transition tables."""
     return make_registry(STANDARD_OBJECT_TYPES, EXTENSION_TYPE_PATTERNS, {**CONTENT_SCHEMAS, **AUTH_CONTENT_SCHEMAS},
-                         INITIAL_LIFECYCLE, TRANSITIONS)
+                         INITIAL_LIFECYCLE, TRANSITIONS, NEEDS_POLICY_BASIS, OVERRIDABLE)
 
 
 def with_object_type(
@@ -110,7 +130,7 @@ def with_object_type(
     if initial_lifecycle is not None:
         lifecycles[object_type] = initial_lifecycle
     return make_registry(registry.object_types | {object_type}, registry.extension_patterns, schemas, lifecycles,
-                         registry.transitions)
+                         registry.transitions, registry.needs_policy_basis, registry.overridable)
 
 
 def with_transition(registry: TypeRegistry, dimension: str, source: str, target: str) -> TypeRegistry:
@@ -122,4 +142,4 @@ def with_transition(registry: TypeRegistry, dimension: str, source: str, target:
     table[source] = targets if target in targets else (*targets, target)
     table.setdefault(target, ())
     return make_registry(registry.object_types, registry.extension_patterns, registry.content_schemas,
-                         registry.initial_lifecycle, tables)
+                         registry.initial_lifecycle, tables, registry.needs_policy_basis, registry.overridable)

@@ -42,16 +42,24 @@ def error_reply(error: PamledgerError, operation_id: str | None) -> bytes:
     return canonical_bytes({"error": error.envelope(operation_id)})
 
 
-def result_bytes(head: Head, ledger_sequence: int, event_id: str, content: bytes | None) -> bytes:
-    """The success reply: ids, sequences and the committed envelope in canonical bytes."""
+def result_bytes(head: Head, ledger_sequence: int, event_id: str, content: bytes | None,
+                 extra: dict[str, Any] | None = None) -> bytes:
+    """The success reply: ids, sequences and the committed envelope in canonical bytes (a Relationship
+    Version's id is `relationship_id`); `extra` adds an operation's own fields (a promotion's links)."""
     return canonical_bytes({"result": {
-        "object_id": head.object_id,
+        id_field(head.meta): head.object_id,
         "version_id": head.version_id,
         "sequence": head.sequence,
         "ledger_sequence": ledger_sequence,
         "event_id": event_id,
         "envelope": msgspec.Raw(envelope_bytes(head.meta, content)),
+        **(extra or {}),
     }})
+
+
+def id_field(meta: dict[str, Any]) -> str:
+    """What a version's id is called on the wire: relationship_id for a Relationship Version, else object_id."""
+    return "relationship_id" if "relationship_id" in meta else "object_id"
 
 
 def entry_result_bytes(ledger_sequence: int, event_id: str, replayed: bool = False) -> bytes:

@@ -35,3 +35,29 @@ TRANSITIONS: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 
+
+# The 9.5 tables qualify some allowed moves ("active with review policy", "available with restoration policy",
+# "after hold release"): those need a policy_basis naming the policy, else policy_denied.
+NEEDS_POLICY_BASIS: dict[str, dict[tuple[str, str], str]] = {
+    "lifecycle": {("deprecated", "active"): "review policy", ("archived", "active"): "policy override"},
+    "validation": {("corroborated", "unverified"): "provenance correction"},
+    "availability": {("redacted", "available"): "restoration policy",
+                     ("partially_redacted", "available"): "restoration policy"},
+    "retention": {("legal_hold", "retained"): "hold release", ("legal_hold", "expired"): "hold release",
+                  ("legal_hold", "pending_deletion"): "hold release"},
+}
+
+# The "Forbidden Without Policy Override" column: moves outside the table that an explicit policy override
+# (policy_override, a policy_basis and, where auth is enforced, an administrator) may still make.
+OVERRIDABLE: dict[str, dict[tuple[str, str], str]] = {
+    "lifecycle": {
+        ("scratch", "active"): "policy override", ("scratch", "superseded"): "policy override",
+        ("scratch", "deprecated"): "policy override", ("candidate", "superseded"): "replacement reference",
+        ("active", "scratch"): "policy override", ("superseded", "active"): "review policy",
+        ("deprecated", "scratch"): "policy override", ("archived", "scratch"): "policy override",
+        ("archived", "candidate"): "policy override",
+    },
+    "validation": {("rejected", "unverified"): "review policy"},
+    "availability": {},
+    "retention": {},
+}

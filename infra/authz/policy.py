@@ -34,6 +34,7 @@ SERVICE_ACTOR_ID = "actor:pamledger:service"
 # Request kinds (as the request shell and the writer name them) -> the PAMSPEC operation a grant must hold.
 REQUEST_OPERATIONS: Mapping[str, str] = {
     "cmd.create": "create", "cmd.update": "update", "cmd.transition": "transition", "cmd.delete": "delete",
+    "cmd.relate": "relate", "cmd.redact": "redact", "cmd.promote": "promote", "cmd.correct_provenance": "update",
     "cmd.create_scope": "create", "cmd.register_embedding_space": "create",
     "query.read": "read", "query.history": "inspect_history", "query.query": "query", "query.search": "query",
     "query.whoami": "read",  # scopeless: any authenticated caller may ask who it is
@@ -49,7 +50,8 @@ INTERNAL_COMMANDS = frozenset({"cmd.open_subscription", "cmd.close_subscription"
 SERVICE_REQUESTS = INTERNAL_COMMANDS | {"cmd.register_embedding_space", "cmd.check_delegation"}
 SCOPELESS = frozenset({"sub.poll", "sub.ack", "sub.resume", "sub.status", "sub.close", "query.whoami"})
 # Commands that may be made under a delegation (actor.delegation_id): the delegation stands in for the grant.
-DELEGABLE = frozenset({"cmd.create", "cmd.update", "cmd.transition", "cmd.delete"})
+DELEGABLE = frozenset({"cmd.create", "cmd.update", "cmd.transition", "cmd.delete", "cmd.relate", "cmd.redact",
+                       "cmd.promote", "cmd.correct_provenance"})
 # Reads that may be made under one (the Pam-Actor header's delegation_id): the shell has the writer exercise it
 # (infra.authz.exercise) before the handler runs.
 DELEGABLE_READS = frozenset({"query.read", "query.history", "query.query", "query.search"})

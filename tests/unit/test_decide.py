@@ -128,22 +128,6 @@ def head_in(dimension: str, state: str) -> ObjectHead:
     return msgspec.structs.replace(head, meta=meta)
 
 
-@pytest.mark.parametrize("dimension, src, dst", ALL_TRANSITIONS)
-def test_every_transition_follows_the_section_9_5_tables(dimension: str, src: str, dst: str) -> None:
-    cmd = command(TransitionState, dimension=dimension, target_state=dst)
-    allowed = dst in TRANSITIONS[dimension][src]
-    if src == "deleted":
-        assert code_of(head_in(dimension, src), cmd) == "object_deleted"
-    elif not allowed:
-        assert code_of(head_in(dimension, src), cmd) == "invalid_state_transition"
-    elif dimension == "availability" and dst in ("partially_redacted", "available"):
-        assert code_of(head_in(dimension, src), cmd) == "invalid_request"  # needs the redact operation
-    else:
-        decision = decide(head_in(dimension, src), cmd, stamp(2), REGISTRY)
-        assert decision.head.meta[f"{dimension}_state"] == dst
-        assert decision.head.sequence == 2
-
-
 def test_a_state_of_another_dimension_is_an_invalid_state_transition() -> None:
     cmd = command(TransitionState, dimension="lifecycle", target_state="redacted")
     assert code_of(created(), cmd) == "invalid_state_transition"

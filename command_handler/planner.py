@@ -294,7 +294,7 @@ def _add_rows(
     if decision.content is not None and head.content_digest is not None:
         batch.content.append(ContentRow(
             content_digest=head.content_digest, scope_id=head.scope_id, object_id=head.object_id,
-            salt=stamp.salt, content=decision.content,
+            salt=decision.salt or stamp.salt, content=decision.content,
         ))
     if decision.erase_content:
         batch.erase.append((head.scope_id, head.object_id, head.content_digest))

@@ -119,4 +119,4 @@ def _derived_from(command: Promote, stamp: Stamp, context: Context, new: ObjectH
     head = ObjectHead(scope_id=command.scope_id, object_id=relationship_id, version_id=stamp.version_id, sequence=1,
                       meta=meta, content_digest=content_digest(stamp.salt, content))
     return Decision(event=version_event(command.actor, stamp, "relationship_created", head, {}), head=head,
-                    content=content)
+                    content=content, salt=stamp.salt)

@@ -91,6 +91,7 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     event: Any  # schemas.events.LedgerEvent
     head: ObjectHead | None  # None for event-only ledger entries (no Memory Version)
     content: bytes | None = None
+    salt: bytes | None = None  # the salt of `content`'s digest when not the command stamp's (a follower's own)
     erase_content: bool = False  # erase the object's stored content, all but the new head's own (if it has any)
     result: dict[str, Any] | None = None  # an event-only entry's own result fields (a delegation's grant)
     # Entries the same command writes after this one, in order, in the same transaction (promote: the source's

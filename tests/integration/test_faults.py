@@ -143,6 +143,75 @@ async def test_sigkill_of_the_leader_loses_no_acknowledged_command(pair: list[Se
     await client.close()
 
 
+async def test_promote_is_atomic_under_a_writer_sigkill(pair: list[ServiceProcess], fault_env: Env) -> None:
+    """[M5] Promotions in flight when the leading writer is SIGKILLed: each one is all four entries (the new
+    object, the source superseded, the derived_from relationship, working_memory_promoted), consecutive in the
+    ledger under one operation, or none of them; every acknowledged one is there."""
+    client = await connect(fault_env)
+    pid = await wait_for(lambda: leader_pid(client), timeout=30)
+    sources = [await client.create(SCOPE, "working_memory", {"task_ref": "task:kill", "content": {"i": i}},
+                                   ACTOR, PROVENANCE) for i in range(160)]
+    acked: dict[str, str] = {}
+    started = asyncio.Event()
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    for source in sources:
+        queue.put_nowait(source)
+
+    async def worker() -> None:
+        while not queue.empty():
+            source = queue.get_nowait()
+            try:
+                result = await client.command("promote", {
+                    "scope_id": SCOPE, "source_object_id": source["object_id"],
+                    "expected_version_id": source["version_id"], "target_object_type": "claim",
+                    "target_canonical_content": {"statement": f"from {source['object_id']}"},
+                    "actor": ACTOR, "provenance": PROVENANCE, "idempotency_key": f"promote:{source['object_id']}"})
+            except PamspecError as exc:  # a retry after a commit whose reply was lost meets the moved source
+                assert exc.code in ("version_conflict", "invalid_state_transition", "service_unavailable"), exc
+                continue
+            acked[source["object_id"]] = result["object_id"]
+            if len(acked) >= 20:
+                started.set()
+
+    loader = asyncio.gather(*[worker() for _ in range(16)])
+    await asyncio.wait_for(started.wait(), timeout=120)
+    os.kill(pid, signal.SIGKILL)
+    await asyncio.wait_for(loader, timeout=300)
+    assert await wait_for(lambda: leader_pid(client), timeout=60) != pid
+    async with await psycopg.AsyncConnection.connect(fault_env.database_url) as conn:
+        rows = await (await conn.execute(
+            "SELECT ledger_sequence, operation_id, event_type, object_id FROM ledger WHERE operation_id IN"
+            " (SELECT operation_id FROM ledger WHERE event_type = 'working_memory_promoted') ORDER BY ledger_sequence"
+        )).fetchall()
+        superseded = {r[0] for r in await (await conn.execute(
+            "SELECT object_id FROM current_objects WHERE scope_id = %s AND object_type = 'working_memory'"
+            " AND lifecycle_state = 'superseded'", (SCOPE,))).fetchall()}
+    by_operation: dict[str, list[tuple[int, str, str]]] = {}
+    for seq, operation, event_type, object_id in rows:
+        by_operation.setdefault(operation, []).append((seq, event_type, object_id))
+    promoted_sources = set()
+    for entries in by_operation.values():
+        assert [e[1] for e in entries] == ["object_created", "lifecycle_transitioned", "relationship_created",
+                                           "working_memory_promoted"], entries
+        assert [e[0] for e in entries] == list(range(entries[0][0], entries[0][0] + 4)), "not consecutive"
+        promoted_sources.add(entries[1][2])
+    assert len(promoted_sources) == len(by_operation), "a source was promoted twice"
+    assert set(acked) <= promoted_sources, "an acknowledged promotion is missing"
+
+    async def projected() -> bool:
+        async with await psycopg.AsyncConnection.connect(fault_env.database_url) as conn:
+            rows = await (await conn.execute(
+                "SELECT object_id FROM current_objects WHERE scope_id = %s AND object_type = 'working_memory'"
+                " AND lifecycle_state = 'superseded'", (SCOPE,))).fetchall()
+        return {r[0] for r in rows} == promoted_sources
+    assert superseded <= promoted_sources
+    await wait_for(projected, timeout=60, interval=0.2)
+    await assert_stream_equals_ledger(client.nc, fault_env)
+    report = await verify_ledger(fault_env.database_url, fault_env.nats_url, fault_env.settings.stream_name)
+    assert report["ok"], report
+    await client.close()
+
+
 async def test_a_lost_stream_is_rebuilt_from_the_ledger(pair: list[ServiceProcess], fault_env: Env) -> None:
     client = await connect(fault_env)
     await client.nc.jetstream().delete_stream(fault_env.settings.stream_name)

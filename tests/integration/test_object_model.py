@@ -126,6 +126,14 @@ async def test_bad_relationships_write_nothing(client: MemoryClient, service: En
     assert await ledger_count(service) == before
 
 
+async def test_the_ledger_verifies_after_relationships_tool_memory_and_corrections(
+        client: MemoryClient, service: Env) -> None:
+    await test_tool_memory_needs_its_invocation(client, service)
+    await test_provenance_corrections_never_silently_remove_provenance(client)
+    await test_relate_creates_a_versioned_relationship_without_touching_its_endpoints(client)
+    await verified(service)
+
+
 async def test_a_cross_scope_relationship_with_a_policy_basis_is_recorded(client: MemoryClient) -> None:
     a, elsewhere = await claim(client), await claim(client, scope=OTHER)
     made = await client.command("relate", relate_body(a["object_id"], elsewhere["object_id"], target_scope_id=OTHER,
@@ -225,6 +233,7 @@ async def test_promote_is_one_atomic_batch_of_four_entries(client: MemoryClient,
         "target_object_type": "claim", "target_canonical_content": {"statement": "twice"},
         "actor": ACTOR, "provenance": PROVENANCE}))
     assert again.code == "invalid_state_transition"
+    await verified(service)  # every stored content (the relationship's too) against its digest
 
 
 async def test_promoting_anything_but_working_memory_is_invalid_request(client: MemoryClient, service: Env) -> None:

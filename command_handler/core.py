@@ -112,12 +112,18 @@ def named_objects(command: Any) -> list[tuple[str, str]]:
         keys = [(scope_id, command.source_object_id)]
         if command.relationship_id is not None:
             keys.append((scope_id, command.relationship_id))
+        if command.target_object_type == "tool_result":
+            keys += _invocation(scope_id, command.target_canonical_content)
         return keys
     if isinstance(command, CreateObject) and command.object_type == "tool_result":
-        content = command.canonical_content
-        invocation = content.get("invocation_object_id") if isinstance(content, dict) else None
-        return [(scope_id, invocation)] if isinstance(invocation, str) else []
+        return _invocation(scope_id, command.canonical_content)
     return []
+
+
+def _invocation(scope_id: str, content: Any) -> list[tuple[str, str]]:
+    """The tool_invocation a tool_result's content names, if it names one."""
+    invocation = content.get("invocation_object_id") if isinstance(content, dict) else None
+    return [(scope_id, invocation)] if isinstance(invocation, str) else []
 
 
 def _event_only(command: EventOnlyCommand, stamp: Stamp) -> Decision:

@@ -179,6 +179,19 @@ async def test_a_pointer_that_does_not_resolve_is_invalid_request(client: Memory
     assert (await client.read(SCOPE, made["object_id"]))["version_id"] == made["version_id"]
 
 
+@pytest.mark.parametrize("target", [{"fields": ["/actor/display_name"]}, {"pointers": ["/actor"]}])
+async def test_a_redaction_reaches_canonical_content_only(client: MemoryClient, target: dict[str, Any]) -> None:
+    """Metadata (actor, provenance) is audit material the hash-chained ledger keeps: a redaction target names
+    JSON Pointers into canonical_content and nothing else (docs/security.md, "What a redaction can reach")."""
+    made = await client.create(SCOPE, "claim", {"statement": "s"}, {**ACTOR, "display_name": "Ana Example"},
+                               PROVENANCE)
+    err = await refused(client.command("redact", {
+        "scope_id": SCOPE, "object_id": made["object_id"], "expected_version_id": made["version_id"],
+        "actor": ACTOR, "provenance": PROVENANCE, "policy_basis": "p", "redaction_target": target}))
+    assert err.code == "invalid_request"  # an unknown target field, or a pointer naming nothing in the content
+    assert (await client.read(SCOPE, made["object_id"]))["actor"]["display_name"] == "Ana Example"
+
+
 async def test_suppressed_content_is_restored_erased_content_is_not(client: MemoryClient) -> None:
     kept, gone = await claim(client, "suppress me"), await claim(client, "erase me")
     versions = {}

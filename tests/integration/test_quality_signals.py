@@ -146,3 +146,12 @@ async def test_the_confidence_order_is_the_one_the_index_serves(service: Env, ma
         plan = "\n".join(str(row[0]) for row in await (await conn.execute(b"EXPLAIN " + statement.as_bytes(conn),
                                                                           params)).fetchall())
     assert "current_objects_confidence_idx" in plan, plan
+
+
+async def test_lexical_search_takes_the_same_quality_filter(client: MemoryClient, made: dict[str, str]) -> None:
+    found = await client.search(SCOPE, text="tie", mode="lexical",
+                                filter={"quality": {"assessed_confidence": {"gte": 0.7}}})
+    assert sorted(item["envelope"]["object_id"] for item in found["items"]) == sorted([made["tie_a"], made["tie_b"]])
+    none = await client.search(SCOPE, text="tie", mode="lexical",
+                               filter={"quality": {"assessed_confidence": {"gte": 0.71}}})
+    assert none["items"] == []

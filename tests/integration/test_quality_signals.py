@@ -155,3 +155,22 @@ async def test_lexical_search_takes_the_same_quality_filter(client: MemoryClient
     none = await client.search(SCOPE, text="tie", mode="lexical",
                                filter={"quality": {"assessed_confidence": {"gte": 0.71}}})
     assert none["items"] == []
+
+
+@pytest.mark.parametrize(("meta", "expected"), [
+    (rb'{"a":"\u0000","quality_signals":{"assessed_confidence":0.5}}', 0.5),  # jsonb refuses \u0000 itself
+    (rb'{"a":"\\u0000","quality_signals":{"assessed_confidence":0.25}}', 0.25),  # an escaped backslash, then text
+    (rb'{"a":"\\\u0000","quality_signals":{"assessed_confidence":0.125}}', 0.125),
+    (rb'{"quality_signals":{"assessed_confidence":1e999}}', None),
+    (rb'{"quality_signals":{"assessed_confidence":"0.5"}}', None),
+    (rb'{"quality_signals":{"staleness_score":0.5}}', None),
+    (rb'{"a":1}', None),
+    (rb'{"quality_signals":{"assessed_confidence":1}}', 1.0),
+])
+async def test_the_signal_reader_never_raises_on_a_meta_the_projector_stores(
+        service: Env, meta: bytes, expected: float | None) -> None:
+    """It runs inside the projector's writes (the index): raising there would stop the projection."""
+    async with await psycopg.AsyncConnection.connect(service.database_url, autocommit=True) as conn:
+        row = await (await conn.execute("SELECT pamledger_quality_signal(%s, 'assessed_confidence')",
+                                        (meta,))).fetchone()
+    assert row is not None and row[0] == expected

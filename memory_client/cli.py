@@ -1,7 +1,7 @@
 """The client side of the `pamledger` command line: commands that speak to the service through the SDK.
 
-create / read / history / update / transition / delete / relate / redact / promote / correct-provenance /
-scope-create / query / search / subscribe / subscriptions
+create / read / history / update / transition / delete / scope-create / query / search / subscribe /
+subscriptions
 and the conformance adapter. The composition root's CLI (pamledger.cli) adds the server and admin
 commands and hands these to `handler_for`; `python -m memory_client` runs them alone. Every command prints
 JSON on stdout; errors ({"error": {...}}, the PAMSPEC envelope) and logs go to stderr, with a non-zero exit.
@@ -147,8 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 CLIENT_HANDLERS: dict[str, Handler] = {
     "conformance-adapter": cmd_conformance, "subscribe": cmd_subscribe, "subscriptions": cmd_subscriptions,
-    "actors": cmd_actors, "tokens": cmd_tokens, **{name: cmd_objects for name in OBJECT_COMMANDS},
+    "actors": cmd_actors, "tokens": cmd_tokens,
 }
+CLIENT_HANDLERS.update((name, cmd_objects) for name in OBJECT_COMMANDS)
 
 
 def handler_for(command: str) -> Handler:

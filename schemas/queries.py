@@ -112,8 +112,16 @@ def decode_query(data: bytes) -> QueryRequest:
     return request
 
 
+def check_quality_ranges(request: Filters) -> None:
+    """An inverted quality range (gte > lte) is invalid_request."""
+    for signal, bounds in (request.quality or {}).items():
+        if bounds.gte is not None and bounds.lte is not None and bounds.gte > bounds.lte:
+            raise InvalidRequest(f"quality range {signal} is inverted (gte > lte)", details={"field": f"quality/{signal}"})
+
+
 def check_ranges(request: Filters) -> None:
-    """Empty or inverted time and sequence windows are invalid_request (Query and Search alike)."""
+    """Empty or inverted time, sequence and quality windows are invalid_request (Query and Search alike)."""
+    check_quality_ranges(request)
     for name, window in (request.time or {}).items():
         if window.gte is not None and window.lt is not None and window.gte >= window.lt:
             raise InvalidRequest(f"time range {name} is empty or inverted (gte must be before lt)",
@@ -121,6 +129,3 @@ def check_ranges(request: Filters) -> None:
     seq = request.ledger_sequence
     if seq is not None and seq.gte is not None and seq.lte is not None and seq.gte > seq.lte:
         raise InvalidRequest("ledger_sequence range is inverted (gte > lte)", details={"field": "ledger_sequence"})
-    for signal, bounds in (request.quality or {}).items():
-        if bounds.gte is not None and bounds.lte is not None and bounds.gte > bounds.lte:
-            raise InvalidRequest(f"quality range {signal} is inverted (gte > lte)", details={"field": f"quality/{signal}"})

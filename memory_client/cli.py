@@ -20,7 +20,19 @@ from typing import Any
 from infra.logging import configure_logging
 from infra.settings import Settings
 from memory_client.cli_auth import add_auth_parsers, cmd_actors, cmd_tokens
-from memory_client.cli_common import Parser, actor_of, add_actor_arguments, connect, emit_error, json_content, pam_id, print_json
+from memory_client.cli_common import (
+    CONTENT_HELP,
+    Parser,
+    actor_of,
+    add_writer_arguments,
+    connect,
+    emit_error,
+    json_content,
+    pam_id,
+    print_json,
+    provenance_of,
+)
+from memory_client.cli_objects import OBJECT_COMMANDS, add_object_parsers, cmd_objects
 from memory_client.cli_errors import failed
 from memory_client.cli_query import add_query_parser, query_filters
 from memory_client.cli_search import add_search_parser, search_arguments
@@ -41,8 +53,7 @@ async def _client_call(settings: Settings, args: argparse.Namespace) -> Any:
     content = json_content(args.content) if hasattr(args, "content") else None  # before connecting: stdin
     client = await connect(settings)
     actor = await actor_of(client, args) if hasattr(args, "actor_id") else {}
-    provenance = {"provenance_id": getattr(args, "provenance_id", None) or "prov:cli", "actor": actor,
-                  "activity": getattr(args, "activity", "cli")}
+    provenance = provenance_of(args, actor)
     try:
         match args.command:
             case "scope-create":
@@ -56,8 +67,10 @@ async def _client_call(settings: Settings, args: argparse.Namespace) -> Any:
                 return await client.update(args.scope_id, args.object_id, args.expected_version_id,
                                            content, actor, provenance)
             case "transition":
+                qualified = {k: v for k, v in (("policy_basis", args.policy_basis),
+                                               ("policy_override", args.policy_override)) if v}
                 return await client.transition(args.scope_id, args.object_id, args.expected_version_id,
-                                               args.dimension, args.target_state, actor, provenance)
+                                               args.dimension, args.target_state, actor, provenance, **qualified)
             case "delete":
                 return await client.delete(args.scope_id, args.object_id, args.expected_version_id, actor,
                                            provenance)
@@ -80,15 +93,6 @@ def cmd_conformance(settings: Settings, args: argparse.Namespace) -> int:
     return run_adapter(settings)
 
 
-CONTENT_HELP = "canonical content as JSON; @PATH reads it from a file, - from stdin"
-
-
-def _writer_args(p: argparse.ArgumentParser) -> None:
-    add_actor_arguments(p)
-    p.add_argument("--provenance-id", default=None)
-    p.add_argument("--activity", default="cli")
-
-
 def add_client_parsers(sub: Any) -> None:
     """The client commands' parsers, added to `sub` (the subparsers of either CLI)."""
     sub.add_parser("conformance-adapter", help="PAMSPEC conformance harness protocol v1 on stdin/stdout")
@@ -101,23 +105,26 @@ def add_client_parsers(sub: Any) -> None:
     create.add_argument("content", help=CONTENT_HELP)
     create.add_argument("--object-id", type=pam_id)
     create.add_argument("--idempotency-key")
-    _writer_args(create)
+    add_writer_arguments(create)
     update = sub.add_parser("update", help="write new content as a new version")
     for name in ("scope_id", "object_id", "expected_version_id"):
         update.add_argument(name, type=pam_id)
     update.add_argument("content", help=CONTENT_HELP)
-    _writer_args(update)
+    add_writer_arguments(update)
     transition = sub.add_parser("transition", help="move one state dimension")
     for name in ("scope_id", "object_id", "expected_version_id"):
         transition.add_argument(name, type=pam_id)
     transition.add_argument("dimension", choices=sorted(DIMENSION_STATES), help="one of %(choices)s")
     transition.add_argument("target_state", help="; ".join(
         f"{dimension}: {', '.join(sorted(states))}" for dimension, states in sorted(DIMENSION_STATES.items())))
-    _writer_args(transition)
+    transition.add_argument("--policy-basis", help="the policy a qualified move names (e.g. a restoration policy)")
+    transition.add_argument("--policy-override", action="store_true",
+                            help="a move the 9.5 tables forbid without a policy override (needs --policy-basis)")
+    add_writer_arguments(transition)
     delete = sub.add_parser("delete", help="tombstone an object and erase its content")
     for name in ("scope_id", "object_id", "expected_version_id"):
         delete.add_argument(name, type=pam_id)
-    _writer_args(delete)
+    add_writer_arguments(delete)
     read = sub.add_parser("read", help="read the current (or a given) version")
     read.add_argument("scope_id", type=pam_id)
     read.add_argument("object_id", type=pam_id)
@@ -125,6 +132,7 @@ def add_client_parsers(sub: Any) -> None:
     hist = sub.add_parser("history", help="versions oldest first and the object's ledger events")
     hist.add_argument("scope_id", type=pam_id)
     hist.add_argument("object_id", type=pam_id)
+    add_object_parsers(sub)
     add_query_parser(sub)
     add_search_parser(sub)
     add_subscribe_parser(sub)
@@ -141,6 +149,7 @@ CLIENT_HANDLERS: dict[str, Handler] = {
     "conformance-adapter": cmd_conformance, "subscribe": cmd_subscribe, "subscriptions": cmd_subscriptions,
     "actors": cmd_actors, "tokens": cmd_tokens,
 }
+CLIENT_HANDLERS.update((name, cmd_objects) for name in OBJECT_COMMANDS)
 
 
 def handler_for(command: str) -> Handler:

@@ -60,6 +60,9 @@ def pam_id(text: str) -> str:
     return text
 
 
+CONTENT_HELP = "canonical content as JSON; @PATH reads it from a file, - from stdin"
+
+
 def json_content(text: str) -> Any:
     """Content given inline, as `@path` (read from a file) or `-` (read from stdin), parsed as JSON.
 
@@ -101,3 +104,16 @@ async def actor_of(client: MemoryClient, args: argparse.Namespace) -> dict[str, 
         return {"actor_id": args.actor_id, "actor_kind": args.actor_kind or "human"}
     me = await client.me(CLI_ACTOR)
     return {"actor_id": me["actor_id"], "actor_kind": args.actor_kind or me["actor_kind"]}
+
+
+def add_writer_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags every write command shares: who acts, and the provenance the CLI records for it."""
+    add_actor_arguments(p)
+    p.add_argument("--provenance-id", default=None, help="(default: prov:cli)")
+    p.add_argument("--activity", default="cli", help="provenance.activity (default: %(default)s)")
+
+
+def provenance_of(args: argparse.Namespace, actor: dict[str, str]) -> dict[str, Any]:
+    """The provenance a CLI write records: --provenance-id (default prov:cli), the actor, --activity."""
+    return {"provenance_id": getattr(args, "provenance_id", None) or "prov:cli", "actor": actor,
+            "activity": getattr(args, "activity", "cli")}

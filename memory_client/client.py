@@ -17,6 +17,7 @@ from infra.requester import request_with_retries
 from infra.subjects import command_subject, query_subject, status_subject
 from memory_client.connection import find_nats_url, find_token, message_size, open_nats
 from memory_client.errors import PamspecError
+from memory_client.objects import ObjectCommands
 from memory_client.subscription import Subscription
 from schemas.canonical import canonical_bytes
 from schemas.auth import AUTHORIZATION_HEADER
@@ -36,8 +37,10 @@ def _too_large(size: int, limit: int) -> PamspecError:
                            {"limit_bytes": limit, "size_bytes": size})
 
 
-class MemoryClient:
-    """Async client. Use `await MemoryClient.connect()` (or `connect(url)`) or pass an existing nats connection."""
+class MemoryClient(ObjectCommands):
+    """Async client. Use `await MemoryClient.connect()` (or `connect(url)`) or pass an existing nats connection.
+
+    relate / redact / promote / correct_provenance come from memory_client.objects.ObjectCommands."""
 
     def __init__(self, nc: NATS, prefix: str = "pamledger", timeout: float = 10.0, retries: int = 5,
                  actor: dict[str, Any] | None = None, token: str | None = None):

@@ -63,6 +63,8 @@ def _valid_key(request: QueryRequest, key: list[Any]) -> bool:
 def _fits(param: str, value: Any) -> bool:
     if "::timestamptz" in param:  # a nullable time column sorts through coalesce, so null is a real key
         return (value is None and param.startswith("coalesce")) or _is_timestamp(value)
+    if "::double precision" in param:  # a quality signal: null (absent) is a real key, as for time fields
+        return (value is None and param.startswith("coalesce")) or (type(value) in (int, float) and math.isfinite(value))
     if param.endswith("::bigint"):
         return _is_bigint(value)
     if param.endswith("::real"):

@@ -6,6 +6,8 @@ close every profile so the order is total by construction):
   oldest  ledger_sequence ASC, object_id ASC, version_id ASC
   score   ts_rank_cd DESC, ledger_sequence DESC, object_id DESC, version_id DESC   (needs text)
   <time field>_desc / _asc   the field (missing values last), then ledger_sequence, object_id, version_id
+  <quality signal>_desc / _asc   the signal from quality_signals (missing values last), then the same tail;
+                                 assessed_confidence_desc is served by an index (infra/sql/011_quality.sql)
 Pagination is keyset: the cursor holds the last row's sort key and the query's digest.
 """
 
@@ -16,7 +18,7 @@ from typing import Any
 from psycopg import sql
 
 from infra.projections import SEARCH_EXPRESSION
-from schemas.queries import Filters, QueryRequest
+from schemas.queries import QUALITY_SIGNALS, Filters, QueryRequest
 
 _FILTERS = (
     ("object_types", "object_type"), ("schema_ids", "schema_id"), ("lifecycle_states", "lifecycle_state"),
@@ -56,11 +58,28 @@ def sort_key(request: QueryRequest) -> tuple[list[tuple[str, str, str]], str]:
         rank = "ts_rank_cd(p.search, q.query)"
         return [(rank, rank, "%s::real"), *tail], "DESC"
     field, direction = order.rsplit("_", 1)
+    if field in QUALITY_SIGNALS:
+        return [*_quality_key(field, direction), *tail], direction.upper()
     if field in _NOT_NULL_TIMES:  # plain column, so (scope_id, committed_at DESC, …) indexes serve the order
         return [(f"p.{field}", f"p.{field}", "%s::timestamptz"), *tail], direction.upper()
     sentinel = "'-infinity'::timestamptz" if direction == "desc" else "'infinity'::timestamptz"
     return [(f"coalesce(p.{field}, {sentinel})", f"p.{field}", f"coalesce(%s::timestamptz, {sentinel})"),
             *tail], direction.upper()
+
+
+def quality_expression(signal: str) -> str:
+    """The SQL of one quality signal of the row `p` (NULL when absent). The signal is a name of the closed
+    QUALITY_SIGNALS set, written out literally so the expression matches the index's byte for byte."""
+    if signal not in QUALITY_SIGNALS:
+        raise ValueError(f"not a quality signal: {signal!r}")
+    return f"pamledger_quality_signal(p.meta, '{signal}')"
+
+
+def _quality_key(signal: str, direction: str) -> list[tuple[str, str, str]]:
+    """A quality signal's sort column: missing values last through an infinite sentinel, as for time fields."""
+    sentinel = "'-Infinity'::double precision" if direction == "desc" else "'Infinity'::double precision"
+    value = quality_expression(signal)
+    return [(f"coalesce({value}, {sentinel})", value, f"coalesce(%s::double precision, {sentinel})")]
 
 
 def build(request: QueryRequest, after: list[Any] | None, as_of: int | None) -> tuple[sql.Composed, list[Any]]:
@@ -123,6 +142,11 @@ def filter_clauses(request: Filters) -> tuple[list[sql.Composable], list[Any]]:
         if window.lt is not None:
             clauses.append(sql.SQL("p.{} < %s").format(sql.Identifier(field)))
             params.append(window.lt)
+    for signal, bounds in sorted((request.quality or {}).items()):
+        for bound, op in ((bounds.gte, ">="), (bounds.lte, "<=")):
+            if bound is not None:
+                clauses.append(sql.SQL(f"{quality_expression(signal)} {op} %s::double precision"))
+                params.append(bound)
     if request.ledger_sequence is not None:
         if request.ledger_sequence.gte is not None:
             clauses.append(sql.SQL("p.ledger_sequence >= %s"))

@@ -22,7 +22,15 @@ Order = Literal[
     "observed_at_desc", "observed_at_asc", "asserted_at_desc", "asserted_at_asc",
     "valid_from_desc", "valid_from_asc", "valid_until_desc", "valid_until_asc",
     "committed_at_desc", "committed_at_asc", "recorded_at_desc", "recorded_at_asc",
+    "assessed_confidence_desc", "assessed_confidence_asc", "contradiction_score_desc", "contradiction_score_asc",
+    "staleness_score_desc", "staleness_score_asc", "evidence_strength_desc", "evidence_strength_asc",
+    "source_diversity_desc", "source_diversity_asc",
 ]
+# The numeric quality_signals (PAMSPEC 8.7, each in [0, 1]): filters (`quality`) and orders use them. They are
+# non-authoritative: a quality filter narrows what the state filters (validation included) let through, never more.
+QualitySignal = Literal["assessed_confidence", "contradiction_score", "staleness_score", "evidence_strength",
+                        "source_diversity"]
+QUALITY_SIGNALS: tuple[str, ...] = QualitySignal.__args__  # type: ignore[attr-defined]
 MAX_LIMIT = 500
 MAX_WAIT_MS = 10_000
 
@@ -50,6 +58,13 @@ class SequenceRange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     lte: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
+class UnitRange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """gte <= signal <= lte (both inclusive; a signal is in [0, 1]); either bound may be omitted."""
+
+    gte: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+    lte: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+
+
 class Filters(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The structured filters Query and Search share (query.plan.filter_clauses turns them into SQL)."""
 
@@ -63,6 +78,8 @@ class Filters(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     provenance_ids: IdList | None = None
     time: dict[TimeField, TimeRange] | None = None
     ledger_sequence: SequenceRange | None = None
+    # Objects whose quality_signals carry the signal, within the range (an object without it never matches).
+    quality: dict[QualitySignal, UnitRange] | None = None
 
 
 class QueryRequest(Filters, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -95,8 +112,16 @@ def decode_query(data: bytes) -> QueryRequest:
     return request
 
 
+def check_quality_ranges(request: Filters) -> None:
+    """An inverted quality range (gte > lte) is invalid_request."""
+    for signal, bounds in (request.quality or {}).items():
+        if bounds.gte is not None and bounds.lte is not None and bounds.gte > bounds.lte:
+            raise InvalidRequest(f"quality range {signal} is inverted (gte > lte)", details={"field": f"quality/{signal}"})
+
+
 def check_ranges(request: Filters) -> None:
-    """Empty or inverted time and sequence windows are invalid_request (Query and Search alike)."""
+    """Empty or inverted time, sequence and quality windows are invalid_request (Query and Search alike)."""
+    check_quality_ranges(request)
     for name, window in (request.time or {}).items():
         if window.gte is not None and window.lt is not None and window.gte >= window.lt:
             raise InvalidRequest(f"time range {name} is empty or inverted (gte must be before lt)",

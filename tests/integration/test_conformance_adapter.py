@@ -328,3 +328,55 @@ async def _check(adapter: AdapterProcess, check: dict[str, Any], operation: str,
                        "arguments": {**check, "operation": operation, **more}})
     response = await adapter.send_raw(line.encode())
     return response["result"] if ok and "result" in response else response
+
+
+async def test_relate_redact_and_promote_through_the_adapter(adapter: AdapterProcess) -> None:
+    """[M5] The MCP binding's relate / redact / promote, with their results and their refusals."""
+    scope = f"{SCOPE}:{uuid.uuid4().hex[:8]}"
+    other = f"{scope}.other"
+
+    async def claim(scope_id: str = scope) -> Any:
+        return await adapter.ok("create", scope_id=scope_id, object_type="claim",
+                                canonical_content={"statement": "s", "who": "ana"}, actor=ACTOR, provenance=PROVENANCE)
+
+    a, b, elsewhere = await claim(), await claim(), await claim(other)
+    related = await adapter.ok("relate", scope_id=scope, source_object_id=a["object_id"],
+                               target_object_id=b["object_id"], relationship_type="supports",
+                               directionality="directed", actor=ACTOR, provenance=PROVENANCE,
+                               canonical_content={"weight": 1})
+    assert set(related) == {"relationship_id", "version_id", "sequence", "envelope"}
+    assert related["envelope"]["relationship_id"] == related["relationship_id"]
+    assert await adapter.ok("read", scope_id=scope, object_id=related["relationship_id"]) == related["envelope"]
+    crossing = {"scope_id": scope, "source_object_id": a["object_id"], "target_object_id": elsewhere["object_id"],
+                "target_scope_id": other, "relationship_type": "references", "directionality": "undirected",
+                "actor": ACTOR, "provenance": PROVENANCE}
+    _assert_error(await adapter.call("relate", **crossing), "policy_denied")
+    crossed = await adapter.ok("relate", **crossing, policy_basis="policy:shared")
+    assert crossed["envelope"]["target_scope_id"] == other
+
+    redacted = await adapter.ok("redact", scope_id=scope, object_id=a["object_id"], expected_version_id=a["version_id"],
+                                actor=ACTOR, provenance=PROVENANCE, policy_basis="gdpr:art17",
+                                redaction_target={"pointers": ["/who"]})
+    assert redacted["envelope"]["canonical_content"] == {"statement": "s", "who": "[REDACTED]"}
+    _assert_error(await adapter.call("redact", scope_id=scope, object_id=b["object_id"],
+                                     expected_version_id=b["version_id"], actor=ACTOR, provenance=PROVENANCE,
+                                     policy_basis="p", redaction_target={"fields": ["who"]}), "invalid_request")
+    suppressed = await adapter.ok("redact", scope_id=scope, object_id=b["object_id"],
+                                  expected_version_id=b["version_id"], actor=ACTOR, provenance=PROVENANCE,
+                                  policy_basis="hold", redaction_target={"erase": False})
+    restore = {"scope_id": scope, "object_id": b["object_id"], "expected_version_id": suppressed["version_id"],
+               "dimension": "availability", "target_state": "available", "actor": ACTOR, "provenance": PROVENANCE}
+    _assert_error(await adapter.call("transition", **restore), "policy_denied")
+    restored = await adapter.ok("transition", **restore, policy_basis="restoration:1")
+    assert restored["envelope"]["canonical_content"]["who"] == "ana"
+
+    scratch = await adapter.ok("create", scope_id=scope, object_type="working_memory",
+                               canonical_content={"task_ref": "task:1", "content": {}}, actor=ACTOR, provenance=PROVENANCE)
+    promote = {"scope_id": scope, "target_object_type": "decision", "target_canonical_content": {"summary": "go"},
+               "actor": ACTOR, "provenance": PROVENANCE}
+    promoted = await adapter.ok("promote", **promote, source_object_id=scratch["object_id"],
+                                expected_version_id=scratch["version_id"], target_validation_state="corroborated")
+    assert set(promoted) == {"object_id", "version_id", "sequence", "envelope", "promotion"}
+    assert promoted["promotion"]["source_object_id"] == scratch["object_id"]
+    _assert_error(await adapter.call("promote", **promote, source_object_id=b["object_id"],
+                                     expected_version_id=restored["version_id"]), "invalid_request")

@@ -26,10 +26,12 @@ from referencing.jsonschema import DRAFT202012
 
 from infra.subjects import command_subject, query_subject
 from memory_client.client import MemoryClient, PamspecError
+from schemas.relationship import is_relationship
 from schemas.transitions import TRANSITIONS
 from tests.conftest import ACTOR, PAMSPEC, PROVENANCE, Env, pamspec_dir, wait_for
 
 SCOPE = "workspace:example"
+OTHER_SCOPE = "workspace:other"
 TIMEOUT = 30.0
 ERROR_RETRYABLE = {"version_conflict": True, "service_unavailable": True}  # section 14: only these say "Yes"
 
@@ -156,7 +158,13 @@ def test_invalid_vector_behaves_as_its_file_says(path: Path | None) -> None:
 async def scope(client: MemoryClient) -> str:
     pamspec_dir()
     await client.create_scope(SCOPE)
+    await client.create_scope(OTHER_SCOPE)  # the cross-scope relationship vector's target scope
     return SCOPE
+
+
+def id_of(result: dict[str, Any]) -> str:
+    """A write result's id: `relationship_id` for a Relationship Version, else `object_id`."""
+    return str(result["relationship_id"] if "relationship_id" in result else result["object_id"])
 
 
 async def wire(env: Env, client: MemoryClient, kind: str, name: str, body: dict[str, Any] | bytes) -> Any:
@@ -207,8 +215,8 @@ async def story(client: MemoryClient, scope: str) -> dict[str, Any]:
     async def note(label: str, call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
         result = await call
         writes.append((label, result))
-        if result["object_id"] not in ids:
-            ids.append(result["object_id"])
+        if id_of(result) not in ids:
+            ids.append(id_of(result))
         return result
 
     created = {t: await note(f"create {t}", client.create(scope, t, c, ACTOR, PROVENANCE)) for t, c in CONTENT.items()}
@@ -236,14 +244,96 @@ async def story(client: MemoryClient, scope: str) -> dict[str, Any]:
     key = f"idem:{uuid.uuid4().hex}"
     for label in ("idempotent create", "idempotent replay"):
         await note(label, client.create(scope, "task", {"title": "once"}, ACTOR, PROVENANCE, idempotency_key=key))
-    return {"writes": writes, "ids": ids}
+    await _object_model_story(client, scope, created, note)
+    return {"writes": writes, "ids": ids, "created": created}
+
+
+async def _object_model_story(client: MemoryClient, scope: str, created: dict[str, dict[str, Any]],
+                              note: Callable[[str, Awaitable[dict[str, Any]]], Awaitable[dict[str, Any]]]) -> None:
+    """[M5] Relationship Objects (created, updated, transitioned, across scopes), partial and suppressing
+    redactions with a restoration, a promotion, a provenance correction and an overridden transition."""
+    claim, task = created["claim"], created["task"]
+    rel = await note("relate", client.relate(scope, claim["object_id"], task["object_id"], "supports", ACTOR,
+                                             {**PROVENANCE, "activity": "related"}, canonical_content={"weight": 1},
+                                             observed_at="2026-07-12T00:00:00Z"))
+    rel = await note("relate update", client.relate(
+        scope, claim["object_id"], task["object_id"], "supports", ACTOR, PROVENANCE, canonical_content={"weight": 2},
+        relationship_id=rel["relationship_id"], expected_version_id=rel["version_id"]))
+    await note("relationship lifecycle->deprecated", client.transition(
+        scope, rel["relationship_id"], rel["version_id"], "lifecycle", "deprecated", ACTOR, PROVENANCE))
+    elsewhere = await client.create(OTHER_SCOPE, "claim", {"statement": "o"}, ACTOR, PROVENANCE)
+    await note("relate across scopes", client.relate(
+        scope, claim["object_id"], elsewhere["object_id"], "com.example.cites", ACTOR, PROVENANCE,
+        target_scope_id=OTHER_SCOPE, policy_basis="policy:cross-scope", directionality="undirected"))
+    secret = await note("create to redact partially", client.create(
+        scope, "claim", {"statement": "ana was there", "visible_fields": ["title"]}, ACTOR, PROVENANCE))
+    await note("partial redaction", client.redact(scope, secret["object_id"], secret["version_id"], ACTOR, PROVENANCE,
+                                                  "gdpr:art17", pointers=["/statement"]))
+    held = await note("create to suppress", client.create(scope, "claim", {"statement": "hold"}, ACTOR, PROVENANCE))
+    held = await note("suppressing redaction", client.redact(scope, held["object_id"], held["version_id"], ACTOR,
+                                                             PROVENANCE, "review:hold", erase=False))
+    await note("restoration", client.transition(scope, held["object_id"], held["version_id"], "availability",
+                                                "available", ACTOR, PROVENANCE, policy_basis="restoration:ticket-1"))
+    promoted = await note("promote", client.promote(
+        scope, created["working_memory"]["object_id"], created["working_memory"]["version_id"], "decision",
+        {"summary": "consolidated"}, ACTOR, {**PROVENANCE, "activity": "consolidated"},
+        quality_signals={"assessed_confidence": 0.7}))
+    await note("the promotion's derived_from", _read_as_write(client, scope, promoted["promotion"]["relationship_id"]))
+    source = {**PROVENANCE, "source_ref": "urn:source:a", "evidence_refs": ["urn:e:1"]}
+    made = await note("create to correct", client.create(scope, "claim", {"statement": "c"}, ACTOR, source))
+    await note("provenance correction", client.correct_provenance(
+        scope, made["object_id"], made["version_id"], ACTOR, {**PROVENANCE, "provenance_id": "prov:corrected"},
+        removed_fields=["evidence_refs", "source_ref"], policy_basis="audit:1"))
+    scratch = await note("create scratch", client.create(scope, "working_memory", {"task_ref": "task:x", "content": 1},
+                                                         ACTOR, PROVENANCE))
+    await note("scratch->active by override", client.transition(
+        scope, scratch["object_id"], scratch["version_id"], "lifecycle", "active", ACTOR, PROVENANCE,
+        policy_basis="policy:override:1", policy_override=True))
+
+
+async def _read_as_write(client: MemoryClient, scope: str, relationship_id: str) -> dict[str, Any]:
+    """A relationship a promotion made, shaped as a write result so the story checks it like the others."""
+    envelope = await client.read(scope, relationship_id)
+    return {"relationship_id": relationship_id, "version_id": envelope["version_id"], "envelope": envelope}
+
+
+def envelope_schema(envelope: dict[str, Any]) -> str:
+    """relationship.schema.json for a Relationship Version, memory-object.schema.json for a Memory Version."""
+    schema = route(envelope)
+    assert schema in ("memory-object.schema.json", "relationship.schema.json"), schema
+    assert (schema == "relationship.schema.json") == is_relationship(envelope)
+    return schema
 
 
 async def test_every_write_result_envelope_validates(story: dict[str, Any]) -> None:
+    schemas = set()
     for label, result in story["writes"]:
-        assert_valid("memory-object.schema.json", result["envelope"], label)
-        assert (result["object_id"], result["version_id"]) == (result["envelope"]["object_id"],
-                                                               result["envelope"]["version_id"])
+        schemas.add(envelope_schema(result["envelope"]))
+        assert_valid(envelope_schema(result["envelope"]), result["envelope"], label)
+        field = "relationship_id" if "relationship_id" in result else "object_id"
+        assert (result[field], result["version_id"]) == (result["envelope"][field], result["envelope"]["version_id"])
+    assert schemas == {"memory-object.schema.json", "relationship.schema.json"}
+
+
+async def test_the_object_model_writes_reach_the_states_and_links_they_name(story: dict[str, Any]) -> None:
+    """[M5] What the story's relate / redact / promote / correct_provenance results say, beyond the schemas."""
+    results = dict(story["writes"])
+    assert results["relate"]["envelope"]["relationship_type"] == "supports"
+    assert results["relate update"]["sequence"] == 2
+    assert results["relationship lifecycle->deprecated"]["envelope"]["lifecycle_state"] == "deprecated"
+    assert results["relate across scopes"]["envelope"]["target_scope_id"] == OTHER_SCOPE
+    partial = results["partial redaction"]["envelope"]
+    vector = load(pamspec_dir() / "test-vectors" / "valid" / "partial-redaction.json")
+    assert (partial["availability_state"], partial["canonical_content"]) == (
+        vector["availability_state"], vector["canonical_content"])
+    assert results["restoration"]["envelope"]["canonical_content"] == {"statement": "hold"}
+    promoted = results["promote"]
+    assert promoted["envelope"]["provenance"]["transformation_parent"] == story["created"]["working_memory"]["version_id"]
+    derived = results["the promotion's derived_from"]["envelope"]
+    assert (derived["relationship_type"], derived["source_object_id"], derived["target_object_id"]) == (
+        "derived_from", promoted["object_id"], story["created"]["working_memory"]["object_id"])
+    assert results["provenance correction"]["envelope"]["provenance"]["provenance_id"] == "prov:corrected"
+    assert results["scratch->active by override"]["envelope"]["lifecycle_state"] == "active"
 
 
 async def test_every_readable_version_validates(client: MemoryClient, scope: str, story: dict[str, Any]) -> None:
@@ -257,10 +347,11 @@ async def test_every_readable_version_validates(client: MemoryClient, scope: str
             except PamspecError as exc:
                 assert exc.code in ("object_deleted", "object_redacted"), exc
                 continue
-            assert_valid("memory-object.schema.json", envelope, f"read {object_id}@{version['sequence']}")
+            assert_valid(envelope_schema(envelope), envelope, f"read {object_id}@{version['sequence']}")
             seen += 1
         try:
-            assert_valid("memory-object.schema.json", await client.read(scope, object_id), f"read {object_id}")
+            current = await client.read(scope, object_id)
+            assert_valid(envelope_schema(current), current, f"read {object_id}")
         except PamspecError as exc:
             assert exc.code in ("object_deleted", "object_redacted"), exc
     assert seen >= len(story["ids"]) - redacted
@@ -272,7 +363,7 @@ async def test_every_history_version_and_event_validates(client: MemoryClient, s
         history = await client.history(scope, object_id)
         assert [v["sequence"] for v in history["versions"]] == list(range(1, len(history["versions"]) + 1))
         for version in history["versions"]:
-            assert_valid("memory-object.schema.json", version, f"history {object_id}@{version['sequence']}")
+            assert_valid(envelope_schema(version), version, f"history {object_id}@{version['sequence']}")
         # one entry per version, plus event-only entries about the object (tool_invoked, tool_completed, ...)
         assert len([e for e in history["events"] if e["event"].get("version_id")]) == len(history["versions"])
         for entry in history["events"]:
@@ -352,6 +443,36 @@ async def _bad_transition(env: Env, client: MemoryClient) -> Any:
     return await wire(env, client, "cmd", "transition", _write(made, dimension="lifecycle", target_state="scratch"))
 
 
+async def _moved_endpoints(env: Env, client: MemoryClient) -> Any:
+    a, b = await _made(client), await _made(client)
+    made = await client.relate(SCOPE, a["object_id"], b["object_id"], "supports", ACTOR, PROVENANCE)
+    return await wire(env, client, "cmd", "relate", {
+        "scope_id": SCOPE, "source_object_id": b["object_id"], "target_object_id": a["object_id"],
+        "relationship_type": "supports", "directionality": "directed", "actor": ACTOR, "provenance": PROVENANCE,
+        "relationship_id": made["relationship_id"], "expected_version_id": made["version_id"]})
+
+
+async def _cross_scope_unbased(env: Env, client: MemoryClient) -> Any:
+    a, b = await _made(client), await client.create(OTHER_SCOPE, "claim", {"statement": "o"}, ACTOR, PROVENANCE)
+    return await wire(env, client, "cmd", "relate", {
+        "scope_id": SCOPE, "source_object_id": a["object_id"], "target_object_id": b["object_id"],
+        "target_scope_id": OTHER_SCOPE, "relationship_type": "references", "directionality": "directed",
+        "actor": ACTOR, "provenance": PROVENANCE})
+
+
+async def _unresolved_pointer(env: Env, client: MemoryClient) -> Any:
+    made = await _made(client)
+    return await wire(env, client, "cmd", "redact", _write(made, policy_basis="p",
+                                                           redaction_target={"pointers": ["/absent"]}))
+
+
+async def _promote_claim(env: Env, client: MemoryClient) -> Any:
+    made = await _made(client)
+    return await wire(env, client, "cmd", "promote", {
+        "scope_id": SCOPE, "source_object_id": made["object_id"], "expected_version_id": made["version_id"],
+        "target_object_type": "decision", "target_canonical_content": {}, "actor": ACTOR, "provenance": PROVENANCE})
+
+
 INVERTED = {**ACTOR, "attestation": {"not_before": "2026-07-25T00:00:00Z", "not_after": "2026-07-20T00:00:00Z"}}
 
 
@@ -387,6 +508,10 @@ ERROR_CASES = [
     pytest.param("object_redacted", _redacted, id="object_redacted-read"),
     pytest.param("policy_denied", _send("cmd", "create", _create_body(actor=INVERTED)),
                  id="policy_denied-inverted-attestation"),
+    pytest.param("relationship_conflict", _moved_endpoints, id="relationship_conflict-endpoints-moved"),
+    pytest.param("policy_denied", _cross_scope_unbased, id="policy_denied-cross-scope-relate-without-basis"),
+    pytest.param("invalid_request", _unresolved_pointer, id="invalid_request-redaction-pointer-unresolved"),
+    pytest.param("invalid_request", _promote_claim, id="invalid_request-promote-non-working-memory"),
 ]
 
 
@@ -408,7 +533,7 @@ def test_error_cases_cover_every_code_the_service_produces() -> None:
     covered = {p.values[0] for p in ERROR_CASES}
     assert covered >= {"invalid_request", "invalid_object", "unsupported_object_type", "object_not_found",
                        "scope_not_found", "version_conflict", "duplicate_operation", "invalid_state_transition",
-                       "legal_hold", "object_deleted", "policy_denied"}
+                       "legal_hold", "object_deleted", "policy_denied", "relationship_conflict"}
 
 
 # -- invalid vectors the service can act on ------------------------------------------------------------
@@ -453,6 +578,33 @@ def _content_of(object_type: str) -> Driver:
     return drive
 
 
+async def _cross_scope_relationship(client: MemoryClient, vector: dict[str, Any]) -> Any:
+    i = vector["instance"]
+    source, target = await _made(client), await client.create(OTHER_SCOPE, "artifact", {"uri": "urn:a"}, ACTOR,
+                                                              PROVENANCE)
+    assert i["target_scope_id"] != i["scope_id"] and "policy_basis" not in i
+    return await client.relate(SCOPE, source["object_id"], target["object_id"], i["relationship_type"], i["actor"],
+                               i["provenance"], directionality=i["directionality"],
+                               canonical_content=i["canonical_content"], target_scope_id=OTHER_SCOPE)
+
+
+async def _promote_non_working_memory(client: MemoryClient, vector: dict[str, Any]) -> Any:
+    i = vector["instance"]
+    made = await _made(client)
+    return await client.promote(SCOPE, made["object_id"], made["version_id"], i["target_object_type"],
+                                i["target_canonical_content"], i["actor"], i["provenance"])
+
+
+async def _result_without_invocation(client: MemoryClient, vector: dict[str, Any]) -> Any:
+    """The vector's content lacks invocation_object_id (a schema failure); the semantic twin names an
+    invocation that does not exist in the scope: both are invalid_object."""
+    named = {**vector["instance"], "invocation_object_id": "mem:toolinv:never-made"}
+    with pytest.raises(PamspecError) as caught:
+        await client.create(SCOPE, "tool_result", named, ACTOR, PROVENANCE)
+    assert caught.value.code == vector["expected_failure"]
+    return await client.create(SCOPE, "tool_result", vector["instance"], ACTOR, PROVENANCE)
+
+
 def _transition_vector(dimension: str | None) -> Driver:
     async def drive(client: MemoryClient, vector: dict[str, Any]) -> Any:
         i = vector["instance"]
@@ -472,16 +624,16 @@ DRIVERS: dict[str, Driver] = {
     "deletion-blocked-by-legal-hold": _delete_under_hold,
     "duplicate-operation-different-content": _duplicate_key,
     "tool-invocation-missing-tool-name": _content_of("tool_invocation"),
-    "tool-result-without-invocation": _content_of("tool_result"),
+    "tool-result-without-invocation": _result_without_invocation,
+    "cross-scope-relationship-without-policy": _cross_scope_relationship,
+    "promote-of-non-working-memory": _promote_non_working_memory,
     "working-memory-missing-task-ref": _content_of("working_memory"),
 }
 SKIPS = {
     "delegation-window-inverted": "delegation grants are a later issue (PAMSPEC Delegation profile)",
-    "cross-scope-relationship-without-policy": "relationship objects (relate) are a later issue",
     "comparison-across-incompatible-spaces": "embedding spaces and semantic query are a later issue (indexer)",
     "vector-without-embedding-space": "embedding spaces and semantic query are a later issue (indexer)",
     "evaluation-snapshot-membership-mutated": "evaluation snapshots are a later issue (PAMSPEC-Evaluation)",
-    "promote-of-non-working-memory": "the promote operation is a later issue (working-memory promotion)",
     "reused-immutable-version-identifier": "not reachable: the service mints every version_id and commands "
                                            "cannot carry one; client-chosen version ids are a later issue",
 }
@@ -528,7 +680,7 @@ async def test_valid_memory_object_vector_is_accepted_by_create(client: MemoryCl
     vector = load(path)
     if vector["availability_state"] != "available":
         pytest.skip(f"created objects start available; {vector['availability_state']} is reached by "
-                    "redact/delete, covered by the story above")
+                    "redact/delete, covered by the story (and partial-redaction by its own test)")
     fields = {k: vector[k] for k in CREATE_FIELDS if k in vector}
     if vector["object_type"] == "tool_result":  # its invocation must exist in the scope first
         invocation = vector["canonical_content"]["invocation_object_id"]
@@ -541,6 +693,60 @@ async def test_valid_memory_object_vector_is_accepted_by_create(client: MemoryCl
     for name in ("object_type", "canonical_content", "lifecycle_state", "retention_state", "validation_state",
                  "relationship_refs", "integrity"):
         assert envelope.get(name) == vector.get(name), name
+
+
+async def test_the_relationship_creation_vector_is_accepted_by_relate(client: MemoryClient, scope: str) -> None:
+    vector = load(pamspec_dir() / "test-vectors" / "valid" / "relationship-creation.json")
+    source = await client.create(SCOPE, "claim", {"statement": "s"}, ACTOR, PROVENANCE)
+    target = await client.create(SCOPE, "artifact", {"uri": "urn:a"}, ACTOR, PROVENANCE)
+    made = await client.relate(SCOPE, source["object_id"], target["object_id"], vector["relationship_type"],
+                               vector["actor"], vector["provenance"], directionality=vector["directionality"],
+                               canonical_content=vector["canonical_content"],
+                               validation_state=vector["validation_state"])
+    envelope = made["envelope"]
+    assert_valid("relationship.schema.json", envelope, "relate")
+    assert schema_errors("memory-object.schema.json", envelope)  # a relationship is not a Memory Object
+    for name in ("relationship_type", "directionality", "canonical_content", "lifecycle_state", "availability_state",
+                 "retention_state", "validation_state", "actor"):
+        assert envelope[name] == vector[name], name
+    assert {k: v for k, v in envelope["provenance"].items() if k != "recorded_at"} == {
+        k: v for k, v in vector["provenance"].items() if k != "recorded_at"}
+
+
+async def test_the_partial_redaction_vector_is_reached_by_redact(client: MemoryClient, scope: str) -> None:
+    vector = load(pamspec_dir() / "test-vectors" / "valid" / "partial-redaction.json")
+    made = await client.create(SCOPE, vector["object_type"], {**vector["canonical_content"], "statement": "secret"},
+                               vector["actor"], vector["provenance"], validation_state=vector["validation_state"])
+    redacted = await client.redact(SCOPE, made["object_id"], made["version_id"], vector["actor"], vector["provenance"],
+                                   "gdpr:art17", pointers=["/statement"])
+    envelope = redacted["envelope"]
+    assert_valid("memory-object.schema.json", envelope, "partial redaction")
+    for name in ("object_type", "canonical_content", "lifecycle_state", "availability_state", "retention_state",
+                 "validation_state", "sequence"):
+        assert envelope[name] == vector[name], name
+    assert await client.read(SCOPE, made["object_id"]) == envelope
+
+
+async def test_tool_memory_and_object_model_events_validate(service: Env, story: dict[str, Any]) -> None:
+    """Every event type the story's writes produce is in the ledger, schema-valid, and names the right id: a
+    relationship's events carry relationship_id and no object_id; tool memory has its event-only entries."""
+    async with await psycopg.AsyncConnection.connect(service.database_url) as conn:
+        rows = await (await conn.execute("SELECT object_id, event FROM ledger WHERE scope_id = %s"
+                                         " ORDER BY ledger_sequence", (SCOPE,))).fetchall()
+    events = [(row[0], json.loads(bytes(row[1]))) for row in rows]
+    seen = {event["event_type"] for _, event in events}
+    assert seen >= {"object_created", "relationship_created", "relationship_updated", "object_redacted",
+                    "availability_transitioned", "working_memory_promoted", "provenance_updated", "tool_invoked",
+                    "tool_completed", "lifecycle_transitioned"}, seen
+    for column, event in events:
+        assert_valid("memory-event.schema.json", event, event["event_type"])
+        if event["event_type"].startswith("relationship_"):
+            assert "object_id" not in event and event["relationship_id"] == column
+    invocation = story["created"]["tool_invocation"]["object_id"]  # other tests here make tool memory too
+    assert [e["payload"]["version_id"] for _, e in events if e["event_type"] == "tool_invoked"
+            and e["payload"]["object_id"] == invocation] == [story["created"]["tool_invocation"]["version_id"]]
+    assert len([e for _, e in events if e["event_type"] == "tool_completed"
+                and e["payload"]["invocation_object_id"] == invocation]) == 1
 
 
 async def test_quality_signals_out_of_range_is_invalid_object(client: MemoryClient, scope: str) -> None:

@@ -61,7 +61,7 @@ from schemas.registry import TypeRegistry
 from schemas.relationship import Relate, is_relationship
 
 # Kept importable from here: tests and benches name them so.
-__all__ = ["decide", "evolve", "content_digest", "named_objects"]
+__all__ = ["decide", "evolve", "content_digest", "named_objects", "erases_content"]
 TOOL_EVENTS = {"tool_invocation": "tool_invoked", "tool_result": "tool_completed"}
 
 
@@ -83,7 +83,7 @@ def decide(
                                registry, context)
         case DeleteObject():
             return redactions.erase(live_head(head, command.object_id, command.expected_version_id), command, stamp,
-                                    "deleted", "object_deleted")
+                                    "deleted", "object_deleted", context)
         case CorrectProvenance():
             return _correct_provenance(live_head(head, command.object_id, command.expected_version_id), command, stamp)
         case Relate():
@@ -118,6 +118,16 @@ def named_objects(command: Any) -> list[tuple[str, str]]:
     if isinstance(command, CreateObject) and command.object_type == "tool_result":
         return _invocation(scope_id, command.canonical_content)
     return []
+
+
+def erases_content(command: Any) -> bool:
+    """True for commands that may erase stored content (what a scope's minimum retention guards)."""
+    if isinstance(command, DeleteObject):
+        return True
+    if isinstance(command, Redact):
+        return command.redaction_target.erase
+    return isinstance(command, TransitionState) and command.dimension == "availability" \
+        and command.target_state in ("redacted", "deleted")
 
 
 def _invocation(scope_id: str, content: Any) -> list[tuple[str, str]]:

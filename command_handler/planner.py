@@ -78,6 +78,8 @@ class PlanInputs:
     registry: TypeRegistry
     contents: dict[str, bytes] = field(default_factory=dict)  # by digest: transitions' replies, partial redactions
     restorable: dict[tuple[str, str], str] = field(default_factory=dict)  # suppressed content a restoration brings back
+    scope_policies: dict[str, Any] = field(default_factory=dict)  # scopes of commands that may erase content
+    created_at: dict[tuple[str, str], Any] = field(default_factory=dict)  # objects under a minimum retention
     delegations: dict[str, DelegationState] = field(default_factory=dict)  # loaded for this batch
     authority: Authority = EVERYTHING
     # A refused delegation command -> the access_denied entry recording it (None: the limiter leaves it out).
@@ -97,7 +99,8 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
     def context(batch_heads: dict[tuple[str, str], ObjectHead]) -> Context:
         """What a command may look at: heads as this batch left them, then as loaded; grants; contents."""
         return Context(heads=ChainMap(batch_heads, inputs.heads), authority=inputs.authority,
-                       restorable=inputs.restorable, contents=inputs.contents)
+                       restorable=inputs.restorable, contents=inputs.contents,
+                       scope_policies=inputs.scope_policies, created_at=inputs.created_at)
 
     for index, item in enumerate(items):
         if isinstance(item, PamledgerError):

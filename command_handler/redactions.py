@@ -10,12 +10,16 @@
 - Restoration (redacted or partially_redacted -> available, with a restoration policy basis) writes a
   version carrying the last suppressed content again; where it was erased, invalid_state_transition.
 - `legal_hold` blocks delete and every erasing redaction (legal_hold); a suppression is compatible with it.
+- A scope whose policy says `{"retention": {"minimum_days": N}}` keeps content at least N days from the
+  object's creation: deleting or erasing it sooner is retention_restriction (suppression stays possible).
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from command_handler.delegations import timestamp_text
 from command_handler.state import Context, Decision, ObjectHead, Stamp
 from command_handler.versions import check_actor, content_digest, next_head, stamped, transition_payload, version_event
 from schemas.canonical import canonical_bytes, decode_json
@@ -25,9 +29,9 @@ from schemas.redaction import PointerProblem, Redact, redacted_projection
 
 
 def erase(head: ObjectHead, command: DeleteObject | TransitionState | Redact, stamp: Stamp, availability: str,
-          event_type: str, extra: dict[str, Any] | None = None) -> Decision:
+          event_type: str, context: Context, extra: dict[str, Any] | None = None) -> Decision:
     """A content-free version (tombstone); the content of every version of the object is erased."""
-    _not_on_hold(head, "deletion" if availability == "deleted" else "an erasing redaction")
+    _erasable(head, "deletion" if availability == "deleted" else "an erasing redaction", stamp, context)
     check_actor(command.actor, command.provenance)
     return _version(head, command, stamp, availability, event_type, None, erase_content=True, extra=extra)
 
@@ -36,9 +40,9 @@ def availability(head: ObjectHead, command: TransitionState, stamp: Stamp, conte
     """A transition of the availability dimension (its table already checked by the caller)."""
     target = command.target_state
     if target == "deleted":
-        return erase(head, command, stamp, "deleted", "object_deleted")
+        return erase(head, command, stamp, "deleted", "object_deleted", context)
     if target == "redacted":
-        return erase(head, command, stamp, "redacted", "availability_transitioned")
+        return erase(head, command, stamp, "redacted", "availability_transitioned", context)
     if target == "available":
         return _restore(head, command, stamp, context)
     raise InvalidRequest(
@@ -56,11 +60,11 @@ def redact(head: ObjectHead, command: Redact, stamp: Stamp, context: Context) ->
     if target.pointers is None:
         record["target"] = "content"
         if target.erase:
-            return erase(head, command, stamp, "redacted", "object_redacted", {"redaction": record})
+            return erase(head, command, stamp, "redacted", "object_redacted", context, {"redaction": record})
         check_actor(command.actor, command.provenance)
         return _version(head, command, stamp, "redacted", "object_redacted", None, extra={"redaction": record})
     if target.erase:
-        _not_on_hold(head, "an erasing redaction")
+        _erasable(head, "an erasing redaction", stamp, context)
     check_actor(command.actor, command.provenance)
     stored = context.contents.get(head.content_digest) if head.content_digest is not None else None
     if stored is None:
@@ -102,7 +106,29 @@ def _version(head: ObjectHead, command: Any, stamp: Stamp, availability: str, ev
     return Decision(event=event, head=new, content=content, erase_content=erase_content)
 
 
-def _not_on_hold(head: ObjectHead, what: str) -> None:
+def _erasable(head: ObjectHead, what: str, stamp: Stamp, context: Context) -> None:
+    """Legal hold first (legal_hold), then the scope's minimum retention (retention_restriction)."""
     if head.state("retention") == "legal_hold":
         raise LegalHold(f"retention legal_hold blocks {what}", details={"object_id": head.object_id})
+    days = minimum_retention_days(context.scope_policies.get(head.scope_id))
+    if days is None:
+        return
+    created = context.created_at.get((head.scope_id, head.object_id))
+    if created is None:  # the shell loads it whenever the policy asks; failing closed keeps the promise
+        raise PamledgerError("the object's creation time is unknown: cannot check the scope's minimum retention")
+    until = created + timedelta(days=days)
+    if stamp.now < until:
+        raise PamledgerError(
+            f"the scope's retention policy keeps content {days} days: {what} is refused until then",
+            details={"object_id": head.object_id, "minimum_days": days, "erasable_from": timestamp_text(until)},
+            code="retention_restriction")
+
+
+def minimum_retention_days(policy: Any) -> int | float | None:
+    """The scope policy's `retention.minimum_days` when it is a positive number, else None."""
+    retention = policy.get("retention") if isinstance(policy, dict) else None
+    days = retention.get("minimum_days") if isinstance(retention, dict) else None
+    if isinstance(days, bool) or not isinstance(days, (int, float)) or days <= 0:
+        return None
+    return days
 

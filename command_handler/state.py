@@ -77,6 +77,10 @@ class Context:
     authority: Authority = EVERYTHING
     restorable: Mapping[tuple[str, str], str] = field(default_factory=lambda: _NOTHING)
     contents: Mapping[str, bytes] = field(default_factory=lambda: _NOTHING)  # by digest: what a partial redaction reads
+    # For commands that would erase content in a scope whose policy sets retention.minimum_days: that policy
+    # (by scope) and when each object was created (by (scope_id, object_id)).
+    scope_policies: Mapping[str, Any] = field(default_factory=lambda: _NOTHING)
+    created_at: Mapping[tuple[str, str], datetime] = field(default_factory=lambda: _NOTHING)
 
     def head(self, scope_id: str, object_id: str) -> ObjectHead | None:
         return self.heads.get((scope_id, object_id))

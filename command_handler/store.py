@@ -7,6 +7,7 @@ a writer that lost the lock (its session died) cannot commit.
 from __future__ import annotations
 
 import functools
+from datetime import datetime
 from typing import Any, Protocol
 
 import msgspec
@@ -117,6 +118,8 @@ class LedgerStore(Protocol):
     async def load_heads(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], ObjectHead]: ...
     async def load_idempotency(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], IdempotencyRow]: ...
     async def load_restorable(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]: ...
+    async def load_scope_policies(self, scope_ids: list[str]) -> dict[str, Any]: ...
+    async def load_created_at(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], datetime]: ...
     async def known_scopes(self, scope_ids: list[str]) -> set[str]: ...
     async def load_contents(self, digests: list[str]) -> dict[str, bytes]: ...
     async def append(self, batch: Batch) -> None: ...
@@ -231,6 +234,24 @@ class PostgresLedgerStore:
             " ORDER BY v.scope_id, v.object_id, v.sequence DESC",
             ([k[0] for k in keys], [k[1] for k in keys]),
         )
+        return {(r[0], r[1]): r[2] for r in await cur.fetchall()}
+
+    async def load_scope_policies(self, scope_ids: list[str]) -> dict[str, Any]:
+        """Each existing scope's policy (None where it has none)."""
+        if not scope_ids:
+            return {}
+        cur = await self.conn.execute("SELECT scope_id, policy FROM scopes WHERE scope_id = ANY(%s)", (scope_ids,))
+        return {r[0]: r[1] for r in await cur.fetchall()}
+
+    async def load_created_at(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], datetime]:
+        """When each object was created: its first version's commit time (from the ledger row)."""
+        if not keys:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT v.scope_id, v.object_id, l.recorded_at FROM memory_versions v"
+            " JOIN unnest(%s::text[], %s::text[]) AS k(s, o) ON v.scope_id = k.s AND v.object_id = k.o"
+            " JOIN ledger l ON l.partition = %s AND l.ledger_sequence = v.ledger_sequence WHERE v.sequence = 1",
+            ([k[0] for k in keys], [k[1] for k in keys], self.partition))
         return {(r[0], r[1]): r[2] for r in await cur.fetchall()}
 
     async def known_scopes(self, scope_ids: list[str]) -> set[str]:

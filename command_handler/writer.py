@@ -18,7 +18,8 @@ import psycopg
 import structlog
 from nats.aio.msg import Msg
 
-from command_handler.core import TOOL_EVENTS, named_objects
+from command_handler.core import TOOL_EVENTS, erases_content, named_objects
+from command_handler.redactions import minimum_retention_days
 from command_handler.denials import admit, authority_of, refusal_entry
 from command_handler.guard import AppendGuard
 from command_handler.intake import Parsed, parse
@@ -70,6 +71,7 @@ class Writer:
         self.heads: LRU[tuple[str, str], ObjectHead] = LRU(cache)
         self.idempotency: LRU[tuple[str, str], IdempotencyRow] = LRU(cache)
         self.scopes: LRU[str, bool] = LRU(cache)
+        self.scope_policies: LRU[str, Any] = LRU(cache)  # a scope's policy never changes once created
         self.tail: tuple[int, bytes] = (0, b"")
         self.guard = AppendGuard(settings, store, nc)  # while it refuses, nothing is appended
         self._subs: list[Any] = []
@@ -222,13 +224,29 @@ class Writer:
             (p.scope_id, p.command.object_id) for p in parsed if isinstance(p.command, TransitionState)
             and p.command.dimension == "availability" and p.command.target_state == "available"))
         digests.extend(restorable.values())
+        policies, created_at = await self._retention_inputs(parsed)
         delegation_ids = sorted({d for p in parsed for d in [delegation_named(p.command)] if d})
         return PlanInputs(heads=heads, idempotency=idem, scope_known=self.scopes.__contains__,
                           stamp=new_stamp, tail=self.tail, registry=self.registry,
                           contents=await self.store.load_contents(digests), restorable=restorable,
+                          scope_policies=policies, created_at=created_at,
                           delegations=await self.store.load_delegations(delegation_ids),
                           authority=authority_of(self.policy),
                           record_refusal=lambda item, exc: refusal_entry(self.denial_limiter, item, exc))
+
+    async def _retention_inputs(self, parsed: list[Parsed]) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
+        """For commands that may erase content: their scopes' policies and, where a policy sets a minimum
+        retention, when the objects were created (nothing is read for batches without such commands)."""
+        erasing = [p for p in parsed if erases_content(p.command)]
+        if not erasing:
+            return {}, {}
+        missing = sorted({p.scope_id for p in erasing if p.scope_id not in self.scope_policies})
+        for scope_id, policy in (await self.store.load_scope_policies(missing)).items():
+            self.scope_policies.put(scope_id, policy)
+        policies = {p.scope_id: self.scope_policies.get(p.scope_id) for p in erasing}
+        keys = sorted({(p.scope_id, str(getattr(p.command, "object_id"))) for p in erasing
+                       if minimum_retention_days(policies.get(p.scope_id)) is not None})
+        return policies, await self.store.load_created_at(keys)
 
     def _advance(self, plan: Plan) -> None:
         self.tail = plan.tail

@@ -291,3 +291,32 @@ async def test_tool_memory_needs_its_invocation(client: MemoryClient, service: E
             ([invocation["object_id"], result["object_id"]],))).fetchall()
     assert [r[0] for r in rows] == ["object_created", "tool_invoked", "object_created", "tool_completed"]
 
+
+
+async def test_a_scope_minimum_retention_refuses_erasure_until_it_has_passed(client: MemoryClient,
+                                                                             service: Env) -> None:
+    kept_scope, brief_scope = "workspace:objects.kept30d", "workspace:objects.brief"
+    await client.create_scope(kept_scope, policy={"retention": {"minimum_days": 30}})
+    await client.create_scope(brief_scope, policy={"retention": {"minimum_days": 0.00002}})  # ~1.7 s
+    made = await client.create(kept_scope, "claim", {"statement": "keep me"}, ACTOR, PROVENANCE)
+    base = {"scope_id": kept_scope, "object_id": made["object_id"], "expected_version_id": made["version_id"],
+            "actor": ACTOR, "provenance": PROVENANCE, "policy_basis": "p"}
+    before = await ledger_count(service)
+    err = await refused(client.delete(kept_scope, made["object_id"], made["version_id"], ACTOR, PROVENANCE))
+    assert err.code == "retention_restriction" and err.details["minimum_days"] == 30
+    assert (await refused(client.command("redact", base))).code == "retention_restriction"
+    assert (await refused(client.transition(kept_scope, made["object_id"], made["version_id"], "availability",
+                                            "redacted", ACTOR, PROVENANCE))).code == "retention_restriction"
+    assert await ledger_count(service) == before
+    suppressed = await client.command("redact", {**base, "redaction_target": {"erase": False}})
+    assert suppressed["envelope"]["availability_state"] == "redacted"
+    brief = await client.create(brief_scope, "claim", {"statement": "short"}, ACTOR, PROVENANCE)
+
+    async def deleted() -> bool:
+        try:
+            await client.delete(brief_scope, brief["object_id"], brief["version_id"], ACTOR, PROVENANCE)
+        except PamspecError as exc:
+            assert exc.code == "retention_restriction", exc
+            return False
+        return True
+    await wait_for(deleted, timeout=60, interval=0.3)

@@ -125,3 +125,18 @@ def test_the_retention_role_is_off_unless_enabled_or_named() -> None:
     assert parse_roles("writer,retention") == ("writer", "retention")
     with pytest.raises(ValueError):
         parse_roles("writer,retension")
+
+
+def test_retention_settings_are_read_from_the_environment_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from infra.settings import Settings
+
+    defaults = Settings().retention
+    assert (defaults.enabled, defaults.every_seconds, defaults.max_per_round) == (False, 3600.0, 10_000)
+    monkeypatch.setenv("PAMLEDGER_RETENTION__ENABLED", "true")
+    monkeypatch.setenv("PAMLEDGER_RETENTION__EVERY_SECONDS", "60")
+    assert (Settings().retention.enabled, Settings().retention.every_seconds) == (True, 60.0)
+    monkeypatch.setenv("PAMLEDGER_RETENTION__EVERY_SECONDS", "0")
+    with pytest.raises(ValidationError):
+        Settings()

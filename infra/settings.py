@@ -131,6 +131,17 @@ class AuthSettings(_Group):
     nats_tls_ca: Path | None = None
 
 
+class RetentionSettings(_Group):
+    """The retention evaluator (role `retention`, off by default): it proposes expirations from valid_until and
+    the scopes' retention policies as transition commands (docs/architecture.md, "Retention")."""
+
+    # On: `pamledger run` (roles `all`) runs the role too. Off: only `--roles retention` or the CLI evaluates.
+    enabled: bool = False
+    every_seconds: float = Field(default=3600.0, gt=0, le=31_536_000)
+    # Proposals sent per round at most; the rest wait for the next round.
+    max_per_round: int = Field(default=10_000, ge=1, le=1_000_000)
+
+
 class Settings(BaseSettings):
     """Everything a pamledger process needs; unset URLs mean 'the servers `pamledger up` started'."""
 
@@ -154,3 +165,4 @@ class Settings(BaseSettings):
     follower: FollowerSettings = FollowerSettings()
     indexer: IndexerSettings = IndexerSettings()
     auth: AuthSettings = AuthSettings()
+    retention: RetentionSettings = RetentionSettings()

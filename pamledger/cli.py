@@ -22,7 +22,8 @@ from memory_client.client import MemoryClient, PamspecError
 from pamledger.cli_audit import add_audit_parsers, cmd_audit, cmd_replay
 from pamledger.cli_index import add_index_parsers, cmd_index, cmd_spaces
 from pamledger.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report
-from pamledger.supervisor import ROLES
+from pamledger.cli_retention import add_retention_parsers, cmd_retention
+from pamledger.supervisor import ROLES, enabled_optional_roles
 
 _print = print_json
 
@@ -66,9 +67,9 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     every role in this process (`--single-process` / PAMLEDGER_PROCESSES=single)."""
     from infra.migrations import migrate
     from pamledger.auth import prepare_credentials
-    from pamledger.supervisor import child_environment, parse_roles, supervise
+    from pamledger.supervisor import child_environment, enabled_optional_roles, parse_roles, supervise
 
-    roles = parse_roles(args.roles)
+    roles = parse_roles(args.roles, enabled_optional_roles(settings.retention.enabled))
     stack = None
     credentials = prepare_credentials(settings)
     if not (settings.nats_url and settings.database_url):
@@ -102,11 +103,11 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     """One process serving the given roles on servers named by the settings (what `run` spawns)."""
-    from pamledger.supervisor import parse_roles
+    from pamledger.supervisor import enabled_optional_roles, parse_roles
 
     endpoints = resolve(settings)
     settings = settings.model_copy(update={"nats_url": endpoints.nats_url, "database_url": endpoints.database_url})
-    asyncio.run(_serve(settings, parse_roles(args.roles)))
+    asyncio.run(_serve(settings, parse_roles(args.roles, enabled_optional_roles(settings.retention.enabled))))
     return 0
 
 
@@ -181,7 +182,7 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
         except PamspecError as exc:
             return {"answers": False, "error": exc.code}
 
-    components = ROLES  # asked at once: one timeout, not one per role
+    components = ROLES + enabled_optional_roles(settings.retention.enabled)  # asked at once: one timeout
     out.update(zip(components, await asyncio.gather(*(ask(c) for c in components))))
     out["caller"] = await _caller(client)
     await client.close()
@@ -218,20 +219,21 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="serve in the foreground (starts local servers unless URLs are set)")
     run.add_argument("--local", action="store_true", help="accepted for clarity; local servers are the default")
     run.add_argument("--single-process", action="store_true", help="every role in one process (default: one each)")
-    run.add_argument("--roles", default="all", help=f"comma-separated subset of {','.join(ROLES)}")
+    run.add_argument("--roles", default="all", help=f"comma-separated subset of {','.join(ROLES)},retention")
     serve = sub.add_parser("serve", help="serve some roles in this process on running servers (what run spawns)")
-    serve.add_argument("--roles", default="all", help=f"comma-separated subset of {','.join(ROLES)}")
+    serve.add_argument("--roles", default="all", help=f"comma-separated subset of {','.join(ROLES)},retention")
     add_ledger_parsers(sub)
     add_client_parsers(sub)
     add_audit_parsers(sub)
     add_index_parsers(sub)
+    add_retention_parsers(sub)
     return parser
 
 
 HANDLERS: dict[str, Handler] = {
     "up": cmd_up, "down": cmd_down, "clean": cmd_clean, "run": cmd_run, "serve": cmd_serve, "status": cmd_status,
     "verify": cmd_verify, "stream": cmd_stream, "replay": cmd_replay, "audit": cmd_audit,
-    "spaces": cmd_spaces, "index": cmd_index,
+    "spaces": cmd_spaces, "index": cmd_index, "retention": cmd_retention,
 }
 
 

@@ -42,6 +42,7 @@ from pamledger.nats_users import nats_is_ours, nats_users, service_login
 from pamledger.supervisor import ROLES
 from infra.embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from query.search import CheckpointWatcher
+from retention.evaluator import run_rounds
 from query.service import QueryService
 from schemas.canonical import canonical_bytes
 from subscriptions.filters import Authorizer
@@ -124,6 +125,9 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
                                                  token=auth.service_token)
                     tasks.append(asyncio.create_task(run_beside_follower(requester, database_url, settings.indexer)))
                 tasks.append(asyncio.create_task(follow_forever(settings, follower_nc, database_url, spec)))
+        if "retention" in roles:  # optional: settings.retention.enabled adds it to `all`
+            tasks.append(asyncio.create_task(retention_forever(settings, await connection("retention"), database_url,
+                                                               auth.service_token)))
         if "gateway" in roles:
             gateway_nc = await connection("gateway")
             tasks.append(asyncio.create_task(
@@ -268,6 +272,30 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
             await asyncio.sleep(failures.failed(exc, expected=False))
             continue
         await asyncio.sleep(settings.writer.lock_poll_seconds)
+
+
+async def retention_forever(settings: Settings, nc: RawClient, database_url: str, service_token: str | None) -> None:
+    """Lead the partition's retention evaluator (its own advisory lock, so one instance proposes): a round
+    at once, then every retention.every_seconds; after a failure, again with the roles' backoff."""
+    failures = role_failures(settings, "retention")
+    last: dict[str, Any] = {}
+    requester = CommandRequester(nc, settings.subject_prefix, token=service_token)
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+                await _wait_for_lock(conn, retention_lock_key(settings.partition), settings, "retention",
+                                     quiet=failures.attempts > 0)
+                async with answering_status(nc, settings, "retention", lambda: {"last_round": dict(last)}):
+                    with failures.running():
+                        await run_rounds(conn, requester, settings.retention, settings.partition, last)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            await asyncio.sleep(failures.failed(exc, expected=True))
+        except Exception as exc:  # noqa: BLE001 - the writer away, a bug: come back with backoff
+            await asyncio.sleep(failures.failed(exc, expected=False))
+
+
+def retention_lock_key(partition: int) -> int:
+    return 0x70616D72_00 + partition  # 'pamr' + partition
 
 
 @contextlib.asynccontextmanager

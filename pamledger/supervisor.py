@@ -27,17 +27,26 @@ from pamledger.followers import FOLLOWERS
 log = structlog.get_logger(__name__)
 
 ROLES = ("writer", "query", *(spec.name for spec in FOLLOWERS), "gateway")  # every follower is a role
+# Roles `all` leaves out unless settings turn them on (settings.retention.enabled); named, they run.
+OPTIONAL_ROLES = ("retention",)
 RESTART_BACKOFF = (0.2, 0.5, 1.0, 2.0, 5.0)
 STOP_TIMEOUT = 15.0
 
 
-def parse_roles(text: str) -> tuple[str, ...]:
-    """`writer,query` -> ('writer', 'query'); `all` -> every role. Unknown names are an error."""
-    names = ROLES if text.strip() == "all" else tuple(x.strip() for x in text.split(",") if x.strip())
-    unknown = sorted(set(names) - set(ROLES))
+def parse_roles(text: str, optional: Sequence[str] = ()) -> tuple[str, ...]:
+    """`writer,query` -> ('writer', 'query'); `all` -> every role, with the `optional` roles settings turned
+    on. Unknown names are an error."""
+    known = ROLES + OPTIONAL_ROLES
+    names = (*ROLES, *optional) if text.strip() == "all" else tuple(x.strip() for x in text.split(",") if x.strip())
+    unknown = sorted(set(names) - set(known))
     if unknown or not names:
-        raise ValueError(f"unknown role(s) {unknown}; choose from {','.join(ROLES)} or all")
-    return tuple(r for r in ROLES if r in names)
+        raise ValueError(f"unknown role(s) {unknown}; choose from {','.join(known)} or all")
+    return tuple(r for r in known if r in names)
+
+
+def enabled_optional_roles(retention_enabled: bool) -> tuple[str, ...]:
+    """The optional roles settings turn on (what `all` adds)."""
+    return ("retention",) if retention_enabled else ()
 
 
 @dataclass

@@ -40,7 +40,7 @@ TRANSITIONS: dict[str, dict[str, tuple[str, ...]]] = {
 # "after hold release"): those need a policy_basis naming the policy, else policy_denied.
 NEEDS_POLICY_BASIS: dict[str, dict[tuple[str, str], str]] = {
     "lifecycle": {("deprecated", "active"): "review policy", ("archived", "active"): "policy override"},
-    "validation": {("corroborated", "unverified"): "provenance correction"},
+    "validation": {("corroborated", "unverified"): "provenance correction", ("rejected", "corroborated"): "review policy"},
     "availability": {("redacted", "available"): "restoration policy",
                      ("partially_redacted", "available"): "restoration policy"},
     "retention": {("legal_hold", "retained"): "hold release", ("legal_hold", "expired"): "hold release",

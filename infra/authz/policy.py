@@ -30,6 +30,7 @@ from schemas.auth import ALL_OPERATIONS, ActorRecord, CredentialRecord, scope_ma
 _NO_DIGEST = "sha256:" + "0" * 64
 ADMIN_ACTOR_ID = "actor:pamledger:admin"
 SERVICE_ACTOR_ID = "actor:pamledger:service"
+RETENTION_ACTOR_ID = "actor:pamledger:retention"  # the retention evaluator's transitions (retention/)
 
 # Request kinds (as the request shell and the writer name them) -> the PAMSPEC operation a grant must hold.
 REQUEST_OPERATIONS: Mapping[str, str] = {
@@ -48,6 +49,9 @@ INTERNAL_COMMANDS = frozenset({"cmd.open_subscription", "cmd.close_subscription"
 # What the service's roles may send besides INTERNAL_COMMANDS (the indexer registers its default space), for
 # any actor their command names.
 SERVICE_REQUESTS = INTERNAL_COMMANDS | {"cmd.register_embedding_space", "cmd.check_delegation"}
+# What the service credential may send only in the name of one actor of its own: the retention evaluator's
+# transitions (no delegation, no on-behalf-of; the actor holds no grant, so never a policy override).
+SERVICE_ACTS_AS: Mapping[str, str] = {"cmd.transition": RETENTION_ACTOR_ID}
 SCOPELESS = frozenset({"sub.poll", "sub.ack", "sub.resume", "sub.status", "sub.close", "query.whoami"})
 # Commands that may be made under a delegation (actor.delegation_id): the delegation stands in for the grant.
 DELEGABLE = frozenset({"cmd.create", "cmd.update", "cmd.transition", "cmd.delete", "cmd.relate", "cmd.redact",
@@ -142,6 +146,8 @@ def authorize(caller: Caller, request: str, scope_id: str | None, claim: Claim |
     """None when `caller` may make `request` (a request kind, e.g. "cmd.create") on `scope_id`."""
     if caller.internal:
         if request in SERVICE_REQUESTS:
+            return None
+        if claim is not None and claim == Claim(SERVICE_ACTS_AS.get(request, "")):
             return None
         return Denied("authz.operation_not_granted", "the service credential only sends service commands", caller)
     if request in INTERNAL_COMMANDS:

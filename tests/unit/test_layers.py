@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = frozenset({"command_handler", "projector", "indexer", "query", "subscriptions"})
+SERVICES = frozenset({"command_handler", "projector", "indexer", "query", "subscriptions", "retention"})
 KERNEL = frozenset({"schemas", "infra"})
 SDK = "memory_client"
 COMPOSITION_ROOT = "pamledger"

@@ -47,11 +47,13 @@ class TypeRegistry:
     def transition_rule(self, dimension: str, current: str, target: str) -> tuple[str, str | None]:
         """How `current` -> `target` may happen: ("allowed", None), ("needs_policy_basis", policy),
         ("needs_override", policy) or ("forbidden", None)."""
+        override = self.overridable.get(dimension, {}).get((current, target))
+        if override is not None:
+            return ("needs_override", override)
         if target in self.allowed_targets(dimension, current):
             policy = self.needs_policy_basis.get(dimension, {}).get((current, target))
             return ("allowed", None) if policy is None else ("needs_policy_basis", policy)
-        policy = self.overridable.get(dimension, {}).get((current, target))
-        return ("forbidden", None) if policy is None else ("needs_override", policy)
+        return ("forbidden", None)
 
     def is_extension_type(self, object_type: str) -> bool:
         """True for reverse-DNS or URI object types, which PAMSPEC allows with a schema_id."""
@@ -134,12 +136,15 @@ def with_object_type(
 
 
 def with_transition(registry: TypeRegistry, dimension: str, source: str, target: str) -> TypeRegistry:
-    """A new registry whose `dimension` table also allows `source` -> `target` (either may be a new state);
-    `registry` itself is unchanged."""
+    """A new registry whose `dimension` table also allows `source` -> `target` (either may be a new state), with
+    no policy basis or override asked; `registry` itself is unchanged."""
     tables = {dim: dict(table) for dim, table in registry.transitions.items()}
     table = tables.setdefault(dimension, {})
     targets = table.get(source, ())
     table[source] = targets if target in targets else (*targets, target)
     table.setdefault(target, ())
+    # An installed move is plainly allowed: it no longer needs the policy the default tables qualify it with.
+    qualified = [{dim: {pair: policy for pair, policy in moves.items() if (dim, pair) != (dimension, (source, target))}
+                  for dim, moves in table.items()} for table in (registry.needs_policy_basis, registry.overridable)]
     return make_registry(registry.object_types, registry.extension_patterns, registry.content_schemas,
-                         registry.initial_lifecycle, tables, registry.needs_policy_basis, registry.overridable)
+                         registry.initial_lifecycle, tables, qualified[0], qualified[1])

@@ -39,7 +39,7 @@ TRANSITIONS: dict[str, dict[str, tuple[str, ...]]] = {
 # The 9.5 tables qualify some allowed moves ("active with review policy", "available with restoration policy",
 # "after hold release"): those need a policy_basis naming the policy, else policy_denied.
 NEEDS_POLICY_BASIS: dict[str, dict[tuple[str, str], str]] = {
-    "lifecycle": {("deprecated", "active"): "review policy", ("archived", "active"): "policy override"},
+    "lifecycle": {("deprecated", "active"): "review policy"},
     "validation": {("corroborated", "unverified"): "provenance correction", ("rejected", "corroborated"): "review policy"},
     "availability": {("redacted", "available"): "restoration policy",
                      ("partially_redacted", "available"): "restoration policy"},
@@ -48,7 +48,9 @@ NEEDS_POLICY_BASIS: dict[str, dict[tuple[str, str], str]] = {
 }
 
 # The "Forbidden Without Policy Override" column: moves outside the table that an explicit policy override
-# (policy_override, a policy_basis and, where auth is enforced, an administrator) may still make.
+# (policy_override, a policy_basis and, where auth is enforced, an administrator) may still make; and one move
+# the Allowed column itself qualifies so (archived -> active "with policy override"). An override wins over the
+# machine-readable table's plain allowance.
 OVERRIDABLE: dict[str, dict[tuple[str, str], str]] = {
     "lifecycle": {
         ("scratch", "active"): "policy override", ("scratch", "superseded"): "policy override",
@@ -56,6 +58,7 @@ OVERRIDABLE: dict[str, dict[tuple[str, str], str]] = {
         ("active", "scratch"): "policy override", ("superseded", "active"): "review policy",
         ("deprecated", "scratch"): "policy override", ("archived", "scratch"): "policy override",
         ("archived", "candidate"): "policy override",
+        ("archived", "active"): "policy override",  # in the Allowed column, "active with policy override"
     },
     "validation": {("rejected", "unverified"): "review policy"},
     "availability": {},

@@ -1,4 +1,5 @@
-"""Rebuild the current-version projection from the Postgres ledger alone, for audits and repairs.
+"""Rebuild the current-version projection (current_objects, and current_relationships beside it) from the
+Postgres ledger alone, for audits and repairs.
 
 `replay` folds ledger events (newest first, optionally one scope, optionally up to a sequence) into a
 fresh table with the same pure projection the live projector uses, prints a digest of the result and can
@@ -28,11 +29,28 @@ from infra.ledger_identity import ledger_identity
 from infra.projections import PROJECTION
 from infra.tasks import stop_task
 from projector.replay_diagnosis import DATA_ERRORS, replay_failed
-from projector.rows import COLUMNS, newest_row
-from projector.store import comment_table, drop_table, merge, precompute_search, staging
+from projector.rows import COLUMNS, RELATIONSHIP_COLUMNS, Row, newest_projection
+from projector.store import (RELATIONSHIPS, comment_table, drop_table, merge, precompute_search, staging,
+                             upsert_relationships)
 from schemas.canonical import canonical_bytes
 
 Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A projection table replay rebuilds: its live name and the id column of its primary key (after scope_id)."""
+
+    live: str
+    key: str
+
+    def rebuild_name(self, suffix: str) -> str:
+        return f"{self.live}_rebuild_{suffix}"
+
+
+OBJECTS = Projection(PROJECTION, "object_id")
+RELATIONSHIP_ROWS = Projection(RELATIONSHIPS, "relationship_id")  # rebuilt with the objects, same checkpoint
+_RELATIONSHIP_CHUNK = 1000  # relationship rows per statement into the rebuild
 
 
 class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,7 +76,8 @@ async def _replay(database_url: str, options: ReplayOptions, progress: Progress 
         raise ValueError("--swap rebuilds the whole projection to the head; it takes no --scope or --to-sequence")
     if options.verify and options.to_sequence:
         raise ValueError("--verify compares with the live projection, which is at the head: drop --to-sequence")
-    table = f"current_objects_rebuild_{uuid.uuid4().hex[:8]}"
+    suffix = uuid.uuid4().hex[:8]
+    table, rel_table = OBJECTS.rebuild_name(suffix), RELATIONSHIP_ROWS.rebuild_name(suffix)
     async with contextlib.AsyncExitStack() as stack:
         conn, reader, side = [await stack.enter_async_context(await psycopg.AsyncConnection.connect(
             database_url, autocommit=True)) for _ in range(3)]  # writes; reads the ledger; computes vectors
@@ -73,30 +92,40 @@ async def _replay(database_url: str, options: ReplayOptions, progress: Progress 
         # A rebuild that is only digested or compared, then dropped, need not be crash-safe: UNLOGGED skips
         # the write-ahead log (half of the write phase). One that replaces the live table is logged.
         kind = sql.SQL("TABLE" if options.swap else "UNLOGGED TABLE")
-        async with conn.transaction():  # the table appears with its owner mark, never without
-            await conn.execute(sql.SQL("CREATE {} {} (LIKE current_objects INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
-                                       ).format(kind, sql.Identifier(table)))
-            await comment_table(conn, table, owner)
+        async with conn.transaction():  # the tables appear with their owner mark, never without
+            for spec, name in ((OBJECTS, table), (RELATIONSHIP_ROWS, rel_table)):
+                await conn.execute(sql.SQL("CREATE {} {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(
+                    kind, sql.Identifier(name), sql.Identifier(spec.live)))
+                await comment_table(conn, name, owner)
+        # The relationship rebuild gets its primary key at once: its rows are upserted (few, next to objects).
+        await conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (scope_id, relationship_id)").format(
+            sql.Identifier(rel_table)))
         search_table = f"replay_search_{uuid.uuid4().hex[:8]}"
         # Full-text vectors depend on content only: a third connection computes them while the ledger streams.
         vectors = asyncio.create_task(precompute_search(side, search_table, options.scope_id, owner))
         try:
             with _gc_paused():
-                events, digest = await _rebuild(conn, reader, table, options.partition, options.scope_id, 0, head, progress,
-                                                Helper(vectors, search_table))
+                events, digest, rel_digest = await _rebuild(
+                    conn, reader, (table, rel_table), options.partition, options.scope_id, 0, head, progress,
+                    Helper(vectors, search_table))
             report: dict[str, Any] = {"table": table, "through_sequence": head, "events": events,
                                       "scope_id": options.scope_id}
             if options.verify or options.swap:
                 await _index(conn, table)
-                report.update(await _settle(conn, reader, table, options, head, progress))
-            final = PROJECTION if options.swap else table
+                await _index(conn, rel_table, RELATIONSHIP_ROWS, primary_key=False)
+                report.update(await _settle(conn, reader, (table, rel_table), options, head, progress))
+            final, rel_final = (PROJECTION, RELATIONSHIPS) if options.swap else (table, rel_table)
             report["table"] = final
             if options.verify or options.swap or digest is None:  # the table may have caught up since
                 digest = await projection_digest(conn, final, options.scope_id)
+                rel_digest = await projection_digest(conn, rel_final, options.scope_id, RELATIONSHIP_ROWS)
             report["digest"], report["rows"] = digest
+            assert rel_digest is not None
+            report["relationships"] = {"table": rel_final, "digest": rel_digest[0], "rows": rel_digest[1]}
             if options.keep and not options.swap:
                 await _drop_vectors(conn, table)
                 await comment_table(conn, table, KEPT_MARK)
+                await comment_table(conn, rel_table, KEPT_MARK)
             seconds = time.perf_counter() - started
             report.update(seconds=round(seconds, 3), events_per_second=round(events / seconds) if seconds else 0)
             return report
@@ -105,6 +134,7 @@ async def _replay(database_url: str, options: ReplayOptions, progress: Progress 
             await drop_table(conn, search_table)
             if not (options.keep or options.swap):
                 await drop_table(conn, table)
+                await drop_table(conn, rel_table)
 
 
 # Scratch tables carry a comment naming the backend that owns them, so a replay that died (SIGKILL, a lost
@@ -115,7 +145,8 @@ _OWNER_MARK = "pamledger replay scratch, backend {pid}"
 KEPT_MARK = "pamledger replay kept"
 _LEFTOVERS = (
     "SELECT c.relname FROM pg_class c WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace"
-    r" AND (c.relname LIKE 'current\_objects\_rebuild\_%%' OR c.relname LIKE 'replay\_search\_%%')"
+    r" AND (c.relname LIKE 'current\_objects\_rebuild\_%%' OR c.relname LIKE 'replay\_search\_%%'"
+    r"      OR c.relname LIKE 'current\_relationships\_rebuild\_%%')"
     " AND coalesce(obj_description(c.oid, 'pg_class'), '') <> %(kept)s"
     " AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a"
     "                 WHERE %(mark)s || a.pid = obj_description(c.oid, 'pg_class'))"
@@ -165,15 +196,18 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConnection[Any], table: str,
+async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConnection[Any], tables: tuple[str, str],
                    partition: int, scope_id: str | None, after: int, through: int, progress: Progress | None,
-                   helper: Helper | None = None) -> tuple[int, tuple[str, int] | None]:
-    """Fold events (after, through] into `table`: `reader` streams them newest first and each object's row
-    goes into `conn`'s COPY stage the moment its latest event is found (rows.newest_row), so Postgres
-    takes rows while Python reads and only its key and 32-byte row hash per object stay in memory; the stage is
-    then merged with the search vectors (`helper`'s precomputed ones, else computed in the insert).
-    Returns how many events were read and, for a first load (after == 0), the digest of its rows."""
-    lines: dict[tuple[str, str], bytes] = {}  # (scope_id, object_id) -> row_hash (first load): the objects seen
+                   helper: Helper | None = None) -> tuple[int, tuple[str, int] | None, tuple[str, int] | None]:
+    """Fold events (after, through] into `tables` (objects, relationships): `reader` streams them newest first
+    and each object's row goes into `conn`'s COPY stage the moment its latest event is found
+    (rows.newest_projection), so Postgres takes rows while Python reads and only its key and 32-byte row hash
+    per object stay in memory; the stage is then merged with the search vectors (`helper`'s precomputed ones,
+    else computed in the insert). Relationship rows (far fewer) are kept until the COPY ends, then upserted.
+    Returns how many events were read and, for a first load (after == 0), the digests of both tables' rows."""
+    table, rel_table = tables
+    lines: dict[tuple[str, str], bytes] = {}  # (scope_id, id) -> row_hash (first load): objects AND relationships seen
+    relationships: list[Row] = []
     query = ("SELECT ledger_sequence, scope_id, object_id, event FROM ledger WHERE partition = {partition}"
              " AND ledger_sequence > {after} AND ledger_sequence <= {through}{scope} ORDER BY ledger_sequence DESC")
     scope = sql.SQL(" AND scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
@@ -187,16 +221,25 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConn
             out.set_types(["int8", "text", "text", "bytea"])
             async for sequence, row_scope, object_id, event in out.rows():
                 count += 1
-                row = newest_row(lines, row_scope, object_id, event, sequence)
-                if row is not None:  # a catch-up (after > 0) is not digested: it only needs the key
+                found = newest_projection(lines, row_scope, object_id, event, sequence)
+                if found is not None and found.relationship:
+                    relationships.append(found.row)
+                    lines[(row_scope, object_id)] = b""  # digested below, with the relationships' own columns
+                elif found is not None:  # a catch-up (after > 0) is not digested: it only needs the key
+                    row = found.row
                     lines[(row_scope, object_id)] = row_hash(row[a], row[b], row[c], row[d], row[e]) if first else b""
                     await into.write_row(row)
                 if progress and count % 50_000 == 0 and time.perf_counter() - last_report > 1.0:
                     last_report = time.perf_counter()
                     progress({"phase": "reading", "events": count, "rows": len(lines), "at_sequence": sequence,
                               "from_sequence": through, "down_to_sequence": after})  # newest first
+        for key in ((row[0], row[1]) for row in relationships):
+            del lines[key]  # objects only from here on: `lines` is the object digest's input
         if progress:
-            progress({"phase": "merging", "events": count, "rows": len(lines)})
+            progress({"phase": "merging", "events": count, "rows": len(lines), "relationships": len(relationships)})
+        for start in range(0, len(relationships), _RELATIONSHIP_CHUNK):
+            await upsert_relationships(conn, relationships[start:start + _RELATIONSHIP_CHUNK], rel_table)
+        rel_digest = relationship_digest(relationships) if first else None
         search_table = None
         if helper is not None:
             await helper.vectors
@@ -207,12 +250,25 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConn
             await merge(conn, table, upsert=after > 0, search_table=search_table)
         finally:
             digest = await digesting if digesting is not None else None
-    return count, digest
+    return count, digest, rel_digest
 
 
-async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConnection[Any], table: str,
+_RELATIONSHIP_KEY = tuple(RELATIONSHIP_COLUMNS.index(c) for c in
+                          ("scope_id", "relationship_id", "ledger_sequence", "content_digest", "meta"))
+
+
+def relationship_digest(rows: list[Row]) -> tuple[str, int]:
+    """`combined_digest` of relationship rows: the same row hash over (scope_id, relationship_id,
+    ledger_sequence, content_digest, meta), so `projection_digest` of the table gives the same value."""
+    a, b, c, d, e = _RELATIONSHIP_KEY
+    return combined_digest({(r[a], r[b]): row_hash(r[a], r[b], r[c], r[d], r[e]) for r in rows})
+
+
+async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConnection[Any], tables: tuple[str, str],
                   options: ReplayOptions, head: int, progress: Progress | None) -> dict[str, Any]:
-    """Under the checkpoint lock: catch up to the live checkpoint, compare, and swap if asked."""
+    """Under the checkpoint lock: catch up to the live checkpoint, compare, and swap if asked (both tables:
+    the projector writes them in one transaction with that one checkpoint)."""
+    table, rel_table = tables
     async with conn.transaction():
         cur = await conn.execute("SELECT ledger_sequence, ledger_id FROM projection_checkpoints"
                                  " WHERE projection = %s FOR UPDATE", (PROJECTION,))
@@ -223,12 +279,15 @@ async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConne
         # it by the rebuild's own (the live projector refuses to follow it until then).
         foreign = row is not None and (row[1] not in (None, ledger_id) or live > await ledger_head(conn, options.partition))
         if live > head and not foreign:
-            await _rebuild(conn, reader, table, options.partition, options.scope_id, head, live, progress)
+            await _rebuild(conn, reader, tables, options.partition, options.scope_id, head, live, progress)
         outcome: dict[str, Any] = {"live_checkpoint": live}
         if options.verify:
-            outcome["verify"] = await _compare(conn, table, options.scope_id)
+            verdict = await _compare(conn, table, options.scope_id)
+            related = await _compare(conn, rel_table, options.scope_id, RELATIONSHIP_ROWS)
+            outcome["verify"] = {**verdict, "equal": verdict["equal"] and related["equal"], "relationships": related}
         if options.swap:
             await _swap(conn, table)
+            await _swap(conn, rel_table, RELATIONSHIP_ROWS)
             outcome["swapped"] = True
             if foreign:
                 await conn.execute("UPDATE projection_checkpoints SET ledger_sequence = %s, ledger_id = %s"
@@ -238,56 +297,63 @@ async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConne
         return outcome
 
 
-async def _compare(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None) -> dict[str, Any]:
+async def _compare(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None,
+                   spec: Projection = OBJECTS) -> dict[str, Any]:
     live_scope = sql.SQL(" WHERE scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
     statement = sql.SQL(
-        "SELECT coalesce(l.scope_id, r.scope_id), coalesce(l.object_id, r.object_id),"
-        " l.object_id IS NULL, r.object_id IS NULL"
-        " FROM (SELECT * FROM current_objects{live_scope}) l FULL JOIN {rebuild} r ON"
-        " l.scope_id = r.scope_id AND l.object_id = r.object_id WHERE l::text IS DISTINCT FROM r::text"
-    ).format(live_scope=live_scope, rebuild=sql.Identifier(table))
+        "SELECT coalesce(l.scope_id, r.scope_id), coalesce(l.{key}, r.{key}),"
+        " l.{key} IS NULL, r.{key} IS NULL"
+        " FROM (SELECT * FROM {live}{live_scope}) l FULL JOIN {rebuild} r ON"
+        " l.scope_id = r.scope_id AND l.{key} = r.{key} WHERE l::text IS DISTINCT FROM r::text"
+    ).format(key=sql.Identifier(spec.key), live=sql.Identifier(spec.live), live_scope=live_scope,
+             rebuild=sql.Identifier(table))
     differing = await (await conn.execute(statement)).fetchall()
-    live_digest, live_rows = await projection_digest(conn, PROJECTION, scope_id)
+    live_digest, live_rows = await projection_digest(conn, spec.live, scope_id, spec)
     return {
         "equal": not differing, "live_digest": live_digest, "live_rows": live_rows,
         "differences": len(differing),
         "first_differences": [
-            {"scope_id": d[0], "object_id": d[1],
+            {"scope_id": d[0], spec.key: d[1],
              "problem": "missing in live" if d[2] else "missing in rebuild" if d[3] else "rows differ"}
             for d in differing[:20]
         ],
     }
 
 
-async def _live_indexes(conn: psycopg.AsyncConnection[Any]) -> list[tuple[str, str]]:
+async def _live_indexes(conn: psycopg.AsyncConnection[Any], spec: Projection = OBJECTS) -> list[tuple[str, str]]:
     """(suffix, definition) of every secondary index of the live table, so a rebuild gets the same ones."""
     cur = await conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()"
-                             " AND tablename = 'current_objects' AND indexname <> 'current_objects_pkey'"
-                             " ORDER BY indexname")
-    return [(str(name).removeprefix("current_objects_"), str(definition)) for name, definition in await cur.fetchall()]
+                             " AND tablename = %s AND indexname <> %s ORDER BY indexname",
+                             (spec.live, f"{spec.live}_pkey"))
+    return [(str(name).removeprefix(f"{spec.live}_"), str(definition)) for name, definition in await cur.fetchall()]
 
 
-async def _index(conn: psycopg.AsyncConnection[Any], table: str) -> None:
-    await conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (scope_id, object_id)").format(sql.Identifier(table)))
-    for suffix, definition in await _live_indexes(conn):
+async def _index(conn: psycopg.AsyncConnection[Any], table: str, spec: Projection = OBJECTS,
+                 primary_key: bool = True) -> None:
+    """The live table's primary key (unless the rebuild has it already) and secondary indexes, on `table`."""
+    if primary_key:
+        await conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (scope_id, {})").format(
+            sql.Identifier(table), sql.Identifier(spec.key)))
+    for suffix, definition in await _live_indexes(conn, spec):
         columns = definition[definition.index(" USING "):]
         await conn.execute(sql.SQL("CREATE INDEX {} ON {}" + columns).format(
             sql.Identifier(f"{table}_{suffix}"), sql.Identifier(table)))
 
 
-async def _swap(conn: psycopg.AsyncConnection[Any], table: str) -> None:
+async def _swap(conn: psycopg.AsyncConnection[Any], table: str, spec: Projection = OBJECTS) -> None:
     """Replace the live table by the rebuild (inside the caller's transaction)."""
-    indexes = await _live_indexes(conn)
-    retired = f"current_objects_retired_{uuid.uuid4().hex[:8]}"
-    await conn.execute(sql.SQL("ALTER TABLE current_objects RENAME TO {}").format(sql.Identifier(retired)))
-    await conn.execute(sql.SQL("ALTER TABLE {} RENAME TO current_objects").format(sql.Identifier(table)))
+    indexes = await _live_indexes(conn, spec)
+    live = sql.Identifier(spec.live)
+    retired = f"{spec.live}_retired_{uuid.uuid4().hex[:8]}"
+    await conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(live, sql.Identifier(retired)))
+    await conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(sql.Identifier(table), live))
     await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(retired)))
-    await comment_table(conn, PROJECTION, None)  # no longer scratch: the live projection
-    await conn.execute(sql.SQL("ALTER TABLE current_objects RENAME CONSTRAINT {} TO current_objects_pkey").format(
-        sql.Identifier(f"{table}_pkey")))
+    await comment_table(conn, spec.live, None)  # no longer scratch: the live projection
+    await conn.execute(sql.SQL("ALTER TABLE {} RENAME CONSTRAINT {} TO {}").format(
+        live, sql.Identifier(f"{table}_pkey"), sql.Identifier(f"{spec.live}_pkey")))
     for suffix, _ in indexes:
         await conn.execute(sql.SQL("ALTER INDEX {} RENAME TO {}").format(
-            sql.Identifier(f"{table}_{suffix}"), sql.Identifier(f"current_objects_{suffix}")))
+            sql.Identifier(f"{table}_{suffix}"), sql.Identifier(f"{spec.live}_{suffix}")))
 
 
 _KEY = (COLUMNS.index("scope_id"), COLUMNS.index("object_id"), COLUMNS.index("ledger_sequence"),
@@ -311,11 +377,12 @@ def combined_digest(row_hashes: dict[tuple[str, str], bytes]) -> tuple[str, int]
     return "sha256:" + digest.hexdigest(), len(row_hashes)
 
 
-async def projection_digest(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None) -> tuple[str, int]:
-    """`combined_digest` of a projection table (or one scope of it)."""
+async def projection_digest(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None,
+                            spec: Projection = OBJECTS) -> tuple[str, int]:
+    """`combined_digest` of a projection table (or one scope of it); `spec` says which kind of rows it holds."""
     scope = sql.SQL(" WHERE scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
-    statement = sql.SQL("COPY (SELECT scope_id, object_id, ledger_sequence, content_digest, meta FROM {}{})"
-                        " TO STDOUT (FORMAT BINARY)").format(sql.Identifier(table), scope)
+    statement = sql.SQL("COPY (SELECT scope_id, {}, ledger_sequence, content_digest, meta FROM {}{})"
+                        " TO STDOUT (FORMAT BINARY)").format(sql.Identifier(spec.key), sql.Identifier(table), scope)
     row_hashes: dict[tuple[str, str], bytes] = {}
     cur = conn.cursor()
     async with cur.copy(statement) as copy:

@@ -1,7 +1,7 @@
 """The client side of the `pamledger` command line: commands that speak to the service through the SDK.
 
-create / read / history / update / transition / delete / scope-create / query / search / subscribe /
-subscriptions
+create / read / history / update / transition / delete / scope-create / query / search / related /
+subscribe / subscriptions
 and the conformance adapter. The composition root's CLI (pamledger.cli) adds the server and admin
 commands and hands these to `handler_for`; `python -m memory_client` runs them alone. Every command prints
 JSON on stdout; errors ({"error": {...}}, the PAMSPEC envelope) and logs go to stderr, with a non-zero exit.
@@ -23,6 +23,7 @@ from memory_client.cli_auth import add_auth_parsers, cmd_actors, cmd_tokens
 from memory_client.cli_common import Parser, actor_of, add_actor_arguments, connect, emit_error, json_content, pam_id, print_json
 from memory_client.cli_errors import failed
 from memory_client.cli_query import add_query_parser, query_filters
+from memory_client.cli_related import add_related_parser, cmd_related
 from memory_client.cli_search import add_search_parser, search_arguments
 from memory_client.cli_subscribe import add_subscribe_parser, cmd_subscribe, cmd_subscriptions
 from schemas.common import DIMENSION_STATES
@@ -127,6 +128,7 @@ def add_client_parsers(sub: Any) -> None:
     hist.add_argument("object_id", type=pam_id)
     add_query_parser(sub)
     add_search_parser(sub)
+    add_related_parser(sub)
     add_subscribe_parser(sub)
     add_auth_parsers(sub)
 
@@ -139,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 CLIENT_HANDLERS: dict[str, Handler] = {
     "conformance-adapter": cmd_conformance, "subscribe": cmd_subscribe, "subscriptions": cmd_subscriptions,
-    "actors": cmd_actors, "tokens": cmd_tokens,
+    "actors": cmd_actors, "tokens": cmd_tokens, "related": cmd_related,
 }
 
 

@@ -220,3 +220,52 @@ async def _authenticated(client: MemoryClient, actor: dict[str, str]) -> bool:
     except PamspecError as exc:
         return exc.code == "object_not_found" or (exc.policy_rule_id or "").startswith("authz.")
     return True
+
+
+async def test_under_a_delegation_the_walk_stays_in_the_delegated_scope(graph: Graph) -> None:
+    """A delegation covers one scope: the walk shows nothing elsewhere, even where the delegate could read on its
+    own; a delegation restricted to some objects refuses a walk (it returns objects the request does not name)."""
+    from datetime import datetime, timedelta, timezone
+
+    from memory_client.delegation import grant_delegation
+
+    def at(minutes: float) -> str:
+        return (datetime.now(timezone.utc) + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    crossing = next(e for e in graph.edges if e.source[0] == SCOPES[0] and e.target[0] != SCOPES[0]
+                    and e.source not in graph.deleted)
+    tag = uuid.uuid4().hex[:6]
+    boss = {"actor_id": f"actor:relboss:{tag}", "actor_kind": "agent"}
+    worker = {"actor_id": f"actor:relworker:{tag}", "actor_kind": "agent"}
+    await put_actor(graph.admin, boss["actor_id"], "agent", [parse_grant("graph:*=read,query")])
+    await put_actor(graph.admin, worker["actor_id"], "agent", [parse_grant(f"{crossing.target[0]}=read")])
+    clients = [await token_client(graph.env, (await issue_token(graph.admin, a["actor_id"]))["token"])
+               for a in (boss, worker)]
+    boss_client, worker_client = clients
+    try:
+        await wait_for(lambda: _authenticated(boss_client, boss), timeout=10)
+        await wait_for(lambda: _authenticated(worker_client, worker), timeout=10)
+        whole = await grant_delegation(boss_client, SCOPES[0], boss, worker, ["read"], "policy:handoff", at(-1), at(60))
+        some = await grant_delegation(boss_client, SCOPES[0], boss, worker, ["read"], "policy:handoff", at(-1), at(60),
+                                      granted_object_ids=[crossing.source[1]])
+        own = await boss_client.related(SCOPES[0], crossing.source[1], actor=boss)
+        assert _state(own, crossing.target) == "available"  # the grantor itself reads the other scope
+        acting = {**worker, "on_behalf_of_actor_id": boss["actor_id"], "delegation_id": whole["delegation_id"]}
+        delegated = await worker_client.related(SCOPES[0], crossing.source[1], actor=acting)
+        assert _state(delegated, crossing.target) == "not_readable"
+        assert {n["scope_id"] for n in delegated["nodes"] if "envelope" in n} == {SCOPES[0]}
+        assert graph.markers[crossing.target[0]] not in _text(delegated)
+        narrow = {**acting, "delegation_id": some["delegation_id"]}
+        with pytest.raises(PamspecError) as err:
+            await worker_client.related(SCOPES[0], crossing.source[1], actor=narrow)
+        assert err.value.code == "access_denied", err.value.envelope()
+        with pytest.raises(PamspecError) as err:
+            await worker_client.related(SCOPES[0], crossing.source[1], actor=worker)
+        assert err.value.code == "access_denied" and err.value.policy_rule_id == "authz.scope_not_granted"
+    finally:
+        for c in clients:
+            await c.close()
+
+
+def _state(reply: dict[str, Any], node: Node) -> str:
+    return str(next(n["endpoint_state"] for n in reply["nodes"] if (n["scope_id"], n["object_id"]) == node))

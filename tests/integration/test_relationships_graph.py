@@ -3,13 +3,15 @@ and direction, hops, limits, gone endpoints, cross-scope targets, default filter
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import psycopg
 import pytest
 
 from memory_client.client import MemoryClient, PamspecError
-from tests.conftest import ACTOR, PROVENANCE, Env, wait_for
+from tests.conftest import ACTOR, PROVENANCE, Env, run_cli, wait_for
 
 SCOPE = "workspace:graph"
 OTHER = "workspace:graph.other"
@@ -189,3 +191,17 @@ async def test_read_can_carry_relationship_refs_beside_the_unchanged_envelope(cl
     assert both["envelope"] == plain and "relationship_refs" not in plain
     assert both["relationship_refs"] == sorted([r1["relationship_id"], r2["relationship_id"]])
     assert both["as_of_sequence"] >= r2["ledger_sequence"]
+
+
+async def test_the_cli_walks_relationships(client: MemoryClient, service: Env) -> None:
+    a, b, c = await claim(client, "cli a"), await claim(client, "cli b"), await claim(client, "cli c")
+    await relate(client, a, b, "references")
+    await relate(client, b, c)
+    done = await asyncio.to_thread(run_cli, service, "related", SCOPE, a, "--direction", "outgoing", "--hops", "2",
+                                   "--min-sequence", str(client.last_sequence))
+    assert done.returncode == 0, done.stderr
+    assert neighbours(json.loads(done.stdout)) == [b, c]
+    typed = await asyncio.to_thread(run_cli, service, "related", SCOPE, a, "--type", "supports", "--hops", "2")
+    assert json.loads(typed.stdout)["edges"] == []
+    bad = await asyncio.to_thread(run_cli, service, "related", SCOPE, a, "--hops", "7")
+    assert bad.returncode != 0 and json.loads(bad.stderr.strip().splitlines()[-1])["error"]["code"] == "invalid_request"

@@ -175,6 +175,7 @@ async def test_bad_requests_are_error_envelopes(client: MemoryClient) -> None:
     assert (await refused(client.related("workspace:graph.nowhere", a))).code == "scope_not_found"
     assert (await refused(client.related(SCOPE, "mem:not-here"))).code == "object_not_found"
     assert (await refused(client.related(OTHER, a))).code == "object_not_found"  # lives in another scope
+    bad: dict[str, Any]
     for bad in ({"hops": 4}, {"hops": 0}, {"limit": 0}, {"direction": "sideways"}, {"surprise": 1},
                 {"relationship_types": []}, {"availability_states": ["gone"]}):
         err = await refused(client.related(SCOPE, a, **bad))
@@ -203,5 +204,6 @@ async def test_the_cli_walks_relationships(client: MemoryClient, service: Env) -
     assert neighbours(json.loads(done.stdout)) == [b, c]
     typed = await asyncio.to_thread(run_cli, service, "related", SCOPE, a, "--type", "supports", "--hops", "2")
     assert json.loads(typed.stdout)["edges"] == []
-    bad = await asyncio.to_thread(run_cli, service, "related", SCOPE, a, "--hops", "7")
-    assert bad.returncode != 0 and json.loads(bad.stderr.strip().splitlines()[-1])["error"]["code"] == "invalid_request"
+    wrong = await asyncio.to_thread(run_cli, service, "related", SCOPE, a, "--hops", "7")
+    assert wrong.returncode != 0
+    assert json.loads(wrong.stderr.strip().splitlines()[-1])["error"]["code"] == "invalid_request"

@@ -29,3 +29,19 @@ CREATE TABLE current_relationships (
 -- Neighbours: edges leaving an object (stored in its scope), edges arriving at one (from any scope).
 CREATE INDEX current_relationships_source_idx ON current_relationships (scope_id, source_object_id, relationship_type);
 CREATE INDEX current_relationships_target_idx ON current_relationships (target_scope_id, target_object_id, relationship_type);
+
+-- Backfill. Before this table the projector skipped relationship events, so its checkpoint may already be past
+-- relationships the ledger holds. Each one's row is a function of its latest version, which memory_versions
+-- holds with the same envelope bytes as its event (`pamledger verify` checks that), its ledger sequence and
+-- content digest: the rows below are the ones the projector would have written. Versions committed after this
+-- runs reach the table through the projector (its upsert never replaces a row by an older or equal one).
+-- BACKFILL
+INSERT INTO current_relationships
+SELECT DISTINCT ON (v.scope_id, v.object_id)
+       v.scope_id, v.object_id, v.version_id, v.sequence, v.ledger_sequence, m->>'relationship_type',
+       m->>'source_object_id', coalesce(m->>'target_scope_id', m->>'scope_id'), m->>'target_object_id',
+       m->>'directionality', m->>'lifecycle_state', m->>'availability_state', m->>'retention_state',
+       m->>'validation_state', m->'actor'->>'actor_id', (m->>'committed_at')::timestamptz, v.content_digest, v.meta
+FROM memory_versions v CROSS JOIN LATERAL (SELECT convert_from(v.meta, 'UTF8')::jsonb AS m) j
+WHERE m ? 'relationship_id'
+ORDER BY v.scope_id, v.object_id, v.sequence DESC;

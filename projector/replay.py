@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hashlib
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,27 +28,17 @@ from infra.ledger_identity import ledger_identity
 from infra.projections import PROJECTION
 from infra.tasks import stop_task
 from projector.replay_diagnosis import DATA_ERRORS, replay_failed
-from projector.rows import COLUMNS, RELATIONSHIP_COLUMNS, Row, newest_projection
+from projector.replay_tables import (OBJECT_KEY, OBJECTS, RELATIONSHIP_ROWS, add_indexes, combined_digest, compare,
+                                     projection_digest, relationship_digest, row_hash, swap_in)
+from projector.rows import Row, newest_projection
 from projector.store import (RELATIONSHIPS, comment_table, drop_table, merge, precompute_search, staging,
                              upsert_relationships)
-from schemas.canonical import canonical_bytes
+
+__all__ = ["KEPT_MARK", "ReplayOptions", "drop_leftovers", "projection_digest", "replay", "RELATIONSHIP_ROWS"]
 
 Progress = Callable[[dict[str, Any]], None]
 
 
-@dataclass(frozen=True)
-class Projection:
-    """A projection table replay rebuilds: its live name and the id column of its primary key (after scope_id)."""
-
-    live: str
-    key: str
-
-    def rebuild_name(self, suffix: str) -> str:
-        return f"{self.live}_rebuild_{suffix}"
-
-
-OBJECTS = Projection(PROJECTION, "object_id")
-RELATIONSHIP_ROWS = Projection(RELATIONSHIPS, "relationship_id")  # rebuilt with the objects, same checkpoint
 _RELATIONSHIP_CHUNK = 1000  # relationship rows per statement into the rebuild
 
 
@@ -111,8 +100,8 @@ async def _replay(database_url: str, options: ReplayOptions, progress: Progress 
             report: dict[str, Any] = {"table": table, "through_sequence": head, "events": events,
                                       "scope_id": options.scope_id}
             if options.verify or options.swap:
-                await _index(conn, table)
-                await _index(conn, rel_table, RELATIONSHIP_ROWS, primary_key=False)
+                await add_indexes(conn, table)
+                await add_indexes(conn, rel_table, RELATIONSHIP_ROWS, primary_key=False)
                 report.update(await _settle(conn, reader, (table, rel_table), options, head, progress))
             final, rel_final = (PROJECTION, RELATIONSHIPS) if options.swap else (table, rel_table)
             report["table"] = final
@@ -212,7 +201,7 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConn
              " AND ledger_sequence > {after} AND ledger_sequence <= {through}{scope} ORDER BY ledger_sequence DESC")
     scope = sql.SQL(" AND scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
     statement = sql.SQL(query).format(partition=sql.Literal(partition), after=sql.Literal(after), through=sql.Literal(through), scope=scope)
-    a, b, c, d, e = _KEY
+    a, b, c, d, e = OBJECT_KEY
     first = after == 0
     count, last_report = 0, time.perf_counter()
     async with conn.transaction():
@@ -253,17 +242,6 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConn
     return count, digest, rel_digest
 
 
-_RELATIONSHIP_KEY = tuple(RELATIONSHIP_COLUMNS.index(c) for c in
-                          ("scope_id", "relationship_id", "ledger_sequence", "content_digest", "meta"))
-
-
-def relationship_digest(rows: list[Row]) -> tuple[str, int]:
-    """`combined_digest` of relationship rows: the same row hash over (scope_id, relationship_id,
-    ledger_sequence, content_digest, meta), so `projection_digest` of the table gives the same value."""
-    a, b, c, d, e = _RELATIONSHIP_KEY
-    return combined_digest({(r[a], r[b]): row_hash(r[a], r[b], r[c], r[d], r[e]) for r in rows})
-
-
 async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConnection[Any], tables: tuple[str, str],
                   options: ReplayOptions, head: int, progress: Progress | None) -> dict[str, Any]:
     """Under the checkpoint lock: catch up to the live checkpoint, compare, and swap if asked (both tables:
@@ -282,12 +260,12 @@ async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConne
             await _rebuild(conn, reader, tables, options.partition, options.scope_id, head, live, progress)
         outcome: dict[str, Any] = {"live_checkpoint": live}
         if options.verify:
-            verdict = await _compare(conn, table, options.scope_id)
-            related = await _compare(conn, rel_table, options.scope_id, RELATIONSHIP_ROWS)
+            verdict = await compare(conn, table, options.scope_id)
+            related = await compare(conn, rel_table, options.scope_id, RELATIONSHIP_ROWS)
             outcome["verify"] = {**verdict, "equal": verdict["equal"] and related["equal"], "relationships": related}
         if options.swap:
-            await _swap(conn, table)
-            await _swap(conn, rel_table, RELATIONSHIP_ROWS)
+            await swap_in(conn, table)
+            await swap_in(conn, rel_table, RELATIONSHIP_ROWS)
             outcome["swapped"] = True
             if foreign:
                 await conn.execute("UPDATE projection_checkpoints SET ledger_sequence = %s, ledger_id = %s"
@@ -295,98 +273,3 @@ async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConne
                 outcome["checkpoint_reset"] = {"from": live, "from_ledger_id": row[1] if row else None,
                                                "to": head, "ledger_id": ledger_id}
         return outcome
-
-
-async def _compare(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None,
-                   spec: Projection = OBJECTS) -> dict[str, Any]:
-    live_scope = sql.SQL(" WHERE scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
-    statement = sql.SQL(
-        "SELECT coalesce(l.scope_id, r.scope_id), coalesce(l.{key}, r.{key}),"
-        " l.{key} IS NULL, r.{key} IS NULL"
-        " FROM (SELECT * FROM {live}{live_scope}) l FULL JOIN {rebuild} r ON"
-        " l.scope_id = r.scope_id AND l.{key} = r.{key} WHERE l::text IS DISTINCT FROM r::text"
-    ).format(key=sql.Identifier(spec.key), live=sql.Identifier(spec.live), live_scope=live_scope,
-             rebuild=sql.Identifier(table))
-    differing = await (await conn.execute(statement)).fetchall()
-    live_digest, live_rows = await projection_digest(conn, spec.live, scope_id, spec)
-    return {
-        "equal": not differing, "live_digest": live_digest, "live_rows": live_rows,
-        "differences": len(differing),
-        "first_differences": [
-            {"scope_id": d[0], spec.key: d[1],
-             "problem": "missing in live" if d[2] else "missing in rebuild" if d[3] else "rows differ"}
-            for d in differing[:20]
-        ],
-    }
-
-
-async def _live_indexes(conn: psycopg.AsyncConnection[Any], spec: Projection = OBJECTS) -> list[tuple[str, str]]:
-    """(suffix, definition) of every secondary index of the live table, so a rebuild gets the same ones."""
-    cur = await conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()"
-                             " AND tablename = %s AND indexname <> %s ORDER BY indexname",
-                             (spec.live, f"{spec.live}_pkey"))
-    return [(str(name).removeprefix(f"{spec.live}_"), str(definition)) for name, definition in await cur.fetchall()]
-
-
-async def _index(conn: psycopg.AsyncConnection[Any], table: str, spec: Projection = OBJECTS,
-                 primary_key: bool = True) -> None:
-    """The live table's primary key (unless the rebuild has it already) and secondary indexes, on `table`."""
-    if primary_key:
-        await conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (scope_id, {})").format(
-            sql.Identifier(table), sql.Identifier(spec.key)))
-    for suffix, definition in await _live_indexes(conn, spec):
-        columns = definition[definition.index(" USING "):]
-        await conn.execute(sql.SQL("CREATE INDEX {} ON {}" + columns).format(
-            sql.Identifier(f"{table}_{suffix}"), sql.Identifier(table)))
-
-
-async def _swap(conn: psycopg.AsyncConnection[Any], table: str, spec: Projection = OBJECTS) -> None:
-    """Replace the live table by the rebuild (inside the caller's transaction)."""
-    indexes = await _live_indexes(conn, spec)
-    live = sql.Identifier(spec.live)
-    retired = f"{spec.live}_retired_{uuid.uuid4().hex[:8]}"
-    await conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(live, sql.Identifier(retired)))
-    await conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(sql.Identifier(table), live))
-    await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(retired)))
-    await comment_table(conn, spec.live, None)  # no longer scratch: the live projection
-    await conn.execute(sql.SQL("ALTER TABLE {} RENAME CONSTRAINT {} TO {}").format(
-        live, sql.Identifier(f"{table}_pkey"), sql.Identifier(f"{spec.live}_pkey")))
-    for suffix, _ in indexes:
-        await conn.execute(sql.SQL("ALTER INDEX {} RENAME TO {}").format(
-            sql.Identifier(f"{table}_{suffix}"), sql.Identifier(f"{spec.live}_{suffix}")))
-
-
-_KEY = (COLUMNS.index("scope_id"), COLUMNS.index("object_id"), COLUMNS.index("ledger_sequence"),
-        COLUMNS.index("content_digest"), COLUMNS.index("meta"))
-
-
-def row_hash(scope_id: str, object_id: str, ledger_sequence: int, content_digest: str | None, meta: bytes) -> bytes:
-    """sha256 of one row's digest line: canonical JSON `[scope_id, object_id, ledger_sequence,
-    content_digest, meta]`. Every other column derives from these (meta is the canonical envelope; the
-    full-text vector comes from the content the digest names)."""
-    return hashlib.sha256(canonical_bytes([scope_id, object_id, ledger_sequence, content_digest,
-                                           msgspec.Raw(meta)])).digest()
-
-
-def combined_digest(row_hashes: dict[tuple[str, str], bytes]) -> tuple[str, int]:
-    """The projection digest: sha256 over the rows' `row_hash`es in (scope_id, object_id) code-point order,
-    and the row count. Equal digests mean equal projections; `--verify` still compares every column."""
-    digest = hashlib.sha256()
-    for key in sorted(row_hashes):
-        digest.update(row_hashes[key])
-    return "sha256:" + digest.hexdigest(), len(row_hashes)
-
-
-async def projection_digest(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None,
-                            spec: Projection = OBJECTS) -> tuple[str, int]:
-    """`combined_digest` of a projection table (or one scope of it); `spec` says which kind of rows it holds."""
-    scope = sql.SQL(" WHERE scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
-    statement = sql.SQL("COPY (SELECT scope_id, {}, ledger_sequence, content_digest, meta FROM {}{})"
-                        " TO STDOUT (FORMAT BINARY)").format(sql.Identifier(spec.key), sql.Identifier(table), scope)
-    row_hashes: dict[tuple[str, str], bytes] = {}
-    cur = conn.cursor()
-    async with cur.copy(statement) as copy:
-        copy.set_types(["text", "text", "int8", "text", "bytea"])
-        async for scope, object_id, ledger_sequence, content_digest, meta in copy.rows():
-            row_hashes[(scope, object_id)] = row_hash(scope, object_id, ledger_sequence, content_digest, meta)
-    return combined_digest(row_hashes)

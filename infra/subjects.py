@@ -8,7 +8,7 @@ import base64
 # record_*, register_embedding_space): what a credential's NATS login may publish.
 COMMANDS = ("create", "update", "transition", "delete", "create_scope", "grant_delegation", "check_delegation",
             "revoke_delegation")
-QUERIES = ("read", "history", "query", "search", "whoami")
+QUERIES = ("read", "history", "query", "search", "whoami", "related")
 
 
 def scope_token(scope_id: str) -> str:

@@ -1,7 +1,7 @@
 """The client side of the `pamledger` command line: commands that speak to the service through the SDK.
 
-create / read / history / update / transition / delete / scope-create / query / search / subscribe /
-subscriptions
+create / read / history / update / transition / delete / scope-create / query / search / related /
+subscribe / subscriptions
 and the conformance adapter. The composition root's CLI (pamledger.cli) adds the server and admin
 commands and hands these to `handler_for`; `python -m memory_client` runs them alone. Every command prints
 JSON on stdout; errors ({"error": {...}}, the PAMSPEC envelope) and logs go to stderr, with a non-zero exit.
@@ -35,6 +35,7 @@ from memory_client.cli_common import (
 from memory_client.cli_objects import OBJECT_COMMANDS, add_object_parsers, cmd_objects
 from memory_client.cli_errors import failed
 from memory_client.cli_query import add_query_parser, query_filters
+from memory_client.cli_related import add_related_parser, cmd_related
 from memory_client.cli_search import add_search_parser, search_arguments
 from memory_client.cli_subscribe import add_subscribe_parser, cmd_subscribe, cmd_subscriptions
 from schemas.common import DIMENSION_STATES
@@ -135,6 +136,7 @@ def add_client_parsers(sub: Any) -> None:
     add_object_parsers(sub)
     add_query_parser(sub)
     add_search_parser(sub)
+    add_related_parser(sub)
     add_subscribe_parser(sub)
     add_auth_parsers(sub)
 
@@ -147,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 CLIENT_HANDLERS: dict[str, Handler] = {
     "conformance-adapter": cmd_conformance, "subscribe": cmd_subscribe, "subscriptions": cmd_subscriptions,
-    "actors": cmd_actors, "tokens": cmd_tokens,
+    "actors": cmd_actors, "tokens": cmd_tokens, "related": cmd_related,
 }
 CLIENT_HANDLERS.update((name, cmd_objects) for name in OBJECT_COMMANDS)
 

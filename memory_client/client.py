@@ -247,6 +247,28 @@ class MemoryClient(ObjectCommands):
             return reply["result"]  # type: ignore[no-any-return]
         raise PamspecError.from_envelope(reply["error"])
 
+    async def related(self, scope_id: str, object_id: str, relationship_types: list[str] | None = None,
+                      direction: str = "both", hops: int = 1, limit: int = 50, actor: dict[str, Any] | None = None,
+                      **filters: Any) -> dict[str, Any]:
+        """The relationships around `object_id` and the objects they reach, up to `hops` (1..3) steps
+        (query.related, docs/protocol.md). Waits for this client's own writes like `query`."""
+        body: dict[str, Any] = {"scope_id": scope_id, "from_object_id": object_id, "direction": direction,
+                                "hops": hops, "limit": limit, **filters}
+        if relationship_types is not None:
+            body["relationship_types"] = relationship_types
+        if "min_sequence" not in body and self.last_sequence:
+            body["min_sequence"] = self.last_sequence
+        return await self._request(query_subject(self.prefix, "related"), body, self.actor_header(actor), retry=True)
+
+    async def read_with_relationship_refs(self, scope_id: str, object_id: str, version_id: str | None = None,
+                                          actor: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Read, plus the non-authoritative relationship_refs beside the envelope: {envelope, relationship_refs,
+        as_of_sequence}."""
+        body: dict[str, Any] = {"scope_id": scope_id, "object_id": object_id, "include_relationship_refs": True}
+        if version_id is not None:
+            body["version_id"] = version_id
+        return await self._request(query_subject(self.prefix, "read"), body, self.actor_header(actor), retry=True)
+
 
 class SyncMemoryClient:
     """Blocking wrapper around MemoryClient for scripts and notebooks (runs its own event loop)."""

@@ -1,4 +1,5 @@
-"""Rebuild the current-version projection from the Postgres ledger alone, for audits and repairs.
+"""Rebuild the current-version projection (current_objects, and current_relationships beside it) from the
+Postgres ledger alone, for audits and repairs.
 
 `replay` folds ledger events (newest first, optionally one scope, optionally up to a sequence) into a
 fresh table with the same pure projection the live projector uses, prints a digest of the result and can
@@ -12,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hashlib
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,11 +28,18 @@ from infra.ledger_identity import ledger_identity
 from infra.projections import PROJECTION
 from infra.tasks import stop_task
 from projector.replay_diagnosis import DATA_ERRORS, replay_failed
-from projector.rows import COLUMNS, newest_row
-from projector.store import comment_table, drop_table, merge, precompute_search, staging
-from schemas.canonical import canonical_bytes
+from projector.replay_tables import (OBJECT_KEY, OBJECTS, RELATIONSHIP_ROWS, add_indexes, combined_digest, compare,
+                                     projection_digest, relationship_digest, row_hash, swap_in)
+from projector.rows import Row, newest_projection
+from projector.store import (RELATIONSHIPS, comment_table, drop_table, merge, precompute_search, staging,
+                             upsert_relationships)
+
+__all__ = ["KEPT_MARK", "ReplayOptions", "drop_leftovers", "projection_digest", "replay", "RELATIONSHIP_ROWS"]
 
 Progress = Callable[[dict[str, Any]], None]
+
+
+_RELATIONSHIP_CHUNK = 1000  # relationship rows per statement into the rebuild
 
 
 class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,7 +65,8 @@ async def _replay(database_url: str, options: ReplayOptions, progress: Progress 
         raise ValueError("--swap rebuilds the whole projection to the head; it takes no --scope or --to-sequence")
     if options.verify and options.to_sequence:
         raise ValueError("--verify compares with the live projection, which is at the head: drop --to-sequence")
-    table = f"current_objects_rebuild_{uuid.uuid4().hex[:8]}"
+    suffix = uuid.uuid4().hex[:8]
+    table, rel_table = OBJECTS.rebuild_name(suffix), RELATIONSHIP_ROWS.rebuild_name(suffix)
     async with contextlib.AsyncExitStack() as stack:
         conn, reader, side = [await stack.enter_async_context(await psycopg.AsyncConnection.connect(
             database_url, autocommit=True)) for _ in range(3)]  # writes; reads the ledger; computes vectors
@@ -73,30 +81,40 @@ async def _replay(database_url: str, options: ReplayOptions, progress: Progress 
         # A rebuild that is only digested or compared, then dropped, need not be crash-safe: UNLOGGED skips
         # the write-ahead log (half of the write phase). One that replaces the live table is logged.
         kind = sql.SQL("TABLE" if options.swap else "UNLOGGED TABLE")
-        async with conn.transaction():  # the table appears with its owner mark, never without
-            await conn.execute(sql.SQL("CREATE {} {} (LIKE current_objects INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
-                                       ).format(kind, sql.Identifier(table)))
-            await comment_table(conn, table, owner)
+        async with conn.transaction():  # the tables appear with their owner mark, never without
+            for spec, name in ((OBJECTS, table), (RELATIONSHIP_ROWS, rel_table)):
+                await conn.execute(sql.SQL("CREATE {} {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(
+                    kind, sql.Identifier(name), sql.Identifier(spec.live)))
+                await comment_table(conn, name, owner)
+        # The relationship rebuild gets its primary key at once: its rows are upserted (few, next to objects).
+        await conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (scope_id, relationship_id)").format(
+            sql.Identifier(rel_table)))
         search_table = f"replay_search_{uuid.uuid4().hex[:8]}"
         # Full-text vectors depend on content only: a third connection computes them while the ledger streams.
         vectors = asyncio.create_task(precompute_search(side, search_table, options.scope_id, owner))
         try:
             with _gc_paused():
-                events, digest = await _rebuild(conn, reader, table, options.partition, options.scope_id, 0, head, progress,
-                                                Helper(vectors, search_table))
+                events, digest, rel_digest = await _rebuild(
+                    conn, reader, (table, rel_table), options.partition, options.scope_id, 0, head, progress,
+                    Helper(vectors, search_table))
             report: dict[str, Any] = {"table": table, "through_sequence": head, "events": events,
                                       "scope_id": options.scope_id}
             if options.verify or options.swap:
-                await _index(conn, table)
-                report.update(await _settle(conn, reader, table, options, head, progress))
-            final = PROJECTION if options.swap else table
+                await add_indexes(conn, table)
+                await add_indexes(conn, rel_table, RELATIONSHIP_ROWS, primary_key=False)
+                report.update(await _settle(conn, reader, (table, rel_table), options, head, progress))
+            final, rel_final = (PROJECTION, RELATIONSHIPS) if options.swap else (table, rel_table)
             report["table"] = final
             if options.verify or options.swap or digest is None:  # the table may have caught up since
                 digest = await projection_digest(conn, final, options.scope_id)
+                rel_digest = await projection_digest(conn, rel_final, options.scope_id, RELATIONSHIP_ROWS)
             report["digest"], report["rows"] = digest
+            assert rel_digest is not None
+            report["relationships"] = {"table": rel_final, "digest": rel_digest[0], "rows": rel_digest[1]}
             if options.keep and not options.swap:
                 await _drop_vectors(conn, table)
                 await comment_table(conn, table, KEPT_MARK)
+                await comment_table(conn, rel_table, KEPT_MARK)
             seconds = time.perf_counter() - started
             report.update(seconds=round(seconds, 3), events_per_second=round(events / seconds) if seconds else 0)
             return report
@@ -105,6 +123,7 @@ async def _replay(database_url: str, options: ReplayOptions, progress: Progress 
             await drop_table(conn, search_table)
             if not (options.keep or options.swap):
                 await drop_table(conn, table)
+                await drop_table(conn, rel_table)
 
 
 # Scratch tables carry a comment naming the backend that owns them, so a replay that died (SIGKILL, a lost
@@ -115,7 +134,8 @@ _OWNER_MARK = "pamledger replay scratch, backend {pid}"
 KEPT_MARK = "pamledger replay kept"
 _LEFTOVERS = (
     "SELECT c.relname FROM pg_class c WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace"
-    r" AND (c.relname LIKE 'current\_objects\_rebuild\_%%' OR c.relname LIKE 'replay\_search\_%%')"
+    r" AND (c.relname LIKE 'current\_objects\_rebuild\_%%' OR c.relname LIKE 'replay\_search\_%%'"
+    r"      OR c.relname LIKE 'current\_relationships\_rebuild\_%%')"
     " AND coalesce(obj_description(c.oid, 'pg_class'), '') <> %(kept)s"
     " AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a"
     "                 WHERE %(mark)s || a.pid = obj_description(c.oid, 'pg_class'))"
@@ -165,20 +185,23 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConnection[Any], table: str,
+async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConnection[Any], tables: tuple[str, str],
                    partition: int, scope_id: str | None, after: int, through: int, progress: Progress | None,
-                   helper: Helper | None = None) -> tuple[int, tuple[str, int] | None]:
-    """Fold events (after, through] into `table`: `reader` streams them newest first and each object's row
-    goes into `conn`'s COPY stage the moment its latest event is found (rows.newest_row), so Postgres
-    takes rows while Python reads and only its key and 32-byte row hash per object stay in memory; the stage is
-    then merged with the search vectors (`helper`'s precomputed ones, else computed in the insert).
-    Returns how many events were read and, for a first load (after == 0), the digest of its rows."""
-    lines: dict[tuple[str, str], bytes] = {}  # (scope_id, object_id) -> row_hash (first load): the objects seen
+                   helper: Helper | None = None) -> tuple[int, tuple[str, int] | None, tuple[str, int] | None]:
+    """Fold events (after, through] into `tables` (objects, relationships): `reader` streams them newest first
+    and each object's row goes into `conn`'s COPY stage the moment its latest event is found
+    (rows.newest_projection), so Postgres takes rows while Python reads and only its key and 32-byte row hash
+    per object stay in memory; the stage is then merged with the search vectors (`helper`'s precomputed ones,
+    else computed in the insert). Relationship rows (far fewer) are kept until the COPY ends, then upserted.
+    Returns how many events were read and, for a first load (after == 0), the digests of both tables' rows."""
+    table, rel_table = tables
+    lines: dict[tuple[str, str], bytes] = {}  # (scope_id, id) -> row_hash (first load): objects AND relationships seen
+    relationships: list[Row] = []
     query = ("SELECT ledger_sequence, scope_id, object_id, event FROM ledger WHERE partition = {partition}"
              " AND ledger_sequence > {after} AND ledger_sequence <= {through}{scope} ORDER BY ledger_sequence DESC")
     scope = sql.SQL(" AND scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
     statement = sql.SQL(query).format(partition=sql.Literal(partition), after=sql.Literal(after), through=sql.Literal(through), scope=scope)
-    a, b, c, d, e = _KEY
+    a, b, c, d, e = OBJECT_KEY
     first = after == 0
     count, last_report = 0, time.perf_counter()
     async with conn.transaction():
@@ -187,16 +210,25 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConn
             out.set_types(["int8", "text", "text", "bytea"])
             async for sequence, row_scope, object_id, event in out.rows():
                 count += 1
-                row = newest_row(lines, row_scope, object_id, event, sequence)
-                if row is not None:  # a catch-up (after > 0) is not digested: it only needs the key
+                found = newest_projection(lines, row_scope, object_id, event, sequence)
+                if found is not None and found.relationship:
+                    relationships.append(found.row)
+                    lines[(row_scope, object_id)] = b""  # digested below, with the relationships' own columns
+                elif found is not None:  # a catch-up (after > 0) is not digested: it only needs the key
+                    row = found.row
                     lines[(row_scope, object_id)] = row_hash(row[a], row[b], row[c], row[d], row[e]) if first else b""
                     await into.write_row(row)
                 if progress and count % 50_000 == 0 and time.perf_counter() - last_report > 1.0:
                     last_report = time.perf_counter()
                     progress({"phase": "reading", "events": count, "rows": len(lines), "at_sequence": sequence,
                               "from_sequence": through, "down_to_sequence": after})  # newest first
+        for key in ((row[0], row[1]) for row in relationships):
+            del lines[key]  # objects only from here on: `lines` is the object digest's input
         if progress:
-            progress({"phase": "merging", "events": count, "rows": len(lines)})
+            progress({"phase": "merging", "events": count, "rows": len(lines), "relationships": len(relationships)})
+        for start in range(0, len(relationships), _RELATIONSHIP_CHUNK):
+            await upsert_relationships(conn, relationships[start:start + _RELATIONSHIP_CHUNK], rel_table)
+        rel_digest = relationship_digest(relationships) if first else None
         search_table = None
         if helper is not None:
             await helper.vectors
@@ -207,12 +239,14 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConn
             await merge(conn, table, upsert=after > 0, search_table=search_table)
         finally:
             digest = await digesting if digesting is not None else None
-    return count, digest
+    return count, digest, rel_digest
 
 
-async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConnection[Any], table: str,
+async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConnection[Any], tables: tuple[str, str],
                   options: ReplayOptions, head: int, progress: Progress | None) -> dict[str, Any]:
-    """Under the checkpoint lock: catch up to the live checkpoint, compare, and swap if asked."""
+    """Under the checkpoint lock: catch up to the live checkpoint, compare, and swap if asked (both tables:
+    the projector writes them in one transaction with that one checkpoint)."""
+    table, rel_table = tables
     async with conn.transaction():
         cur = await conn.execute("SELECT ledger_sequence, ledger_id FROM projection_checkpoints"
                                  " WHERE projection = %s FOR UPDATE", (PROJECTION,))
@@ -223,12 +257,15 @@ async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConne
         # it by the rebuild's own (the live projector refuses to follow it until then).
         foreign = row is not None and (row[1] not in (None, ledger_id) or live > await ledger_head(conn, options.partition))
         if live > head and not foreign:
-            await _rebuild(conn, reader, table, options.partition, options.scope_id, head, live, progress)
+            await _rebuild(conn, reader, tables, options.partition, options.scope_id, head, live, progress)
         outcome: dict[str, Any] = {"live_checkpoint": live}
         if options.verify:
-            outcome["verify"] = await _compare(conn, table, options.scope_id)
+            verdict = await compare(conn, table, options.scope_id)
+            related = await compare(conn, rel_table, options.scope_id, RELATIONSHIP_ROWS)
+            outcome["verify"] = {**verdict, "equal": verdict["equal"] and related["equal"], "relationships": related}
         if options.swap:
-            await _swap(conn, table)
+            await swap_in(conn, table)
+            await swap_in(conn, rel_table, RELATIONSHIP_ROWS)
             outcome["swapped"] = True
             if foreign:
                 await conn.execute("UPDATE projection_checkpoints SET ledger_sequence = %s, ledger_id = %s"
@@ -236,90 +273,3 @@ async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConne
                 outcome["checkpoint_reset"] = {"from": live, "from_ledger_id": row[1] if row else None,
                                                "to": head, "ledger_id": ledger_id}
         return outcome
-
-
-async def _compare(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None) -> dict[str, Any]:
-    live_scope = sql.SQL(" WHERE scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
-    statement = sql.SQL(
-        "SELECT coalesce(l.scope_id, r.scope_id), coalesce(l.object_id, r.object_id),"
-        " l.object_id IS NULL, r.object_id IS NULL"
-        " FROM (SELECT * FROM current_objects{live_scope}) l FULL JOIN {rebuild} r ON"
-        " l.scope_id = r.scope_id AND l.object_id = r.object_id WHERE l::text IS DISTINCT FROM r::text"
-    ).format(live_scope=live_scope, rebuild=sql.Identifier(table))
-    differing = await (await conn.execute(statement)).fetchall()
-    live_digest, live_rows = await projection_digest(conn, PROJECTION, scope_id)
-    return {
-        "equal": not differing, "live_digest": live_digest, "live_rows": live_rows,
-        "differences": len(differing),
-        "first_differences": [
-            {"scope_id": d[0], "object_id": d[1],
-             "problem": "missing in live" if d[2] else "missing in rebuild" if d[3] else "rows differ"}
-            for d in differing[:20]
-        ],
-    }
-
-
-async def _live_indexes(conn: psycopg.AsyncConnection[Any]) -> list[tuple[str, str]]:
-    """(suffix, definition) of every secondary index of the live table, so a rebuild gets the same ones."""
-    cur = await conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()"
-                             " AND tablename = 'current_objects' AND indexname <> 'current_objects_pkey'"
-                             " ORDER BY indexname")
-    return [(str(name).removeprefix("current_objects_"), str(definition)) for name, definition in await cur.fetchall()]
-
-
-async def _index(conn: psycopg.AsyncConnection[Any], table: str) -> None:
-    await conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (scope_id, object_id)").format(sql.Identifier(table)))
-    for suffix, definition in await _live_indexes(conn):
-        columns = definition[definition.index(" USING "):]
-        await conn.execute(sql.SQL("CREATE INDEX {} ON {}" + columns).format(
-            sql.Identifier(f"{table}_{suffix}"), sql.Identifier(table)))
-
-
-async def _swap(conn: psycopg.AsyncConnection[Any], table: str) -> None:
-    """Replace the live table by the rebuild (inside the caller's transaction)."""
-    indexes = await _live_indexes(conn)
-    retired = f"current_objects_retired_{uuid.uuid4().hex[:8]}"
-    await conn.execute(sql.SQL("ALTER TABLE current_objects RENAME TO {}").format(sql.Identifier(retired)))
-    await conn.execute(sql.SQL("ALTER TABLE {} RENAME TO current_objects").format(sql.Identifier(table)))
-    await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(retired)))
-    await comment_table(conn, PROJECTION, None)  # no longer scratch: the live projection
-    await conn.execute(sql.SQL("ALTER TABLE current_objects RENAME CONSTRAINT {} TO current_objects_pkey").format(
-        sql.Identifier(f"{table}_pkey")))
-    for suffix, _ in indexes:
-        await conn.execute(sql.SQL("ALTER INDEX {} RENAME TO {}").format(
-            sql.Identifier(f"{table}_{suffix}"), sql.Identifier(f"current_objects_{suffix}")))
-
-
-_KEY = (COLUMNS.index("scope_id"), COLUMNS.index("object_id"), COLUMNS.index("ledger_sequence"),
-        COLUMNS.index("content_digest"), COLUMNS.index("meta"))
-
-
-def row_hash(scope_id: str, object_id: str, ledger_sequence: int, content_digest: str | None, meta: bytes) -> bytes:
-    """sha256 of one row's digest line: canonical JSON `[scope_id, object_id, ledger_sequence,
-    content_digest, meta]`. Every other column derives from these (meta is the canonical envelope; the
-    full-text vector comes from the content the digest names)."""
-    return hashlib.sha256(canonical_bytes([scope_id, object_id, ledger_sequence, content_digest,
-                                           msgspec.Raw(meta)])).digest()
-
-
-def combined_digest(row_hashes: dict[tuple[str, str], bytes]) -> tuple[str, int]:
-    """The projection digest: sha256 over the rows' `row_hash`es in (scope_id, object_id) code-point order,
-    and the row count. Equal digests mean equal projections; `--verify` still compares every column."""
-    digest = hashlib.sha256()
-    for key in sorted(row_hashes):
-        digest.update(row_hashes[key])
-    return "sha256:" + digest.hexdigest(), len(row_hashes)
-
-
-async def projection_digest(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None) -> tuple[str, int]:
-    """`combined_digest` of a projection table (or one scope of it)."""
-    scope = sql.SQL(" WHERE scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
-    statement = sql.SQL("COPY (SELECT scope_id, object_id, ledger_sequence, content_digest, meta FROM {}{})"
-                        " TO STDOUT (FORMAT BINARY)").format(sql.Identifier(table), scope)
-    row_hashes: dict[tuple[str, str], bytes] = {}
-    cur = conn.cursor()
-    async with cur.copy(statement) as copy:
-        copy.set_types(["text", "text", "int8", "text", "bytea"])
-        async for scope, object_id, ledger_sequence, content_digest, meta in copy.rows():
-            row_hashes[(scope, object_id)] = row_hash(scope, object_id, ledger_sequence, content_digest, meta)
-    return combined_digest(row_hashes)

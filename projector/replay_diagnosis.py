@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 
 from infra.stuck import describe
-from projector.rows import current_row
+from projector.rows import current_row, relationship_row
 from projector.store import merge, stage
 from schemas.errors import PamledgerError
 
@@ -84,6 +84,8 @@ async def _first_failing(conn: psycopg.AsyncConnection[Any], events: list[tuple[
     try:
         async with conn.transaction(force_rollback=True):
             rows = [row for seq, event in events if (row := current_row(event, seq)) is not None]
+            for seq, event in events:  # a relationship's row is written by a JSON statement: decoding is what fails
+                relationship_row(event, seq)
             await stage(conn, rows)
             await merge(conn, _SCRATCH, upsert=False)
         return None

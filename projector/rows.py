@@ -1,7 +1,7 @@
-"""Pure projection: a ledger event → the current_objects row it leaves behind.
+"""Pure projection: a ledger event → the current_objects (or current_relationships) row it leaves behind.
 
-Every object event carries the full envelope metadata of the version it committed, so an object's row is
-a function of its latest event alone; applying events in ledger order and keeping the last row per
+Every object event (and every Relationship Version's, which names relationship_id instead) carries the
+full envelope metadata of the version it committed, so an object's row is a function of its latest event alone; applying events in ledger order and keeping the last row per
 object gives the same table however the events are batched (that is what makes replay byte-identical).
 The full-text vector is derived in SQL from the content store, never from the event (events carry no
 content).
@@ -10,7 +10,7 @@ content).
 from __future__ import annotations
 
 from collections.abc import Container
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -62,6 +62,7 @@ class _Payload(msgspec.Struct):
 
 class _Event(msgspec.Struct):
     object_id: str | None = None
+    relationship_id: str | None = None
     payload: _Payload | None = None
 
 
@@ -74,8 +75,14 @@ def current_row(event: bytes, ledger_sequence: int) -> Row | None:
     touch a version. `meta` is the envelope's bytes as they stand in the event: a member of canonical JSON
     is itself canonical, so no re-encoding is needed."""
     decoded = _decode_event(event)
+    if decoded.object_id is None:
+        return None
+    return _object_row(decoded, ledger_sequence)
+
+
+def _object_row(decoded: _Event, ledger_sequence: int) -> Row | None:
     payload = decoded.payload
-    if payload is None or decoded.object_id is None:
+    if payload is None:
         return None
     raw = bytes(payload.envelope)
     if raw == b"null":
@@ -98,14 +105,97 @@ def fold(rows: dict[tuple[str, str], Row], row: Row | None) -> None:
 
 def newest_row(seen: Container[tuple[str, str]], scope_id: str, object_id: str | None, event: bytes,
                ledger_sequence: int) -> Row | None:
-    """For events read in DESCENDING ledger order with their ledger row's scope_id and object_id: the row
-    this event leaves if it is the first (so the latest) to leave one for its object, else None. An object
-    already in `seen` is skipped without decoding its event, so an update-heavy ledger decodes about one
-    event per object, and each row is final the moment it is found (a rebuild can stream it out)."""
+    """`newest_projection` for current_objects alone: the object row, or None (relationships included)."""
+    found = newest_projection(seen, scope_id, object_id, event, ledger_sequence)
+    return found.row if found is not None and not found.relationship else None
+
+
+def newest_projection(seen: Container[tuple[str, str]], scope_id: str, object_id: str | None, event: bytes,
+                      ledger_sequence: int) -> Projected | None:
+    """For events read in DESCENDING ledger order with their ledger row's scope_id and object_id column (a
+    relationship's id for a Relationship Version): the row this event leaves if it is the first (so the
+    latest) to leave one for its object or relationship, else None. An id already in `seen` is skipped
+    without decoding its event, so an update-heavy ledger decodes about one event per object, and each row
+    is final the moment it is found (a rebuild can stream it out). Objects and relationships share one id
+    namespace per scope, so one `seen` serves both."""
     if object_id is None or (scope_id, object_id) in seen:
         return None
-    row = current_row(event, ledger_sequence)
-    if row is not None and (row[0] != scope_id or row[1] != object_id):
+    found = project(event, ledger_sequence)
+    if found is not None and (found.row[0] != scope_id or found.row[1] != object_id):
         raise ValueError(f"ledger row {ledger_sequence} is filed under ({scope_id}, {object_id}) but its event"
-                         f" names ({row[0]}, {row[1]})")
-    return row
+                         f" names ({found.row[0]}, {found.row[1]})")
+    return found
+
+
+# current_relationships (infra/sql/010_relationships.sql): a Relationship Version's row.
+RELATIONSHIP_COLUMNS = (
+    "scope_id", "relationship_id", "version_id", "sequence", "ledger_sequence", "relationship_type",
+    "source_object_id", "target_scope_id", "target_object_id", "directionality", "lifecycle_state",
+    "availability_state", "retention_state", "validation_state", "actor_id", "committed_at", "content_digest",
+    "meta",
+)
+
+
+class _RelationshipMeta(msgspec.Struct):
+    """The Relationship envelope fields a row needs (relationship.schema.json; the rest stay in `meta`)."""
+
+    scope_id: str
+    relationship_id: str
+    version_id: str
+    sequence: int
+    relationship_type: str
+    source_object_id: str
+    target_object_id: str
+    directionality: str
+    lifecycle_state: str
+    availability_state: str
+    retention_state: str
+    validation_state: str
+    actor: _Actor
+    committed_at: str
+    target_scope_id: str | None = None
+
+
+_decode_relationship_meta = msgspec.json.Decoder(_RelationshipMeta).decode
+
+
+class Projected(NamedTuple):
+    """One event's row and the table it goes to (current_relationships when `relationship`)."""
+
+    relationship: bool
+    row: Row
+
+
+def project(event: bytes, ledger_sequence: int) -> Projected | None:
+    """The row an event leaves: an object's (current_objects), a relationship's (current_relationships),
+    or None when it commits no version (event-only entries)."""
+    decoded = _decode_event(event)
+    if decoded.object_id is not None:
+        row = _object_row(decoded, ledger_sequence)
+        return None if row is None else Projected(False, row)
+    if decoded.relationship_id is not None:
+        row = relationship_row_of(decoded, ledger_sequence)
+        return None if row is None else Projected(True, row)
+    return None
+
+
+def relationship_row(event: bytes, ledger_sequence: int) -> Row | None:
+    """The current_relationships row a Relationship Version's event leaves, or None for any other event."""
+    decoded = _decode_event(event)
+    return relationship_row_of(decoded, ledger_sequence) if decoded.relationship_id is not None else None
+
+
+def relationship_row_of(decoded: _Event, ledger_sequence: int) -> Row | None:
+    payload = decoded.payload
+    if payload is None:
+        return None
+    raw = bytes(payload.envelope)
+    if raw == b"null":
+        return None
+    m = _decode_relationship_meta(raw)
+    return (
+        m.scope_id, m.relationship_id, m.version_id, m.sequence, ledger_sequence, m.relationship_type,
+        m.source_object_id, m.target_scope_id or m.scope_id, m.target_object_id, m.directionality,
+        m.lifecycle_state, m.availability_state, m.retention_state, m.validation_state, m.actor.actor_id,
+        m.committed_at, payload.content_digest, raw,
+    )

@@ -1,4 +1,4 @@
-"""The projector's apply step: a batch of ledger events → current_objects rows (the kernel follower does the rest).
+"""The projector's apply step: a batch of ledger events → current_objects and current_relationships rows (the kernel follower does the rest).
 
 Why only this: following the stream (delivery, gaps, checkpoint, acks, stuck events, leadership) is the
 kernel's `infra.follower`; what is the projector's own is the pure fold (`projector.rows`) and the one
@@ -13,19 +13,25 @@ import psycopg
 
 from infra.follower import Event, FollowerSpec
 from infra.projections import NOTIFY_CHANNEL, PROJECTION
-from projector.rows import Row, current_row, fold
-from projector.store import upsert_rows
+from projector.rows import Row, fold, project
+from projector.store import upsert_relationships, upsert_rows
 
 
 class ProjectorStep:
-    """Folds a batch to one row per object (the last event wins) and upserts them in one statement."""
+    """Folds a batch to one row per object and per relationship (the last event wins) and upserts each
+    table's rows in one statement, in the follower's transaction (so with its checkpoint)."""
 
     async def apply(self, conn: psycopg.AsyncConnection[Any], events: list[Event]) -> None:
         rows: dict[tuple[str, str], Row] = {}
+        relationships: dict[tuple[str, str], Row] = {}
         for seq, event in events:
-            fold(rows, current_row(event, seq))
+            found = project(event, seq)
+            if found is not None:
+                fold(relationships if found.relationship else rows, found.row)
         if rows:
             await upsert_rows(conn, list(rows.values()))
+        if relationships:
+            await upsert_relationships(conn, list(relationships.values()))
 
 
 PROJECTOR = FollowerSpec(name="projector", checkpoint=PROJECTION, notify_channel=NOTIFY_CHANNEL,

@@ -1,4 +1,5 @@
-"""Writing projection rows: staged with COPY, merged with the full-text vector, checkpoint in the same txn.
+"""Writing projection rows: staged with COPY, merged with the full-text vector, checkpoint in the same txn;
+relationship rows (current_relationships) beside them in the same transaction.
 
 SQL lives here, next to the adapter that runs it. Table names go through psycopg.sql only.
 """
@@ -16,7 +17,7 @@ from psycopg import sql
 
 from infra.pg_pipeline import pipelined_transaction
 from infra.projections import NOTIFY_CHANNEL, PROJECTION, SEARCH_EXPRESSION, advance_checkpoint, notify_checkpoint
-from projector.rows import COLUMNS, Row
+from projector.rows import COLUMNS, RELATIONSHIP_COLUMNS, Row
 
 _STAGE = "projection_stage"
 _json = msgspec.json.Encoder()
@@ -157,3 +158,35 @@ async def merge(conn: psycopg.AsyncConnection[Any], table: str, upsert: bool, se
     source = sql.SQL("{stage} s").format(stage=sql.Identifier(_STAGE))
     await cur.execute(_insert(table, source, search, content, upsert))
     await cur.execute(sql.SQL("TRUNCATE {stage}").format(stage=sql.Identifier(_STAGE)))
+
+
+RELATIONSHIPS = "current_relationships"
+RELATIONSHIP_TYPES = ("text", "text", "text", "int4", "int8", "text", "text", "text", "text", "text", "text", "text",
+                      "text", "text", "text", "timestamptz", "text", "bytea")
+
+
+async def upsert_relationships(conn: psycopg.AsyncConnection[Any], rows: list[Row], table: str = RELATIONSHIPS) -> None:
+    """Relationship rows (at most one per relationship) in one statement over a JSON parameter, as
+    `upsert_rows` writes objects: a row never replaces a newer one, so redelivery changes nothing."""
+    payload = _json.encode([{**dict(zip(RELATIONSHIP_COLUMNS[:-1], row[:-1])), "meta": row[-1].decode()}
+                            for row in rows]).decode()
+    await conn.execute(_relationship_insert(table), (payload,))
+
+
+@functools.lru_cache(maxsize=8)
+def _relationship_insert(table: str) -> bytes:
+    record = sql.SQL(", ").join(
+        sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL("text" if c == "meta" else kind))
+        for c, kind in zip(RELATIONSHIP_COLUMNS, RELATIONSHIP_TYPES))
+    columns = sql.SQL(", ").join(sql.Identifier(c) for c in RELATIONSHIP_COLUMNS)
+    selected = sql.SQL(", ").join(
+        sql.SQL("convert_to(s.meta, 'UTF8')") if c == "meta" else sql.SQL("s.{}").format(sql.Identifier(c))
+        for c in RELATIONSHIP_COLUMNS)
+    updates = sql.SQL(", ").join(
+        sql.SQL("{c} = excluded.{c}").format(c=sql.Identifier(c)) for c in RELATIONSHIP_COLUMNS[2:])
+    return sql.SQL(
+        "INSERT INTO {table} ({columns}) SELECT {selected} FROM json_to_recordset(%s::json) AS s({record})"
+        " ON CONFLICT (scope_id, relationship_id) DO UPDATE SET {updates}"
+        " WHERE {table}.ledger_sequence < excluded.ledger_sequence"
+    ).format(table=sql.Identifier(table), columns=columns, selected=selected, record=record,
+             updates=updates).as_bytes(None)

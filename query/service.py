@@ -1,4 +1,4 @@
-"""The read side as a NATS service in a queue group: Read, Inspect History, Query and Search.
+"""The read side as a NATS service in a queue group: Read, Inspect History, Query, Search and Related.
 
 Each request is answered in its own task, so a query that waits for the projection (`min_sequence`, up to
 `wait_ms`) or a slow full-text query never holds up the others; the connection pool bounds how many reach
@@ -19,11 +19,12 @@ from psycopg_pool import AsyncConnectionPool
 
 from infra.embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from infra.nats_raw import RawClient, parse_headers
-from infra.request_shell import DelegationGate, DenialSink, Policy, RequestContext, RequestShell
+from infra.request_shell import AllowAll, DelegationGate, DenialSink, Policy, RequestContext, RequestShell
 from infra.settings import QuerySettings
 from infra.subjects import QUERIES, query_subject, status_subject
 from query.reads import history, read_envelope
-from schemas.queries import decode_query
+from query.related import relationship_refs, run_related
+from schemas.queries import RelatedRequest, decode_query, decode_related
 from query.hybrid import run_search
 from query.search import CheckpointWatcher, run_query
 from schemas.search import SearchRequest, decode_search
@@ -39,6 +40,9 @@ class ReadRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     scope_id: Id
     object_id: Id
     version_id: Id | None = None
+    # The non-authoritative relationship_refs projection, beside the envelope (never in it: the envelope's
+    # bytes stay those of the committed version): result {envelope, relationship_refs, as_of_sequence}.
+    include_relationship_refs: bool = False
     operation_id: Annotated[str, msgspec.Meta(max_length=512)] | None = None
 
 
@@ -136,9 +140,23 @@ class QueryService:
                 return decode_search(data)
             if name == "whoami":
                 return _whoami_decoder.decode(data)
+            if name == "related":
+                return decode_related(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidRequest(f"malformed {name} request: {exc}", details={"reason": str(exc)}) from None
         raise InvalidRequest(f"unknown query {name!r}")
+
+    def _may_read(self, context: RequestContext, scope_id: str) -> bool:
+        """May the caller read `scope_id` (a step of a traversal into another scope)? Auth off: yes. Enforced:
+        only by the caller's own grants (the policy's `holds`), never under a delegation (it covers one
+        scope), never for a policy that cannot say (fails closed)."""
+        policy = self.shell.policy
+        if isinstance(policy, AllowAll):
+            return True
+        holds = getattr(policy, "holds", None)
+        if holds is None or not context.authenticated or context.principal.delegation_id is not None:
+            return False
+        return bool(holds(context.principal.actor_id, scope_id, "read"))
 
     async def _answer(self, request: Any, context: RequestContext) -> bytes:
         if isinstance(request, WhoamiRequest):
@@ -148,10 +166,16 @@ class QueryService:
         if isinstance(request, ReadRequest):
             async with self.pool.connection() as conn:
                 envelope = await read_envelope(conn, request.scope_id, request.object_id, request.version_id)
+            if request.include_relationship_refs:
+                refs, at = await relationship_refs(self.pool, request.scope_id, request.object_id)
+                return canonical_bytes({"result": {"envelope": msgspec.Raw(envelope), "relationship_refs": refs,
+                                                   "as_of_sequence": at}})
             return canonical_bytes({"result": msgspec.Raw(envelope)})
         if isinstance(request, HistoryRequest):
             async with self.pool.connection() as conn:
                 return await history(conn, request.scope_id, request.object_id)
         if isinstance(request, SearchRequest):
             return await run_search(self.pool, self.watcher, self.index_watcher, request, self.settings)
+        if isinstance(request, RelatedRequest):
+            return await run_related(self.pool, self.watcher, request, lambda scope: self._may_read(context, scope))
         return await run_query(self.pool, self.watcher, request, self.partition)

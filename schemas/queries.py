@@ -129,3 +129,52 @@ def check_ranges(request: Filters) -> None:
     seq = request.ledger_sequence
     if seq is not None and seq.gte is not None and seq.lte is not None and seq.gte > seq.lte:
         raise InvalidRequest("ledger_sequence range is inverted (gte > lte)", details={"field": "ledger_sequence"})
+
+
+# ---- Query by relationship (query.related): neighbours of an object over current_relationships ----------
+
+Direction = Literal["outgoing", "incoming", "both"]
+MAX_HOPS = 3
+RelationshipTypeList = Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=256)]], _NonEmpty]
+
+
+class RelatedRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The relationships around `from_object_id` and the objects they reach, up to `hops` steps away.
+
+    `direction` is seen from the object a step starts at: outgoing follows directed relationships from their
+    source, incoming from their target; bidirectional and undirected ones count both ways. The state
+    filters apply to the relationships (default: available ones only, any lifecycle and validation); the
+    objects reached are shown whatever their state (a deleted one as `deleted`, never hidden). The start is
+    named `from_object_id`, not `object_id`, on purpose: a read under a delegation restricted to some objects
+    is checked per named object, and a traversal reaches objects the request does not name, so it is checked
+    like a query over the whole scope (infra.authz.exercise's `whole_scope`)."""
+
+    scope_id: Id
+    from_object_id: Id
+    relationship_types: RelationshipTypeList | None = None
+    direction: Direction = "both"
+    hops: Annotated[int, msgspec.Meta(ge=1, le=MAX_HOPS)] = 1
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_LIMIT)] = 50
+    availability_states: AvailabilityList = msgspec.field(default_factory=lambda: ["available"])
+    lifecycle_states: LifecycleList | None = None
+    retention_states: RetentionList | None = None
+    validation_states: ValidationList | None = None
+    min_sequence: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    wait_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_WAIT_MS)] = 2000
+    operation_id: Annotated[str, msgspec.Meta(max_length=512)] | None = None
+
+
+_related_decoder = msgspec.json.Decoder(RelatedRequest)
+
+
+def decode_related(data: bytes) -> RelatedRequest:
+    """Decode and check a query.related request; every problem is invalid_request naming what is wrong."""
+    try:
+        request = _related_decoder.decode(data)
+        check_value(msgspec.to_builtins(request))
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        raise InvalidRequest(f"malformed related request: {exc}", details={"reason": str(exc)}) from None
+    except BadValue as exc:
+        raise InvalidRequest(f"invalid related request: {exc}", details={"field": exc.path, "reason": exc.reason}
+                             ) from None
+    return request

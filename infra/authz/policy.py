@@ -39,6 +39,7 @@ REQUEST_OPERATIONS: Mapping[str, str] = {
     "cmd.create_scope": "create", "cmd.register_embedding_space": "create",
     "query.read": "read", "query.history": "inspect_history", "query.query": "query", "query.search": "query",
     "query.whoami": "read",  # scopeless: any authenticated caller may ask who it is
+    "query.related": "read",  # each object a traversal returns is a read of it (and of its scope: every step)
     "sub.open": "subscribe", "sub.poll": "subscribe", "sub.ack": "subscribe", "sub.resume": "subscribe",
     "sub.status": "subscribe", "sub.close": "unsubscribe",
 }
@@ -58,7 +59,7 @@ DELEGABLE = frozenset({"cmd.create", "cmd.update", "cmd.transition", "cmd.delete
                        "cmd.promote", "cmd.correct_provenance"})
 # Reads that may be made under one (the Pam-Actor header's delegation_id): the shell has the writer exercise it
 # (infra.authz.exercise) before the handler runs.
-DELEGABLE_READS = frozenset({"query.read", "query.history", "query.query", "query.search"})
+DELEGABLE_READS = frozenset({"query.read", "query.history", "query.query", "query.search", "query.related"})
 # Delegation commands: the caller must be the command's actor; who may grant, check or revoke what is the
 # writer's core's to decide (command_handler/delegations.py), against the grantor's grants.
 DECIDED_BY_THE_WRITER = frozenset({"cmd.grant_delegation", "cmd.check_delegation", "cmd.revoke_delegation"})

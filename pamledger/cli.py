@@ -22,6 +22,7 @@ from memory_client.client import MemoryClient, PamspecError
 from pamledger.cli_audit import add_audit_parsers, cmd_audit, cmd_replay
 from pamledger.cli_index import add_index_parsers, cmd_index, cmd_spaces
 from pamledger.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report
+from pamledger.cli_scrub import add_scrub_parser, cmd_scrub
 from pamledger.supervisor import ROLES
 
 _print = print_json
@@ -225,13 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_client_parsers(sub)
     add_audit_parsers(sub)
     add_index_parsers(sub)
+    add_scrub_parser(sub)
     return parser
 
 
 HANDLERS: dict[str, Handler] = {
     "up": cmd_up, "down": cmd_down, "clean": cmd_clean, "run": cmd_run, "serve": cmd_serve, "status": cmd_status,
     "verify": cmd_verify, "stream": cmd_stream, "replay": cmd_replay, "audit": cmd_audit,
-    "spaces": cmd_spaces, "index": cmd_index,
+    "spaces": cmd_spaces, "index": cmd_index, "scrub": cmd_scrub,
 }
 
 

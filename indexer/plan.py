@@ -9,7 +9,14 @@ What each event means here:
 - `embedding_generated` / other `index_rebuilt` entries: the indexer's own records coming back, ignored;
 - an event whose version is deleted or redacted (`object_deleted`, `object_redacted`, availability →
   deleted/redacted): erase every vector of the object;
-- any other event with an envelope and a content digest: the object's new current version.
+- a partial redaction (`object_redacted` to `partially_redacted`, erasing or suppressing): erase every vector
+  of the object (they were made from content that held the removed values), then embed the new version,
+  whose content is the permitted projection. An object erased in a batch stays in `erased` even when a later
+  version of the batch is embedded: the shell deletes first and writes after, and never moves a vector of an
+  erased object (it would move the very vector it deleted);
+- any other event with an envelope and a content digest: the object's new current version;
+- a Relationship Object's events (their envelope has no object_type, their event names `relationship_id`):
+  ignored, relationships are not embedded.
 """
 
 from __future__ import annotations
@@ -60,7 +67,9 @@ class DefaultSwitch:
 
 @dataclass
 class Plan:
-    """A batch's work, in the order the shell applies it: registry rows first, then erasures, then vectors."""
+    """A batch's work, in the order the shell applies it: registry rows first, then erasures, then vectors.
+    An object may be in both `erased` and `versions` (a partial redaction): its old vectors go, the new
+    version's vector is written."""
 
     registry: list[Registration | DefaultSwitch] = field(default_factory=list)
     versions: dict[tuple[str, str], Version] = field(default_factory=dict)
@@ -76,7 +85,7 @@ class _Actor(msgspec.Struct):
 class _Meta(msgspec.Struct):
     version_id: str
     sequence: int
-    object_type: str
+    object_type: str | None = None  # a Relationship Object's envelope has none: it is not embedded
     availability_state: str = "active"
 
 
@@ -114,13 +123,15 @@ def plan_batch(events: list[tuple[int, bytes]]) -> Plan:
             continue
         if event.object_id is None or payload.envelope is None or event.scope_id == SYSTEM_SCOPE:
             continue  # the system scope's objects (actors, credentials) are not memory: never embedded
-        key = (event.scope_id, event.object_id)
         meta = payload.envelope
+        if meta.object_type is None:
+            continue  # a relationship event filed under an object id: relationships have no vectors
+        key = (event.scope_id, event.object_id)
         if event.event_type in ERASING_EVENTS or meta.availability_state in ERASED_STATES:
-            plan.versions.pop(key, None)
             plan.erased.add(key)
+        if meta.availability_state in ERASED_STATES:
+            plan.versions.pop(key, None)  # nothing of the object is left to embed
         elif payload.content_digest is not None:
-            plan.erased.discard(key)  # cannot happen after an erasure today; a later version would win anyway
             plan.versions[key] = Version(event.scope_id, event.object_id, meta.version_id, meta.sequence, seq,
                                          meta.object_type, payload.content_digest)
     return plan

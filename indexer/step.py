@@ -86,7 +86,8 @@ class IndexerStep:
             if embedders[space.space_key] is None:
                 continue  # another provider's space: reported by `pamledger spaces`, never filled here
             digests = await vector_digests(conn, space, [v.key for v in versions])
-            same = [v for v in versions if v.key not in unsure and digests.get(v.key, "") == v.content_digest]
+            same = [v for v in versions if v.key not in unsure and v.key not in prepared.plan.erased
+                    and digests.get(v.key, "") == v.content_digest]  # an erased object's vector is deleted first
             prepared.moves[space.space_key] = [MovedRow(v.scope_id, v.object_id, v.version_id, v.version_sequence,
                                                         v.ledger_sequence, v.content_digest) for v in same]
             todo[space.space_key] = [v for v in versions if v not in same]

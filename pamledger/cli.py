@@ -23,6 +23,7 @@ from pamledger.cli_audit import add_audit_parsers, cmd_audit, cmd_replay
 from pamledger.cli_index import add_index_parsers, cmd_index, cmd_spaces
 from pamledger.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report
 from pamledger.cli_retention import add_retention_parsers, cmd_retention
+from pamledger.cli_scrub import add_scrub_parser, cmd_scrub
 from pamledger.supervisor import ROLES, enabled_optional_roles
 
 _print = print_json
@@ -227,13 +228,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_audit_parsers(sub)
     add_index_parsers(sub)
     add_retention_parsers(sub)
+    add_scrub_parser(sub)
     return parser
 
 
 HANDLERS: dict[str, Handler] = {
     "up": cmd_up, "down": cmd_down, "clean": cmd_clean, "run": cmd_run, "serve": cmd_serve, "status": cmd_status,
     "verify": cmd_verify, "stream": cmd_stream, "replay": cmd_replay, "audit": cmd_audit,
-    "spaces": cmd_spaces, "index": cmd_index, "retention": cmd_retention,
+    "spaces": cmd_spaces, "index": cmd_index, "retention": cmd_retention, "scrub": cmd_scrub,
 }
 
 

@@ -7,7 +7,7 @@ import base64
 # The commands an agent may send (the rest of `{prefix}.cmd.*` is the service's own: open_subscription,
 # record_*, register_embedding_space): what a credential's NATS login may publish.
 COMMANDS = ("create", "update", "transition", "delete", "create_scope", "grant_delegation", "check_delegation",
-            "revoke_delegation")
+            "revoke_delegation", "relate", "redact", "promote", "correct_provenance")
 QUERIES = ("read", "history", "query", "search", "whoami", "related")
 
 

@@ -65,3 +65,15 @@ def test_two_processes_writing_one_file_agree_after_one_write(tmp_path: Path) ->
 
 def test_auth_off_renders_no_users(tmp_path: Path) -> None:
     assert "authorization" not in json.loads(NatsUsers(tmp_path, "pam", None, None).desired(None))
+
+
+def test_every_agent_command_is_publishable_by_a_credential_login() -> None:
+    """A command the writer knows that is not the service's own must be in infra.subjects.COMMANDS, else a
+    credential's NATS login cannot publish it where pamledger runs NATS with users (the [M5] commands were
+    missing once)."""
+    from infra.authz.policy import SERVICE_REQUESTS
+    from infra.subjects import COMMANDS
+    from schemas.commands import COMMAND_TYPES
+
+    service_only = {name for name in COMMAND_TYPES if f"cmd.{name}" in SERVICE_REQUESTS} - {"check_delegation"}
+    assert set(COMMANDS) == set(COMMAND_TYPES) - service_only

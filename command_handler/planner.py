@@ -21,7 +21,7 @@ from command_handler.delegations import decide_delegation, exercise_for
 from command_handler.intake import Parsed
 from command_handler.state import EVERYTHING, Authority, Context, Decision, ObjectHead, Stamp
 from infra.ledger import IdempotencyRow, LedgerRow
-from command_handler.store import Batch, ContentRow, VersionRow
+from command_handler.store import ERASED_REQUEST, Batch, ContentRow, VersionRow
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateScope, RecordAccessDenied, RegisterEmbeddingSpace
 from schemas.delegation import CheckDelegation, DelegationState, GrantDelegation, RevokeDelegation
@@ -246,6 +246,8 @@ def _idempotent(
 
 
 def _same_request(item: Parsed, digest: str) -> None:
+    if digest == ERASED_REQUEST:  # the object's content was erased, and the request's digest with it
+        return
     if digest != item.request_digest and isinstance(item.command, RegisterEmbeddingSpace):
         raise InvalidRequest(
             "this embedding_space_id is already registered with another descriptor; a changed space needs a new id",
@@ -300,7 +302,7 @@ def _add_rows(
             salt=decision.salt or stamp.salt, content=decision.content,
         ))
     if decision.erase_content:
-        batch.erase.append((head.scope_id, head.object_id, head.content_digest))
+        batch.erase.append((head.scope_id, head.object_id, head.content_digest, seq))
     if item.idempotency_key is not None:
         batch.idempotency.append(IdempotencyRow(
             scope_id=head.scope_id, idempotency_key=item.idempotency_key, request_digest=item.request_digest,

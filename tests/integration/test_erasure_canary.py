@@ -360,9 +360,6 @@ def test_erased_content_is_not_in_a_query_as_of_before_the_erasure(world: World)
         assert world.canary[shape] not in world.answers_after["query as_of"], shape
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: Query with as_of_sequence (query/plan.py _TEMPORAL_SOURCE)"
-                                       " joins the content store for the version current at that sequence, so"
-                                       " content suppressed later (erase=false) is answered again")
 def test_suppressed_content_is_not_in_a_query_as_of_before_the_suppression(world: World) -> None:
     for shape in SUPPRESSED:
         assert world.canary[shape] not in world.answers_after["query as_of"], shape
@@ -490,10 +487,6 @@ async def test_scrub_runs_and_leaves_no_erased_bytes_in_the_databases_files(worl
                                                                   if world.canary[shape].encode() in p.read_bytes()])
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (docs/security.md 'Erasure'): idempotency_records.request_digest"
-                                       " is an unsalted SHA-256 of the whole command, content included, and"
-                                       " outlives the erasure: whoever reads the table can confirm a guess of"
-                                       " the erased content")
 async def test_no_idempotency_record_keeps_an_unsalted_digest_of_erased_content(world: World, env: Env) -> None:
     from command_handler.intake import parse
 

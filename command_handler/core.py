@@ -28,6 +28,7 @@ from command_handler.versions import (
     version_event,
     with_optionals,
 )
+from infra.authz.policy import RETENTION_ACTOR_ID
 from schemas.canonical import canonical_bytes
 from schemas.commands import (
     CloseSubscription,
@@ -71,6 +72,9 @@ def decide(
 ) -> Decision:
     """Validate one command against the object's head, the registry's tables and the context, and say what it
     writes, or raise."""
+    if command.actor.actor_id == RETENTION_ACTOR_ID and not _expiration(command):
+        raise AccessDenied("the retention evaluator's actor only moves retention to expired",
+                           rule_id="retention.actor_expires_only")
     match command:
         case OpenSubscription() | CloseSubscription() | RegisterEmbeddingSpace() | RecordIndexEvent() | RecordAccessDenied():
             return _event_only(command, stamp)
@@ -94,6 +98,11 @@ def decide(
         case Promote():
             return promotion.promote(head, command, stamp, registry, context, create)
     raise InvalidRequest(f"unknown command {type(command).__name__}")
+
+
+def _expiration(command: Any) -> bool:
+    """A transition of retention to expired: all the retention evaluator's actor may ever write."""
+    return isinstance(command, TransitionState) and (command.dimension, command.target_state) == ("retention", "expired")
 
 
 def evolve(head: ObjectHead | None, decision: Decision) -> ObjectHead | None:

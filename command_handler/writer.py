@@ -254,6 +254,8 @@ class Writer:
             self.heads.put(key, head)
         for key, record in plan.idempotency.items():
             self.idempotency.put(key, record)
+        if plan.batch.erase:  # the erasure forgot request digests in Postgres (store.ERASED_REQUEST): so do we
+            self.idempotency.clear()
         for scope_id in plan.new_scopes:
             self.scopes.put(scope_id, True)
 

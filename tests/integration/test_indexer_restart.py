@@ -64,7 +64,11 @@ async def test_a_stopped_indexer_resumes_from_its_checkpoint_without_duplicates(
         await wait_for(lambda: indexed_through(env, second[-1]["ledger_sequence"]), timeout=30)
     made = first + second
     assert await vector_versions(env) == {m["object_id"]: m["version_id"] for m in made}
-    counts = await listed(env)
+
+    async def all_listed() -> Counter[tuple[str, str, str]] | None:  # the outbox records after the checkpoint moves
+        counts = await listed(env)
+        return counts if len(counts) >= len(made) else None
+    counts = await wait_for(all_listed, timeout=30)
     assert sorted(counts.values()) == [1] * len(made)
 
 

@@ -233,9 +233,11 @@ async def story(client: MemoryClient, scope: str) -> dict[str, Any]:
     oid = full["object_id"]
     head = (await note("update", client.update(scope, oid, full["version_id"], {"statement": "s2"}, ACTOR,
                                                PROVENANCE)))["version_id"]
-    for dimension, target in STEPS:
+    for dimension, target in STEPS:  # archived -> active is "with policy override" (table 5)
+        override = (dimension, target) == ("lifecycle", "active")
         head = (await note(f"{dimension}->{target}", client.transition(
-            scope, oid, head, dimension, target, ACTOR, PROVENANCE, policy_basis="policy:conformance")))["version_id"]
+            scope, oid, head, dimension, target, ACTOR, PROVENANCE, policy_basis="policy:conformance",
+            policy_override=override)))["version_id"]
     made = await note("create to redact", client.create(scope, "claim", {"statement": "r"}, ACTOR, PROVENANCE))
     await note("redact", client.transition(scope, made["object_id"], made["version_id"], "availability", "redacted",
                                            ACTOR, PROVENANCE, policy_basis="policy:pii"))

@@ -166,7 +166,8 @@ async def test_audit_at_n_is_stable_after_later_writes(history: dict[str, Any], 
         before = await audit(conn, scope, at, 0)
     assert {o["object_id"] for o in before["objects"]} >= {target["object_id"]}
     moved = await client.transition(scope, target["object_id"], target["version_id"], "lifecycle", "active",
-                                    ACTOR, PROVENANCE, policy_basis="review:reactivated")
+                                    ACTOR, PROVENANCE, policy_basis="review:reactivated",
+                                    policy_override=True)
     await client.delete(scope, moved["object_id"], moved["version_id"], ACTOR, PROVENANCE)
     await client.create(scope, "claim", {"statement": "later"}, ACTOR, PROVENANCE)
     async with await psycopg.AsyncConnection.connect(service.database_url) as conn:

@@ -162,3 +162,21 @@ def test_writes_after_delete_are_object_deleted() -> None:
     tomb = decide(created(), command(DeleteObject), stamp(2), REGISTRY).head
     cmd = command(UpdateObject, expected_version_id="ver:2", canonical_content=1)
     assert code_of(tomb, cmd) == "object_deleted"
+
+
+@pytest.mark.parametrize("fields, allowed", [
+    ({"dimension": "retention", "target_state": "expired"}, True),
+    ({"dimension": "retention", "target_state": "pending_deletion"}, False),
+    ({"dimension": "availability", "target_state": "deleted"}, False),
+    ({"dimension": "lifecycle", "target_state": "deprecated"}, False),
+])
+def test_the_retention_actor_only_expires(fields: dict[str, Any], allowed: bool) -> None:
+    """The service credential may speak as actor:pamledger:retention (the evaluator): the core holds that actor to
+    the one thing it is for, whatever the credential."""
+    retention = {"actor_id": "actor:pamledger:retention", "actor_kind": "service"}
+    cmd = command(TransitionState, actor=retention, provenance={**PROV, "actor": retention}, **fields)
+    if allowed:
+        assert decide(created(), cmd, stamp(2), REGISTRY).head.meta["retention_state"] == "expired"
+    else:
+        assert code_of(created(), cmd) == "access_denied"
+    assert code_of(None, create(actor=retention)) == "access_denied"

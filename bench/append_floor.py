@@ -24,7 +24,7 @@ from command_handler.chain import GENESIS_HASH
 from command_handler.intake import Parsed, parse
 from command_handler.planner import PlanInputs, plan_batch
 from command_handler.store import SINGLE_STATEMENT_ROWS, Batch, PostgresLedgerStore
-from command_handler.writer import new_stamp
+from command_handler.stamps import new_stamp
 from schemas.errors import PamledgerError
 from schemas.registry import default_registry
 

@@ -15,12 +15,12 @@ from typing import Any
 import msgspec
 
 from command_handler import promotion, redactions, relationships
+from command_handler.tool_memory import TOOL_EVENTS, check_invocation, tool_entry
 from command_handler.state import NO_CONTEXT, Context, Decision, ObjectHead, Stamp
 from command_handler.versions import (
     check_actor,
     content_digest,
     entry_event,
-    follower_stamp,
     live_head,
     next_head,
     stamped,
@@ -61,9 +61,7 @@ from schemas.redaction import Redact
 from schemas.registry import TypeRegistry
 from schemas.relationship import Relate, is_relationship
 
-# Kept importable from here: tests and benches name them so.
-__all__ = ["decide", "evolve", "content_digest", "named_objects", "erases_content"]
-TOOL_EVENTS = {"tool_invocation": "tool_invoked", "tool_result": "tool_completed"}
+__all__ = ["decide", "evolve", "content_digest"]  # tests and benches name them so
 
 
 def decide(
@@ -108,41 +106,6 @@ def _expiration(command: Any) -> bool:
 def evolve(head: ObjectHead | None, decision: Decision) -> ObjectHead | None:
     """The object's head after a decision commits."""
     return decision.head if decision.head is not None else head
-
-
-def named_objects(command: Any) -> list[tuple[str, str]]:
-    """(scope_id, object_id) of every object a command looks at besides the one it writes: what the writer
-    loads into the Context before deciding."""
-    scope_id = command.scope_id
-    if isinstance(command, Relate):
-        keys = [(scope_id, command.source_object_id), (command.target_scope_id or scope_id, command.target_object_id)]
-        return keys
-    if isinstance(command, Promote):
-        keys = [(scope_id, command.source_object_id)]
-        if command.relationship_id is not None:
-            keys.append((scope_id, command.relationship_id))
-        if command.target_object_type == "tool_result":
-            keys += _invocation(scope_id, command.target_canonical_content)
-        return keys
-    if isinstance(command, CreateObject) and command.object_type == "tool_result":
-        return _invocation(scope_id, command.canonical_content)
-    return []
-
-
-def erases_content(command: Any) -> bool:
-    """True for commands that may erase stored content (what a scope's minimum retention guards)."""
-    if isinstance(command, DeleteObject):
-        return True
-    if isinstance(command, Redact):
-        return command.redaction_target.erase
-    return isinstance(command, TransitionState) and command.dimension == "availability" \
-        and command.target_state in ("redacted", "deleted")
-
-
-def _invocation(scope_id: str, content: Any) -> list[tuple[str, str]]:
-    """The tool_invocation a tool_result's content names, if it names one."""
-    invocation = content.get("invocation_object_id") if isinstance(content, dict) else None
-    return [(scope_id, invocation)] if isinstance(invocation, str) else []
 
 
 def _event_only(command: EventOnlyCommand, stamp: Stamp) -> Decision:
@@ -204,7 +167,7 @@ def create(head: ObjectHead | None, command: CreateObject, stamp: Stamp, registr
     check_actor(command.actor, command.provenance)
     registry.check_content(command.object_type, command.canonical_content)
     if command.object_type == "tool_result":
-        _check_invocation(command, context)
+        check_invocation(command, context)
     if command.availability_state != "available":
         raise InvalidRequest("objects are created available", details={"availability_state": command.availability_state})
     lifecycle = command.lifecycle_state or registry.lifecycle_at_creation(command.object_type)
@@ -230,34 +193,7 @@ def create(head: ObjectHead | None, command: CreateObject, stamp: Stamp, registr
     tool_event = TOOL_EVENTS.get(command.object_type)
     if tool_event is None:
         return decision
-    return msgspec.structs.replace(decision, followers=(_tool_entry(command, stamp, tool_event, new),))
-
-
-def _check_invocation(command: CreateObject, context: Context) -> None:
-    """A tool_result's invocation_object_id names a live tool_invocation of this scope."""
-    invocation_id = command.canonical_content["invocation_object_id"]
-    invocation = context.head(command.scope_id, invocation_id)
-    problem = None
-    if invocation is None or invocation.deleted:
-        problem = "names no tool_invocation in this scope"
-    elif invocation.meta.get("object_type") != "tool_invocation":
-        problem = f"names a {invocation.meta.get('object_type') or 'relationship'}, not a tool_invocation"
-    if problem is not None:
-        raise InvalidObject(f"canonical_content.invocation_object_id {problem}",
-                            details={"field": "/canonical_content/invocation_object_id",
-                                     "invocation_object_id": invocation_id})
-
-
-def _tool_entry(command: CreateObject, stamp: Stamp, event_type: str, new: ObjectHead) -> Decision:
-    """tool_invoked / tool_completed: the event-only entry beside a tool memory object's creation."""
-    content = command.canonical_content
-    payload: dict[str, Any] = {"object_id": new.object_id, "version_id": new.version_id}
-    if event_type == "tool_invoked":
-        payload["tool_name"] = content["tool_name"]
-    else:
-        payload.update(invocation_object_id=content["invocation_object_id"], outcome=content["outcome"])
-    return Decision(event=entry_event(command.actor, follower_stamp(stamp, 1), command.scope_id, event_type, payload,
-                                      object_id=new.object_id), head=None)
+    return msgspec.structs.replace(decision, followers=(tool_entry(command, stamp, tool_event, new),))
 
 
 def _update(head: ObjectHead, command: UpdateObject, stamp: Stamp, registry: TypeRegistry) -> Decision:

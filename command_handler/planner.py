@@ -19,17 +19,17 @@ from command_handler.chain import row_hash
 from command_handler.core import decide
 from command_handler.delegations import decide_delegation, exercise_for
 from command_handler.intake import Parsed
+from command_handler.references import DELEGATION_COMMANDS
 from command_handler.state import EVERYTHING, Authority, Context, Decision, ObjectHead, Stamp
 from infra.ledger import IdempotencyRow, LedgerRow
 from command_handler.store import ERASED_REQUEST, Batch, ContentRow, VersionRow
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateScope, RecordAccessDenied, RegisterEmbeddingSpace
-from schemas.delegation import CheckDelegation, DelegationState, GrantDelegation, RevokeDelegation
+from schemas.delegation import CheckDelegation, DelegationState
 from schemas.errors import AccessDenied, DuplicateOperation, InvalidRequest, PamledgerError, ScopeNotFound
 from schemas.registry import TypeRegistry
 
 log = structlog.get_logger(__name__)
-DELEGATION_COMMANDS = (GrantDelegation, CheckDelegation, RevokeDelegation)
 
 
 

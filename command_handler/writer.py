@@ -11,20 +11,20 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 import psycopg
 import structlog
 from nats.aio.msg import Msg
 
-from command_handler.core import TOOL_EVENTS, erases_content, named_objects
 from command_handler.redactions import minimum_retention_days
+from command_handler.references import delegation_named, erases_content, head_keys
+from command_handler.stamps import new_stamp
 from command_handler.denials import admit, authority_of, refusal_entry
 from command_handler.guard import AppendGuard
 from command_handler.intake import Parsed, parse
-from command_handler.planner import DELEGATION_COMMANDS, Outcome, Plan, PlanInputs, known_result_bytes, plan_batch
-from command_handler.state import ObjectHead, Stamp
+from command_handler.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch
+from command_handler.state import ObjectHead
 from command_handler.store import PostgresLedgerStore
 from infra.db_errors import map_db_error
 from infra.ledger import IdempotencyRow, LedgerRow, fetch_replay
@@ -35,9 +35,8 @@ from infra.request_shell import AllowAll, Policy, error_body, to_error
 from infra.settings import Settings
 from infra.subjects import command_subject, status_subject
 from schemas.canonical import canonical_bytes
-from schemas.commands import CorrectProvenance, CreateObject, CreateScope, Promote, TransitionState
+from schemas.commands import CorrectProvenance, CreateScope, TransitionState
 from schemas.redaction import Redact
-from schemas.relationship import Relate
 from schemas.errors import PamledgerError
 from schemas.registry import TypeRegistry, default_registry
 from schemas.replies import OPERATION_HEADER, entry_result_bytes, error_reply, result_bytes
@@ -189,26 +188,26 @@ class Writer:
 
     async def _load(self, parsed: list[Parsed], with_idempotency: bool) -> PlanInputs:
         """Fetch, in one query each, the heads, scopes (and, when asked, idempotency records) the caches lack."""
-        head_keys: set[tuple[str, str]] = set()
+        to_load: set[tuple[str, str]] = set()
         idem_keys, scope_ids = set(), set()
         for p in parsed:
             if isinstance(p.command, CreateScope):
                 scope_ids.add(p.command.scope_id)
                 continue
-            head_keys.update(k for k in _keys_of(p.command) if k not in self.heads)
+            to_load.update(k for k in head_keys(p.command) if k not in self.heads)
             if with_idempotency and p.idempotency_key and (p.scope_id, p.idempotency_key) not in self.idempotency:
                 idem_keys.add((p.scope_id, p.idempotency_key))
             if p.scope_id not in self.scopes:
                 scope_ids.add(p.scope_id)
         for scope_id in await self.store.known_scopes(sorted(scope_ids)):
             self.scopes.put(scope_id, True)
-        for key, head in (await self.store.load_heads(sorted(head_keys))).items():
+        for key, head in (await self.store.load_heads(sorted(to_load))).items():
             self.heads.put(key, head)
         for key, record in (await self.store.load_idempotency(sorted(idem_keys))).items():
             self.idempotency.put(key, record)
         heads: dict[tuple[str, str], ObjectHead] = {}
         for p in parsed:
-            for key in _keys_of(p.command):
+            for key in head_keys(p.command):
                 cached = self.heads.get(key)
                 if cached is not None:
                     heads[key] = cached
@@ -315,70 +314,9 @@ class Command(NamedTuple):
     headers: dict[str, str] | None
 
 
-def delegation_named(command: Any) -> str | None:
-    """The delegation a command acts on (delegation commands) or under (its actor's delegation_id)."""
-    if isinstance(command, DELEGATION_COMMANDS):
-        return command.delegation_id
-    actor = getattr(command, "actor", None)
-    return getattr(actor, "delegation_id", None)
-
-
-def _keys_of(command: Any) -> list[tuple[str, str]]:
-    """(scope_id, object_id) of every head a command needs: its own object's and those it names."""
-    if isinstance(command, Promote):
-        own = command.target_object_id
-    elif isinstance(command, Relate):
-        own = command.relationship_id
-    else:
-        own = getattr(command, "object_id", None)
-    keys = named_objects(command)
-    if own is not None:
-        keys.append((command.scope_id, own))
-    return keys
-
-
 def _op_id(msg: Command, item: Parsed | PamledgerError) -> str | None:
     if isinstance(item, Parsed) and item.operation_id:
         return item.operation_id
     return (msg.headers or {}).get(OPERATION_HEADER)
 
 
-def new_stamp(parsed: Parsed) -> Stamp:
-    """Fresh ids and the commit clock for one command (the shell's job, never the core's). One read of
-    the system's randomness gives the four version-4 UUIDs and the content salt."""
-    command = parsed.command
-    random = os.urandom(80)
-    if isinstance(command, Relate):
-        object_id = command.relationship_id or f"rel:{uuid4_text(random[:16])}"
-    else:
-        object_id = (command.target_object_id if isinstance(command, Promote) else getattr(command, "object_id", None)) \
-            or f"mem:{uuid4_text(random[:16])}"
-    spares = _SPARE_IDS.get(type(command), 0)
-    if isinstance(command, CreateObject) and command.object_type in TOOL_EVENTS:
-        spares = 3
-    return Stamp(
-        operation_id=parsed.operation_id or f"op:{uuid4_text(random[16:32])}",
-        event_id=f"evt:{uuid4_text(random[32:48])}",
-        version_id=f"ver:{uuid4_text(random[48:64])}",
-        object_id=object_id,
-        now=datetime.now(timezone.utc),
-        salt=random[64:],
-        spare=tuple(uuid4_text(chunk) for chunk in _chunks(os.urandom(16 * spares))) if spares else (),
-    )
-
-
-_SPARE_IDS: dict[type, int] = {Promote: 12}  # three ids (event, version, object) per further entry
-
-
-def _chunks(data: bytes) -> list[bytes]:
-    return [data[i:i + 16] for i in range(0, len(data), 16)]
-
-
-_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))  # the version nibble and the variant bits
-_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)  # version 4, RFC 4122 variant
-
-
-def uuid4_text(random16: bytes) -> str:
-    """str(uuid.UUID(bytes=random16, version=4)), at a third of its cost (it is four per command)."""
-    h = ((int.from_bytes(random16, "big") & _UUID4_CLEAR) | _UUID4_SET).to_bytes(16, "big").hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

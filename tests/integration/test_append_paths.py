@@ -13,7 +13,7 @@ from command_handler.chain import GENESIS_HASH
 from command_handler.intake import parse
 from command_handler.planner import Plan, PlanInputs, plan_batch
 from command_handler.store import Batch, PostgresLedgerStore
-from command_handler.writer import new_stamp
+from command_handler.stamps import new_stamp
 from schemas.registry import default_registry
 from tests.conftest import ACTOR, PROVENANCE, Servers, fresh_database
 

@@ -15,7 +15,7 @@ from command_handler.core import decide
 from command_handler.intake import parse
 from command_handler.planner import PlanInputs, plan_batch
 from command_handler.state import ObjectHead
-from command_handler.writer import new_stamp
+from command_handler.stamps import new_stamp
 from schemas.commands import TransitionState, UpdateObject
 from schemas.common import DIMENSION_STATES, EXTENSION_TYPE_PATTERNS, STANDARD_OBJECT_TYPES
 from schemas.content import CONTENT_SCHEMAS

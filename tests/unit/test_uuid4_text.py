@@ -6,7 +6,7 @@ import uuid
 
 from hypothesis import given, strategies as st
 
-from command_handler.writer import uuid4_text
+from command_handler.stamps import uuid4_text
 
 
 @given(st.binary(min_size=16, max_size=16))

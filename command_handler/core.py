@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from command_handler import promotion, redactions, relationships
+from command_handler.delegations import operation_of
 from command_handler.tool_memory import TOOL_EVENTS, check_invocation, tool_entry
 from command_handler.state import NO_CONTEXT, Context, Decision, ObjectHead, Stamp
 from command_handler.versions import (
@@ -70,8 +71,9 @@ def decide(
 ) -> Decision:
     """Validate one command against the object's head, the registry's tables and the context, and say what it
     writes, or raise."""
-    if command.actor.actor_id == RETENTION_ACTOR_ID and not _expiration(command):
-        raise AccessDenied("the retention evaluator's actor only moves retention to expired",
+    if command.actor.actor_id == RETENTION_ACTOR_ID and not isinstance(command, EVENT_ONLY) \
+            and not _expiration(command, head):
+        raise AccessDenied("the retention evaluator's actor only moves retention from retained to expired",
                            rule_id="retention.actor_expires_only")
     match command:
         case OpenSubscription() | CloseSubscription() | RegisterEmbeddingSpace() | RecordIndexEvent() | RecordAccessDenied():
@@ -98,9 +100,14 @@ def decide(
     raise InvalidRequest(f"unknown command {type(command).__name__}")
 
 
-def _expiration(command: Any) -> bool:
-    """A transition of retention to expired: all the retention evaluator's actor may ever write."""
-    return isinstance(command, TransitionState) and (command.dimension, command.target_state) == ("retention", "expired")
+EVENT_ONLY = (OpenSubscription, CloseSubscription, RegisterEmbeddingSpace, RecordIndexEvent, RecordAccessDenied)
+
+
+def _expiration(command: Any, head: ObjectHead | None) -> bool:
+    """A transition of retention from retained to expired: all the retention evaluator's actor may ever write
+    (never a hold's release)."""
+    return isinstance(command, TransitionState) and (command.dimension, command.target_state) == ("retention", "expired") \
+        and head is not None and head.state("retention") == "retained"
 
 
 def evolve(head: ObjectHead | None, decision: Decision) -> ObjectHead | None:
@@ -218,6 +225,12 @@ def _transition(head: ObjectHead, command: TransitionState, stamp: Stamp, regist
         raise InvalidStateTransition(f"{target!r} is not a {dimension} state", details=details)
     check_transition(registry, context, command, current, details)
     check_actor(command.actor, command.provenance)
+    if dimension == "availability" and command.actor.delegation_id is None:
+        # Erasing, deleting or restoring content is what `redact` and `delete` grant, whichever command asks.
+        operation = operation_of(command)
+        if not context.authority.holds(command.actor.actor_id, head.scope_id, operation):
+            raise AccessDenied(f"an availability transition to {target} needs the {operation} operation",
+                               rule_id=f"transition.availability_needs_{operation}")
     if dimension == "availability":
         return redactions.availability(head, command, stamp, context)
     meta = stamped(dict(head.meta), command.actor, command.provenance, stamp, head.sequence + 1)

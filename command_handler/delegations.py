@@ -39,7 +39,9 @@ from schemas.commands import (
     UpdateObject,
 )
 from schemas.redaction import Redact
-from schemas.relationship import Relate
+from schemas.relationship import Relate, is_relationship
+
+RELATIONSHIP_TYPE = "relationship"  # what a delegation's granted_object_types names to cover Relationship Objects
 from schemas.errors import AccessDenied, InvalidObject, InvalidRequest
 from schemas.events import LedgerEvent
 
@@ -182,15 +184,28 @@ def exercise_for(command: ObjectCommand, head_meta: dict[str, Any] | None) -> Ch
     if command.provenance.actor is None or command.provenance.actor.delegation_id != actor.delegation_id:
         raise InvalidObject("a command made under a delegation names it in provenance.actor.delegation_id too",
                             details={"field": "/provenance/actor/delegation_id", "delegation_id": actor.delegation_id})
+    strict = False
+    object_type: str | None
     if isinstance(command, CreateObject):
         object_type, object_id = command.object_type, command.object_id
     elif isinstance(command, Promote):  # the object it makes of the working memory
         object_type, object_id = command.target_object_type, command.source_object_id
-    elif isinstance(command, Relate):  # the relationship is checked by its source object
-        object_type, object_id = None, command.source_object_id
+    elif isinstance(command, Relate) or is_relationship(head_meta or {}):
+        # A relationship has no object type: a delegation restricted to types covers it only if it names
+        # "relationship" among them (strict: never waved through for want of a type).
+        object_type, strict = RELATIONSHIP_TYPE, True
+        object_id = command.source_object_id if isinstance(command, Relate) else command.object_id
     else:
         object_type, object_id = (head_meta or {}).get("object_type"), command.object_id
     return CheckDelegation(scope_id=command.scope_id, delegation_id=actor.delegation_id,
-                           delegated_actor_id=actor.actor_id, operation=_OPERATION_OF[type(command)],  # type: ignore[arg-type]
-                           actor=actor, object_id=object_id, object_type=object_type,
+                           delegated_actor_id=actor.actor_id, operation=operation_of(command),  # type: ignore[arg-type]
+                           actor=actor, object_id=object_id, object_type=object_type, strict=strict,
                            on_behalf_of_actor_id=actor.on_behalf_of_actor_id)
+
+
+def operation_of(command: ObjectCommand) -> str:
+    """The PAMSPEC operation a command performs: an availability transition is a redaction (to redacted, or a
+    restoration to available) or a deletion, whatever command carries it."""
+    if isinstance(command, TransitionState) and command.dimension == "availability":
+        return "delete" if command.target_state == "deleted" else "redact"
+    return _OPERATION_OF[type(command)]

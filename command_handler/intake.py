@@ -89,12 +89,20 @@ def space_key(embedding_space_id: str) -> str:
     return f"embedding-space:{embedding_space_id}"
 
 
+CONTENT_FIELDS = ("canonical_content", "target_canonical_content")
+
+
 def _digest(plain: dict[str, Any]) -> str:
     """What 'the same request' means for idempotency: the command (already turned into builtins) minus its
-    key and operation id (consumed: they are dropped)."""
+    key and operation id (consumed: they are dropped). Two digests, `<whole>.<shape>`: the whole request's,
+    and its shape's (everything but the content), which an erasure keeps when it forgets the whole one
+    (command_handler.store.ERASED_REQUEST), so a retry is still told apart from another request."""
     plain.pop("idempotency_key", None)
     plain.pop("operation_id", None)
-    return hashlib.sha256(canonical_bytes(plain)).hexdigest()
+    shape = canonical_bytes({k: v for k, v in plain.items() if k not in CONTENT_FIELDS})
+    content = canonical_bytes({k: plain[k] for k in CONTENT_FIELDS if k in plain})
+    whole = hashlib.sha256(shape + b"\x00" + content).hexdigest()
+    return f"{whole}.{hashlib.sha256(shape).hexdigest()}"
 
 
 def _check_values(name: str, data: bytes, plain: dict[str, Any]) -> None:

@@ -246,8 +246,13 @@ def _idempotent(
 
 
 def _same_request(item: Parsed, digest: str) -> None:
-    if digest == ERASED_REQUEST:  # the object's content was erased, and the request's digest with it
-        return
+    if digest.startswith(ERASED_REQUEST + "."):  # the content was erased: compare the request's shape alone
+        digest, asked = digest.partition(".")[2], item.request_digest.partition(".")[2]
+        if digest == asked:
+            return
+        raise DuplicateOperation(
+            "idempotency key was already used with a different request",
+            details={"idempotency_key": item.idempotency_key, "scope_id": item.scope_id})
     if digest != item.request_digest and isinstance(item.command, RegisterEmbeddingSpace):
         raise InvalidRequest(
             "this embedding_space_id is already registered with another descriptor; a changed space needs a new id",

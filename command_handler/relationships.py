@@ -5,8 +5,9 @@ target in another scope needs a policy_basis (policy_denied) and its scope must 
 (access_denied, rule relate.target_scope_not_granted); both endpoints are live Memory Objects (object_not_found
 without telling another scope's objects apart from missing ones, object_deleted, invalid_request for a
 relationship as endpoint); no self-loop by a vocabulary type (invalid_request). An update names the existing
-relationship with its expected version, keeps its endpoints (relationship_conflict otherwise) and its states
-(invalid_request: states move with transition). Neither endpoint gets a new version.
+relationship with its expected version, keeps its endpoints (relationship_conflict otherwise; a deleted
+endpoint does not stop it: the relationship is governed on its own) and its states (invalid_request: states
+move with transition). Neither endpoint gets a new version.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ def relate(head: ObjectHead | None, command: Relate, stamp: Stamp, context: Cont
     if problem is not None:
         raise InvalidRequest(problem, details={"relationship_type": command.relationship_type})
     target_scope = _target_scope(command, context)
+    if head is not None:  # an update: its endpoints are fixed, and gone ones leave it governed on its own
+        check_actor(command.actor, command.provenance)
+        return _update(head, command, stamp, target_scope)
+    if command.expected_version_id is not None:
+        raise ObjectNotFound("relationship not found in this scope", details={"relationship_id": stamp.object_id})
     _endpoint(context, command.scope_id, command.source_object_id, "source")
     _endpoint(context, target_scope, command.target_object_id, "target")
     if (command.source_object_id, command.scope_id) == (command.target_object_id, target_scope) \
@@ -45,12 +51,7 @@ def relate(head: ObjectHead | None, command: Relate, stamp: Stamp, context: Cont
                              details={"object_id": command.source_object_id,
                                       "relationship_type": command.relationship_type})
     check_actor(command.actor, command.provenance)
-    if head is None:
-        if command.expected_version_id is not None:
-            raise ObjectNotFound("relationship not found in this scope",
-                                 details={"relationship_id": stamp.object_id})
-        return _create(command, stamp, target_scope)
-    return _update(head, command, stamp, target_scope)
+    return _create(command, stamp, target_scope)
 
 
 def relationship_meta(command: Relate, stamp: Stamp, target_scope: str, states: dict[str, str],

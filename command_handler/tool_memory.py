@@ -29,12 +29,11 @@ def check_invocation(command: CreateObject, context: Context) -> None:
 
 
 def tool_entry(command: CreateObject, stamp: Stamp, event_type: str, new: ObjectHead) -> Decision:
-    """tool_invoked / tool_completed: the event-only entry beside a tool memory object's creation."""
-    content = command.canonical_content
+    """tool_invoked / tool_completed: the event-only entry beside a tool memory object's creation. Ids only: the
+    ledger and its replica are append-only, so nothing of the content (not even the tool's name or the
+    outcome) goes into an entry an erasure could not reach."""
     payload: dict[str, Any] = {"object_id": new.object_id, "version_id": new.version_id}
-    if event_type == "tool_invoked":
-        payload["tool_name"] = content["tool_name"]
-    else:
-        payload.update(invocation_object_id=content["invocation_object_id"], outcome=content["outcome"])
+    if event_type == "tool_completed":
+        payload["invocation_object_id"] = command.canonical_content["invocation_object_id"]
     return Decision(event=entry_event(command.actor, follower_stamp(stamp, 1), command.scope_id, event_type, payload,
                                       object_id=new.object_id), head=None)

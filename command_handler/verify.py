@@ -41,7 +41,9 @@ SELECT l.ledger_sequence, l.event, l.prev_hash, l.row_hash, l.event_id, l.operat
                  AND l.event_type IN """ + _NEW_CONTENT + """
             THEN EXISTS (SELECT 1 FROM ledger e WHERE e.scope_id = l.scope_id AND e.object_id = l.object_id
                          AND e.ledger_sequence > l.ledger_sequence AND e.partition = l.partition
-                         AND (e.event_type IN ('object_deleted', 'availability_transitioned')
+                         AND (e.event_type = 'object_deleted'
+                              OR (e.event_type = 'availability_transitioned'
+                                  AND convert_from(e.event, 'UTF8')::jsonb #>> '{payload,to}' IN ('redacted', 'deleted'))
                               OR (e.event_type = 'object_redacted'
                                   AND convert_from(e.event, 'UTF8')::jsonb #>> '{payload,redaction,erased}' = 'true')))
        END

@@ -62,16 +62,23 @@ async def fetch_replay(conn: psycopg.AsyncConnection[Any], record: IdempotencyRo
         entry = await cur.fetchone()
         assert entry is not None, "idempotency record without its ledger entry"
         return entry_result_bytes(record.ledger_sequence, entry[0], replayed=True)
+    # The content only while the object's latest version does not hide it (a redaction, even a suppressing
+    # one, hides every earlier version's content from replays as from reads).
     cur = await conn.execute(
-        "SELECT v.sequence, v.meta, c.content, l.event_id FROM memory_versions v"
+        "SELECT v.sequence, v.meta, CASE WHEN latest.hidden AND latest.version_id <> v.version_id THEN NULL"
+        " ELSE c.content END, l.event_id FROM memory_versions v"
         " LEFT JOIN content_store c ON c.content_digest = v.content_digest"
         " JOIN ledger l ON l.partition = %s AND l.ledger_sequence = v.ledger_sequence"
+        " CROSS JOIN LATERAL (SELECT w.version_id, convert_from(w.meta, 'UTF8')::jsonb ->> 'availability_state'"
+        " IN ('redacted', 'partially_redacted') AS hidden FROM memory_versions w"
+        " WHERE w.scope_id = v.scope_id AND w.object_id = v.object_id ORDER BY w.sequence DESC LIMIT 1) latest"
         " WHERE v.version_id = %s",
         (partition, record.version_id),
     )
     row = await cur.fetchone()
     assert row is not None, "idempotency record without its version"
     meta = decode_json(bytes(row[1]))
+    extra = await _promotion(conn, partition, record.ledger_sequence, record.object_id)
     return canonical_bytes({"result": {
         id_field(meta): record.object_id,
         "version_id": record.version_id,
@@ -80,4 +87,19 @@ async def fetch_replay(conn: psycopg.AsyncConnection[Any], record: IdempotencyRo
         "event_id": row[3],
         "envelope": msgspec.Raw(envelope_bytes(meta, bytes(row[2]) if row[2] else None)),
         "idempotency_result": "replayed_original_result",
+        **extra,
     }})
+
+
+async def _promotion(conn: psycopg.AsyncConnection[Any], partition: int, ledger_sequence: int,
+                     object_id: str | None) -> dict[str, Any]:
+    """A promote's reply carries `promotion` (its links): its working_memory_promoted entry is the fourth of the
+    command's entries (one more when a tool type's entry comes between), so a replay answers the same."""
+    cur = await conn.execute(
+        "SELECT f.event FROM ledger f JOIN ledger o ON o.partition = f.partition AND o.ledger_sequence = %s"
+        " WHERE f.partition = %s AND f.ledger_sequence BETWEEN %s AND %s AND f.event_type = 'working_memory_promoted'"
+        " AND f.operation_id = o.operation_id AND o.event_type = 'object_created'",
+        (ledger_sequence, partition, ledger_sequence + 1, ledger_sequence + 4))
+    row = await cur.fetchone()
+    payload = decode_json(bytes(row[0]))["payload"] if row else {}
+    return {"promotion": payload} if payload.get("promoted_object_id") == object_id else {}

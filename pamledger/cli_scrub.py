@@ -32,10 +32,13 @@ from infra.settings import Settings
 
 # Tables whose rows hold content or something derived from it (full-text lexemes, vectors), in the order
 # they are scrubbed; the embedding spaces' vector tables and kept replay tables are found at run time.
-CONTENT_TABLES = ("content_store", "current_objects", "index_outbox")
+# Tables whose dead tuples can hold erased content: content, its projections and queues, the relationships'
+# content digests and meta, and the idempotency records whose request digests an erasure rewrote.
+CONTENT_TABLES = ("content_store", "current_objects", "current_relationships", "index_outbox", "idempotency_records")
 _DERIVED = (
     "SELECT c.relname FROM pg_class c WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace"
-    r" AND (c.relname LIKE 'embedding\_vectors\_%' OR c.relname LIKE 'current\_objects\_rebuild\_%')"
+    r" AND (c.relname LIKE 'embedding\_vectors\_%' OR c.relname LIKE 'current\_objects\_rebuild\_%'"
+    r" OR c.relname LIKE 'current\_relationships\_rebuild\_%')"
     " ORDER BY c.relname"
 )
 

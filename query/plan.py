@@ -28,6 +28,7 @@ _FILTERS = (
 _NOT_NULL_TIMES = ("committed_at", "recorded_at")
 # Versions as they stood at a sequence; while an object's latest version is redacted or partially redacted its
 # earlier versions' content is not shown (a suppression keeps it in content_store), as query.read does.
+# Relationship Versions (no object_type) are not Memory Objects: query.related finds them.
 _TEMPORAL_SOURCE = """(
   SELECT v.scope_id, v.object_id, v.version_id, v.ledger_sequence, d.shown AS content_digest, v.meta,
          m->>'object_type' AS object_type, m->>'schema_id' AS schema_id,
@@ -49,6 +50,7 @@ _TEMPORAL_SOURCE = """(
                                    AND latest.version_id <> v.version_id THEN NULL
                               ELSE v.content_digest END AS shown) d
   LEFT JOIN content_store c ON c.content_digest = d.shown
+  WHERE j.m ? 'object_type'
 )"""
 
 

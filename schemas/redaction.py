@@ -80,8 +80,13 @@ def redacted_projection(content: Any, pointers: list[str]) -> Any:
     """A copy of `content` with the value at every pointer replaced by REDACTED_MARKER; raises PointerProblem
     for a pointer that does not resolve (nothing is redacted then). Array indexes are decimal without leading
     zeros; `-` (past the end) names nothing."""
+    for pointer in pointers:  # every pointer must name something in the content as it is
+        _resolve(content, pointer)
     result = copy.deepcopy(content)
-    for pointer in pointers:
+    # deepest first: "/a/b" is replaced before "/a" takes its whole value (either order of the list works)
+    for pointer in sorted(set(pointers), key=lambda p: -len(pointer_tokens(p))):
+        if not _resolvable(result, pointer):  # an ancestor was replaced already: nothing left to do
+            continue
         tokens = pointer_tokens(pointer)
         parent = result
         for depth, token in enumerate(tokens):
@@ -103,3 +108,27 @@ def redacted_projection(content: Any, pointers: list[str]) -> Any:
             else:
                 raise PointerProblem(pointer, f"a scalar has no member {token!r} (depth {depth + 1})")
     return result
+
+
+def _resolve(content: Any, pointer: str) -> Any:
+    """The value a pointer names in `content`; raises PointerProblem when it names none."""
+    value = content
+    for depth, token in enumerate(pointer_tokens(pointer)):
+        if isinstance(value, dict) and token in value:
+            value = value[token]
+        elif isinstance(value, list) and _INDEX.match(token) and int(token) < len(value):
+            value = value[int(token)]
+        elif isinstance(value, (dict, list)):
+            raise PointerProblem(pointer, f"no {'member' if isinstance(value, dict) else 'array element'} {token!r}"
+                                          f" at depth {depth + 1}")
+        else:
+            raise PointerProblem(pointer, f"a scalar has no member {token!r} (depth {depth + 1})")
+    return value
+
+
+def _resolvable(content: Any, pointer: str) -> bool:
+    try:
+        _resolve(content, pointer)
+    except PointerProblem:
+        return False
+    return True

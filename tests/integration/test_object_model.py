@@ -320,3 +320,62 @@ async def test_a_scope_minimum_retention_refuses_erasure_until_it_has_passed(cli
             return False
         return True
     await wait_for(deleted, timeout=60, interval=0.3)
+
+
+async def test_an_idempotent_retry_never_shows_content_a_later_redaction_hides(client: MemoryClient) -> None:
+    made = await claim(client, "hidden by a suppression")
+    moved = await client.transition(SCOPE, made["object_id"], made["version_id"], "validation", "corroborated",
+                                    ACTOR, PROVENANCE, idempotency_key="retry:validation")
+    await client.command("redact", {
+        "scope_id": SCOPE, "object_id": made["object_id"], "expected_version_id": moved["version_id"],
+        "actor": ACTOR, "provenance": PROVENANCE, "policy_basis": "p", "redaction_target": {"erase": False}})
+    again = await client.transition(SCOPE, made["object_id"], made["version_id"], "validation", "corroborated",
+                                    ACTOR, PROVENANCE, idempotency_key="retry:validation")
+    assert again["version_id"] == moved["version_id"] and again["envelope"]["canonical_content"] is None
+
+
+async def test_after_an_erasure_a_key_still_tells_its_request_from_another(client: MemoryClient) -> None:
+    made = await client.create(SCOPE, "claim", {"statement": "erased later"}, ACTOR, PROVENANCE,
+                               idempotency_key="reuse:1")
+    await client.delete(SCOPE, made["object_id"], made["version_id"], ACTOR, PROVENANCE)
+    replayed = await client.create(SCOPE, "claim", {"statement": "erased later"}, ACTOR, PROVENANCE,
+                                   idempotency_key="reuse:1")
+    assert replayed["version_id"] == made["version_id"]
+    # the content part is forgotten: the same shape with other content cannot be told apart (replays) ...
+    other_content = await client.create(SCOPE, "claim", {"statement": "other"}, ACTOR, PROVENANCE,
+                                        idempotency_key="reuse:1")
+    assert other_content["version_id"] == made["version_id"]
+    # ... but another request under the key is still refused
+    err = await refused(client.create(SCOPE, "decision", {"statement": "x"}, ACTOR, PROVENANCE,
+                                      idempotency_key="reuse:1"))
+    assert err.code == "duplicate_operation"
+
+
+async def test_a_promote_retry_answers_the_same_links(client: MemoryClient) -> None:
+    scratch = await client.create(SCOPE, "working_memory", {"task_ref": "task:retry", "content": 1}, ACTOR, PROVENANCE)
+    body = {"scope_id": SCOPE, "source_object_id": scratch["object_id"], "expected_version_id": scratch["version_id"],
+            "target_object_type": "summary", "target_canonical_content": {"text": "t"}, "actor": ACTOR,
+            "provenance": PROVENANCE, "idempotency_key": "promote:retry"}
+    first = await client.command("promote", body)
+    again = await client.command("promote", body)
+    assert again["promotion"] == first["promotion"] and again["object_id"] == first["object_id"]
+
+
+async def test_a_query_as_of_a_sequence_lists_memory_objects_only(client: MemoryClient) -> None:
+    a, b = await claim(client), await claim(client)
+    made = await client.command("relate", relate_body(a["object_id"], b["object_id"]))
+    result = await client.query(SCOPE, as_of_sequence=made["ledger_sequence"], lifecycle_states=["active"],
+                                validation_states=["unverified"], limit=500)
+    ids = {item["envelope"].get("object_id") for item in result["items"]}
+    assert a["object_id"] in ids and None not in ids
+    assert all("relationship_id" not in item["envelope"] for item in result["items"])
+
+
+async def test_a_relationship_whose_endpoint_is_gone_can_still_be_updated(client: MemoryClient) -> None:
+    a, b = await claim(client), await claim(client)
+    made = await client.command("relate", relate_body(a["object_id"], b["object_id"]))
+    await client.delete(SCOPE, b["object_id"], b["version_id"], ACTOR, PROVENANCE)
+    updated = await client.command("relate", relate_body(
+        a["object_id"], b["object_id"], relationship_id=made["relationship_id"],
+        expected_version_id=made["version_id"], canonical_content={"note": "target deleted"}))
+    assert updated["sequence"] == 2

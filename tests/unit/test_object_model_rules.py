@@ -1,0 +1,91 @@
+"""[M5] Rules of the object model that the review of the first slice found missing, as tables over the pure core."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from command_handler.core import decide
+from command_handler.delegations import exercise_for, operation_of
+from command_handler.state import Context, ObjectHead
+from schemas.commands import DeleteObject, TransitionState
+from schemas.errors import PamledgerError
+from schemas.redaction import PointerProblem, redacted_projection
+from schemas.relationship import Relate
+from tests.unit.test_decide import ACTOR, PROV, REGISTRY, command, create, created, stamp
+
+DELEGATED = {**ACTOR, "delegation_id": "del:1"}
+RETENTION = {"actor_id": "actor:pamledger:retention", "actor_kind": "service"}
+
+
+class Grants:
+    """An authority holding exactly `ops` in every scope."""
+
+    def __init__(self, *ops: str):
+        self.ops = set(ops)
+
+    def holds(self, actor_id: str, scope_id: str, operation: str) -> bool:
+        return operation in self.ops
+
+    def administers(self, actor_id: str) -> bool:
+        return False
+
+
+def relationship_head() -> ObjectHead:
+    meta = {"relationship_id": "rel:1", "scope_id": "workspace:a", "relationship_type": "supports",
+            "availability_state": "available", "retention_state": "retained", "lifecycle_state": "active",
+            "validation_state": "unverified", "source_object_id": "mem:a", "target_object_id": "mem:b"}
+    return ObjectHead(scope_id="workspace:a", object_id="rel:1", version_id="ver:1", sequence=1, meta=meta,
+                      content_digest=None)
+
+
+def test_a_delegation_restricted_to_types_is_checked_strictly_for_relationships() -> None:
+    relate = msgspec.convert({"scope_id": "workspace:a", "source_object_id": "mem:a", "target_object_id": "mem:b",
+                              "relationship_type": "supports", "directionality": "directed", "actor": DELEGATED,
+                              "provenance": {**PROV, "actor": DELEGATED}}, Relate)
+    check = exercise_for(relate, None)
+    assert check is not None and (check.object_type, check.strict, check.operation) == ("relationship", True, "relate")
+    delete = command(DeleteObject, object_id="rel:1", actor=DELEGATED, provenance={**PROV, "actor": DELEGATED})
+    check = exercise_for(delete, relationship_head().meta)
+    assert check is not None and (check.object_type, check.strict) == ("relationship", True)
+
+
+@pytest.mark.parametrize("target, operation", [("redacted", "redact"), ("deleted", "delete"), ("available", "redact")])
+def test_an_availability_transition_is_the_redact_or_delete_operation(target: str, operation: str) -> None:
+    move = command(TransitionState, dimension="availability", target_state=target)
+    assert operation_of(move) == operation
+    if target == "available":
+        return
+    with pytest.raises(PamledgerError) as err:
+        decide(created(), move, stamp(2), REGISTRY, Context(authority=Grants("transition")))
+    assert err.value.code == "access_denied"
+    assert decide(created(), move, stamp(2), REGISTRY, Context(authority=Grants(operation))).head is not None
+
+
+def test_the_retention_actor_cannot_release_a_legal_hold() -> None:
+    held = created(retention_state="legal_hold")
+    move = command(TransitionState, dimension="retention", target_state="expired", policy_basis="retention:x",
+                   actor=RETENTION, provenance={**PROV, "actor": RETENTION})
+    with pytest.raises(PamledgerError) as err:
+        decide(held, move, stamp(2), REGISTRY)
+    assert err.value.code == "access_denied"
+
+
+def test_tool_entries_carry_ids_only() -> None:
+    """The ledger and its replica are append-only: nothing of a tool's content goes into its entry."""
+    made = create(object_type="tool_invocation", canonical_content={"tool_name": "secret-tool-name", "arguments": {}})
+    decision = decide(None, made, msgspec.structs.replace(stamp(), spare=tuple(f"u{i}" for i in range(3))), REGISTRY)
+    (entry,) = decision.followers
+    assert entry.event.event_type == "tool_invoked"
+    assert b"secret-tool-name" not in msgspec.json.encode(entry.event)
+
+
+@pytest.mark.parametrize("pointers", [["/a", "/a/b"], ["/a/b", "/a"], ["/a/b", "/a/b"]])
+def test_pointers_resolve_against_the_content_as_it_is_in_any_order(pointers: list[str]) -> None:
+    result = redacted_projection({"a": {"b": 1}, "c": 2}, pointers)
+    assert result["c"] == 2 and (result["a"] == "[REDACTED]" or result["a"] == {"b": "[REDACTED]"})
+
+
+def test_a_pointer_that_names_nothing_is_refused_before_anything_is_replaced() -> None:
+    with pytest.raises(PointerProblem):
+        redacted_projection({"a": {"b": 1}}, ["/a", "/a/x"])

@@ -60,15 +60,16 @@ async def test_a_stopped_indexer_resumes_from_its_checkpoint_without_duplicates(
         second = await create_many(client, 5, "while away")
     stopped_at = await _checkpoint(env)
     assert stopped_at < second[-1]["ledger_sequence"]
-    async with serving(env, ALL_ROLES, roles=ALL_ROLES):
-        await wait_for(lambda: indexed_through(env, second[-1]["ledger_sequence"]), timeout=30)
     made = first + second
-    assert await vector_versions(env) == {m["object_id"]: m["version_id"] for m in made}
 
-    async def all_listed() -> Counter[tuple[str, str, str]] | None:  # the outbox records after the checkpoint moves
+    async def all_listed() -> Counter[tuple[str, str, str]] | None:
         counts = await listed(env)
         return counts if len(counts) >= len(made) else None
-    counts = await wait_for(all_listed, timeout=30)
+    async with serving(env, ALL_ROLES, roles=ALL_ROLES):
+        await wait_for(lambda: indexed_through(env, second[-1]["ledger_sequence"]), timeout=30)
+        # the outbox sends its entries after the checkpoint moved: wait for them while the indexer still runs
+        counts = await wait_for(all_listed, timeout=60)
+    assert await vector_versions(env) == {m["object_id"]: m["version_id"] for m in made}
     assert sorted(counts.values()) == [1] * len(made)
 
 

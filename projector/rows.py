@@ -80,13 +80,19 @@ def current_row(event: bytes, ledger_sequence: int) -> Row | None:
     return _object_row(decoded, ledger_sequence)
 
 
+def _envelope(decoded: _Event) -> bytes | None:
+    """The envelope's bytes as they stand in the event (None for an entry without a version)."""
+    if decoded.payload is None:
+        return None
+    raw = bytes(decoded.payload.envelope)
+    return None if raw == b"null" else raw
+
+
 def _object_row(decoded: _Event, ledger_sequence: int) -> Row | None:
+    raw = _envelope(decoded)
+    if raw is None or decoded.payload is None:
+        return None
     payload = decoded.payload
-    if payload is None:
-        return None
-    raw = bytes(payload.envelope)
-    if raw == b"null":
-        return None
     m = _decode_meta(raw)
     return (
         m.scope_id, m.object_id, m.version_id, m.sequence, ledger_sequence, m.object_type, m.schema_id,
@@ -186,12 +192,10 @@ def relationship_row(event: bytes, ledger_sequence: int) -> Row | None:
 
 
 def relationship_row_of(decoded: _Event, ledger_sequence: int) -> Row | None:
+    raw = _envelope(decoded)
+    if raw is None or decoded.payload is None:
+        return None
     payload = decoded.payload
-    if payload is None:
-        return None
-    raw = bytes(payload.envelope)
-    if raw == b"null":
-        return None
     m = _decode_relationship_meta(raw)
     return (
         m.scope_id, m.relationship_id, m.version_id, m.sequence, ledger_sequence, m.relationship_type,

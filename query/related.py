@@ -57,16 +57,20 @@ _AT_SOURCE = "(r.scope_id = f.scope_id AND r.source_object_id = f.object_id)"
 # Which scopes other than the frontier's own hold relationships pointing at it: asked first, so the caller's
 # grants rule each in or out and LIMIT counts only edges that will be shown.
 _FOREIGN_SCOPES = "SELECT DISTINCT r.scope_id" + _TOUCHING.format(join="") + " AND r.scope_id <> f.scope_id ORDER BY 1"
-# One row per relationship (found from the first frontier object, by its source end first), newest first.
-_EDGES = ("SELECT * FROM (SELECT DISTINCT ON (r.scope_id, r.relationship_id) r.scope_id, r.relationship_id,"
-          " r.ledger_sequence, r.source_object_id, r.target_scope_id, r.target_object_id, r.meta, c.content,"
-          " f.scope_id, f.object_id, " + _AT_SOURCE + " AS at_source"
-          + _TOUCHING.format(join=" LEFT JOIN content_store c ON c.content_digest = r.content_digest") +
+# One row per relationship (found from the first frontier object, by its source end first), newest first;
+# the content of the `limit` edges kept is fetched after the LIMIT, not for every edge that touches the frontier.
+_EDGES = ("SELECT e.scope_id, e.relationship_id, e.ledger_sequence, e.source_object_id, e.target_scope_id,"
+          " e.target_object_id, e.meta, c.content, e.from_scope, e.from_object, e.at_source FROM ("
+          "SELECT * FROM (SELECT DISTINCT ON (r.scope_id, r.relationship_id) r.scope_id, r.relationship_id,"
+          " r.ledger_sequence, r.source_object_id, r.target_scope_id, r.target_object_id, r.meta, r.content_digest,"
+          " f.scope_id AS from_scope, f.object_id AS from_object, " + _AT_SOURCE + " AS at_source"
+          + _TOUCHING.format(join="") +
           "   AND (r.scope_id = f.scope_id OR r.scope_id = ANY(%(foreign)s::text[]))"
           "   AND (%(direction)s = 'both' OR r.directionality <> 'directed'"
           "        OR (%(direction)s = 'outgoing') = " + _AT_SOURCE + ")"
           " ORDER BY r.scope_id, r.relationship_id, f.ord, " + _AT_SOURCE + " DESC"
-          ") e ORDER BY ledger_sequence DESC LIMIT %(limit)s")
+          ") d ORDER BY ledger_sequence DESC LIMIT %(limit)s) e"
+          " LEFT JOIN content_store c ON c.content_digest = e.content_digest ORDER BY e.ledger_sequence DESC")
 _NODES = (
     "SELECT o.scope_id, o.object_id, o.availability_state, o.meta, c.content"
     " FROM unnest(%s::text[], %s::text[]) AS n(scope_id, object_id)"

@@ -35,17 +35,29 @@ POLICIES_SQL = """
 SELECT scope_id, policy FROM scopes
 WHERE policy ? 'retention' AND scope_id <> %(system)s AND (%(scope)s::text IS NULL OR scope_id = %(scope)s)
 ORDER BY scope_id"""
-# An object's age is its first version's commit (its ledger row's recorded_at).
+# An object's age is its first version's commit (its ledger row's recorded_at). The candidates are found by
+# two index-friendly halves (a partial index on valid_until of retained objects, migration 014; and the objects
+# of the scopes whose policy sets a cutoff), and only they are joined to their first version's ledger row.
 CANDIDATES_SQL = """
+WITH cutoffs AS (SELECT * FROM json_to_recordset(%(cutoffs)s::json) AS c(scope_id text, cutoff timestamptz)),
+candidates AS (
+  SELECT o.scope_id, o.object_id FROM current_objects o
+  WHERE o.retention_state = 'retained' AND o.valid_until < %(now)s
+    AND o.scope_id <> %(system)s AND (%(scope)s::text IS NULL OR o.scope_id = %(scope)s)
+  UNION
+  SELECT o.scope_id, o.object_id FROM cutoffs c
+  JOIN current_objects o ON o.scope_id = c.scope_id AND o.retention_state = 'retained'
+  JOIN memory_versions v ON v.scope_id = o.scope_id AND v.object_id = o.object_id AND v.sequence = 1
+  JOIN ledger l ON l.partition = %(partition)s AND l.ledger_sequence = v.ledger_sequence
+  WHERE l.recorded_at < c.cutoff AND o.scope_id <> %(system)s AND (%(scope)s::text IS NULL OR o.scope_id = %(scope)s)
+)
 SELECT o.scope_id, o.object_id, o.version_id, o.retention_state, o.availability_state, o.valid_until,
        l.recorded_at
-FROM current_objects o
+FROM candidates k
+JOIN current_objects o ON o.scope_id = k.scope_id AND o.object_id = k.object_id
 JOIN memory_versions v ON v.scope_id = o.scope_id AND v.object_id = o.object_id AND v.sequence = 1
 JOIN ledger l ON l.partition = %(partition)s AND l.ledger_sequence = v.ledger_sequence
-LEFT JOIN json_to_recordset(%(cutoffs)s::json) AS c(scope_id text, cutoff timestamptz) ON c.scope_id = o.scope_id
-WHERE o.retention_state = 'retained' AND o.availability_state <> 'deleted' AND o.scope_id <> %(system)s
-  AND (%(scope)s::text IS NULL OR o.scope_id = %(scope)s)
-  AND (o.valid_until < %(now)s OR l.recorded_at < c.cutoff)
+WHERE o.availability_state <> 'deleted'
 ORDER BY o.scope_id, o.object_id
 LIMIT %(limit)s"""
 

@@ -30,10 +30,9 @@ from infra.authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.settings import Settings
 
-# Tables whose rows hold content or something derived from it (full-text lexemes, vectors), in the order
-# they are scrubbed; the embedding spaces' vector tables and kept replay tables are found at run time.
-# Tables whose dead tuples can hold erased content: content, its projections and queues, the relationships'
-# content digests and meta, and the idempotency records whose request digests an erasure rewrote.
+# Tables whose dead tuples can hold erased content or something derived from it (full-text lexemes, the
+# idempotency records' request digests an erasure rewrote), in the order they are scrubbed; the embedding
+# spaces' vector tables and kept replay tables are found at run time.
 CONTENT_TABLES = ("content_store", "current_objects", "current_relationships", "index_outbox", "idempotency_records")
 _DERIVED = (
     "SELECT c.relname FROM pg_class c WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace"

@@ -19,14 +19,15 @@ from command_handler.chain import row_hash
 from command_handler.core import decide
 from command_handler.delegations import decide_delegation, exercise_for
 from command_handler.intake import Parsed
+from command_handler.idempotency import same_request
 from command_handler.references import DELEGATION_COMMANDS
 from command_handler.state import EVERYTHING, Authority, Context, Decision, ObjectHead, Stamp
+from command_handler.store import Batch, ContentRow, VersionRow
 from infra.ledger import IdempotencyRow, LedgerRow
-from command_handler.store import ERASED_REQUEST, Batch, ContentRow, VersionRow
 from schemas.canonical import canonical_bytes
-from schemas.commands import CreateScope, RecordAccessDenied, RegisterEmbeddingSpace
+from schemas.commands import CreateScope, RecordAccessDenied
 from schemas.delegation import CheckDelegation, DelegationState
-from schemas.errors import AccessDenied, DuplicateOperation, InvalidRequest, PamledgerError, ScopeNotFound
+from schemas.errors import AccessDenied, PamledgerError, ScopeNotFound
 from schemas.registry import TypeRegistry
 
 log = structlog.get_logger(__name__)
@@ -236,34 +237,13 @@ def _idempotent(
     key = (item.scope_id, item.idempotency_key)
     earlier = keys.get(key)
     if earlier is not None:
-        _same_request(item, earlier[0])
+        same_request(item, earlier[0])
         return Outcome(same_as=earlier[1])
     record = inputs.idempotency.get(key)
     if record is not None:
-        _same_request(item, record.request_digest)
+        same_request(item, record.request_digest)
         return Outcome(replay_of=record)
     return None
-
-
-def _same_request(item: Parsed, digest: str) -> None:
-    if digest.startswith(ERASED_REQUEST + "."):  # the content was erased: compare the request's shape alone
-        digest, asked = digest.partition(".")[2], item.request_digest.partition(".")[2]
-        if digest == asked:
-            return
-        raise DuplicateOperation(
-            "idempotency key was already used with a different request",
-            details={"idempotency_key": item.idempotency_key, "scope_id": item.scope_id})
-    if digest != item.request_digest and isinstance(item.command, RegisterEmbeddingSpace):
-        raise InvalidRequest(
-            "this embedding_space_id is already registered with another descriptor; a changed space needs a new id",
-            details={"embedding_space_id": item.command.space.embedding_space_id, "registered_digest": digest,
-                     "space_digest": item.request_digest},
-        )
-    if digest != item.request_digest:
-        raise DuplicateOperation(
-            "idempotency key was already used with a different request",
-            details={"idempotency_key": item.idempotency_key, "scope_id": item.scope_id},
-        )
 
 
 def _create_scope(

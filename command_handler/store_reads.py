@@ -1,0 +1,113 @@
+"""The writer's reads of Postgres: the state a batch is decided against (heads, idempotency records, contents,
+delegations, restorable content, scope policies, creation times, known scopes), each in one query for the
+whole batch. Mixed into command_handler.store.PostgresLedgerStore, on the connection that holds the lock."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+import psycopg
+
+from command_handler.state import ObjectHead
+from infra.ledger import IdempotencyRow
+from schemas.canonical import decode_json
+from schemas.delegation import DelegationState
+
+
+class LedgerReads:
+    conn: psycopg.AsyncConnection[Any]
+    partition: int
+
+    async def load_heads(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], ObjectHead]:
+        if not keys:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT DISTINCT ON (v.scope_id, v.object_id) v.scope_id, v.object_id, v.version_id, v.sequence,"
+            " v.meta, v.content_digest"
+            " FROM memory_versions v JOIN unnest(%s::text[], %s::text[]) AS k(s, o)"
+            " ON v.scope_id = k.s AND v.object_id = k.o"
+            " ORDER BY v.scope_id, v.object_id, v.sequence DESC",
+            ([k[0] for k in keys], [k[1] for k in keys]),
+        )
+        heads = {}
+        for scope_id, object_id, version_id, sequence, meta, digest in await cur.fetchall():
+            heads[(scope_id, object_id)] = ObjectHead(
+                scope_id=scope_id, object_id=object_id, version_id=version_id, sequence=sequence,
+                meta=decode_json(bytes(meta)), content_digest=digest,
+            )
+        return heads
+
+    async def load_idempotency(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], IdempotencyRow]:
+        if not keys:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT r.scope_id, r.idempotency_key, r.request_digest, r.object_id, r.version_id, r.ledger_sequence"
+            " FROM idempotency_records r JOIN unnest(%s::text[], %s::text[]) AS k(s, i)"
+            " ON r.scope_id = k.s AND r.idempotency_key = k.i",
+            ([k[0] for k in keys], [k[1] for k in keys]),
+        )
+        return {
+            (r[0], r[1]): IdempotencyRow(
+                scope_id=r[0], idempotency_key=r[1], request_digest=r[2], object_id=r[3], version_id=r[4],
+                ledger_sequence=r[5],
+            )
+            for r in await cur.fetchall()
+        }
+
+    async def load_contents(self, digests: list[str]) -> dict[str, bytes]:
+        """Canonical content by digest (what a transition's reply envelope carries unchanged)."""
+        if not digests:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT content_digest, content FROM content_store WHERE content_digest = ANY(%s)", (digests,))
+        return {r[0]: bytes(r[1]) for r in await cur.fetchall()}
+
+    async def load_delegations(self, ids: list[str]) -> dict[str, DelegationState]:
+        if not ids:
+            return {}
+        cur = await self.conn.execute("SELECT delegation_id, scope_id, grant_object, uses, revoked FROM delegations"
+                                      " WHERE delegation_id = ANY(%s)", (ids,))
+        return {r[0]: DelegationState(delegation_id=r[0], scope_id=r[1], grant=msgspec.json.decode(bytes(r[2])),
+                                      uses=int(r[3]), revoked=bool(r[4])) for r in await cur.fetchall()}
+
+    async def load_restorable(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """Per object, the digest of its newest version that was available with content, where content storage
+        still holds it (what a suppressing redaction hid and a restoration may bring back)."""
+        if not keys:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT DISTINCT ON (v.scope_id, v.object_id) v.scope_id, v.object_id, v.content_digest"
+            " FROM memory_versions v JOIN unnest(%s::text[], %s::text[]) AS k(s, o)"
+            " ON v.scope_id = k.s AND v.object_id = k.o"
+            " JOIN content_store c ON c.content_digest = v.content_digest"
+            " WHERE convert_from(v.meta, 'UTF8')::jsonb ->> 'availability_state' = 'available'"
+            " ORDER BY v.scope_id, v.object_id, v.sequence DESC",
+            ([k[0] for k in keys], [k[1] for k in keys]),
+        )
+        return {(r[0], r[1]): r[2] for r in await cur.fetchall()}
+
+    async def load_scope_policies(self, scope_ids: list[str]) -> dict[str, Any]:
+        """Each existing scope's policy (None where it has none)."""
+        if not scope_ids:
+            return {}
+        cur = await self.conn.execute("SELECT scope_id, policy FROM scopes WHERE scope_id = ANY(%s)", (scope_ids,))
+        return {r[0]: r[1] for r in await cur.fetchall()}
+
+    async def load_created_at(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], datetime]:
+        """When each object was created: its first version's commit time (from the ledger row)."""
+        if not keys:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT v.scope_id, v.object_id, l.recorded_at FROM memory_versions v"
+            " JOIN unnest(%s::text[], %s::text[]) AS k(s, o) ON v.scope_id = k.s AND v.object_id = k.o"
+            " JOIN ledger l ON l.partition = %s AND l.ledger_sequence = v.ledger_sequence WHERE v.sequence = 1",
+            ([k[0] for k in keys], [k[1] for k in keys], self.partition))
+        return {(r[0], r[1]): r[2] for r in await cur.fetchall()}
+
+    async def known_scopes(self, scope_ids: list[str]) -> set[str]:
+        if not scope_ids:
+            return set()
+        cur = await self.conn.execute("SELECT scope_id FROM scopes WHERE scope_id = ANY(%s)", (scope_ids,))
+        return {r[0] for r in await cur.fetchall()}

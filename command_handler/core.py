@@ -71,13 +71,13 @@ def decide(
 ) -> Decision:
     """Validate one command against the object's head, the registry's tables and the context, and say what it
     writes, or raise."""
-    if command.actor.actor_id == RETENTION_ACTOR_ID and not isinstance(command, EVENT_ONLY) \
-            and not _expiration(command, head):
+    if isinstance(command, (OpenSubscription, CloseSubscription, RegisterEmbeddingSpace, RecordIndexEvent,
+                            RecordAccessDenied)):  # schemas.commands.EventOnlyCommand
+        return _event_only(command, stamp)
+    if command.actor.actor_id == RETENTION_ACTOR_ID and not _expiration(command, head):
         raise AccessDenied("the retention evaluator's actor only moves retention from retained to expired",
                            rule_id="retention.actor_expires_only")
     match command:
-        case OpenSubscription() | CloseSubscription() | RegisterEmbeddingSpace() | RecordIndexEvent() | RecordAccessDenied():
-            return _event_only(command, stamp)
         case CreateObject():
             return create(head, command, stamp, registry, context)
         case UpdateObject():
@@ -98,9 +98,6 @@ def decide(
         case Promote():
             return promotion.promote(head, command, stamp, registry, context, create)
     raise InvalidRequest(f"unknown command {type(command).__name__}")
-
-
-EVENT_ONLY = (OpenSubscription, CloseSubscription, RegisterEmbeddingSpace, RecordIndexEvent, RecordAccessDenied)
 
 
 def _expiration(command: Any, head: ObjectHead | None) -> bool:

@@ -16,10 +16,9 @@ from typing import Any, Callable
 
 import msgspec
 
-from command_handler.relationships import relationship_meta
+from command_handler.relationships import create_relationship
 from command_handler.state import Context, Decision, ObjectHead, Stamp
 from command_handler.versions import (
-    content_digest,
     entry_event,
     follower_stamp,
     live_head,
@@ -28,11 +27,10 @@ from command_handler.versions import (
     transition_payload,
     version_event,
 )
-from schemas.canonical import canonical_bytes
 from schemas.commands import CreateObject, Promote
 from schemas.errors import InvalidRequest, InvalidStateTransition, ObjectRedacted, VersionConflict
 from schemas.registry import TypeRegistry
-from schemas.relationship import DERIVED_FROM, INITIAL_STATES, Relate
+from schemas.relationship import DERIVED_FROM, Relate
 
 PROMOTABLE_LIFECYCLES = ("scratch", "candidate", "active")
 PROMOTION_POLICY = "pamspec:promote"
@@ -110,13 +108,7 @@ def _derived_from(command: Promote, stamp: Stamp, context: Context, new: ObjectH
     if taken is not None or relationship_id in (new.object_id, source.object_id):
         raise VersionConflict("an object or relationship with this relationship_id already exists in this scope",
                               details={"relationship_id": relationship_id})
-    stamp = msgspec.structs.replace(stamp, object_id=relationship_id)
     relate = Relate(scope_id=command.scope_id, source_object_id=new.object_id, target_object_id=source.object_id,
                     relationship_type=DERIVED_FROM, directionality="directed", actor=command.actor,
                     provenance=command.provenance, relationship_id=relationship_id)
-    meta = relationship_meta(relate, stamp, command.scope_id, dict(INITIAL_STATES), 1)
-    content = canonical_bytes({})
-    head = ObjectHead(scope_id=command.scope_id, object_id=relationship_id, version_id=stamp.version_id, sequence=1,
-                      meta=meta, content_digest=content_digest(stamp.salt, content))
-    return Decision(event=version_event(command.actor, stamp, "relationship_created", head, {}), head=head,
-                    content=content, salt=stamp.salt)
+    return create_relationship(relate, msgspec.structs.replace(stamp, object_id=relationship_id), command.scope_id)

@@ -51,7 +51,7 @@ def relate(head: ObjectHead | None, command: Relate, stamp: Stamp, context: Cont
                              details={"object_id": command.source_object_id,
                                       "relationship_type": command.relationship_type})
     check_actor(command.actor, command.provenance)
-    return _create(command, stamp, target_scope)
+    return create_relationship(command, stamp, target_scope)
 
 
 def relationship_meta(command: Relate, stamp: Stamp, target_scope: str, states: dict[str, str],
@@ -74,7 +74,9 @@ def relationship_meta(command: Relate, stamp: Stamp, target_scope: str, states: 
     return stamped(with_optionals(meta, command, _TEMPORAL), command.actor, command.provenance, stamp, sequence)
 
 
-def _create(command: Relate, stamp: Stamp, target_scope: str) -> Decision:
+def create_relationship(command: Relate, stamp: Stamp, target_scope: str) -> Decision:
+    """A new Relationship Object's first version (its endpoints already checked); its content is salted with
+    the stamp's own salt (a follower's when promote makes it)."""
     states = {dimension: getattr(command, f"{dimension}_state") or INITIAL_STATES[dimension]
               for dimension in _DIMENSIONS}
     if states["availability"] != "available":
@@ -83,7 +85,8 @@ def _create(command: Relate, stamp: Stamp, target_scope: str) -> Decision:
     content = canonical_bytes(command.canonical_content)
     new = ObjectHead(scope_id=command.scope_id, object_id=stamp.object_id, version_id=stamp.version_id, sequence=1,
                      meta=meta, content_digest=content_digest(stamp.salt, content))
-    return Decision(event=version_event(command.actor, stamp, "relationship_created", new, {}), head=new, content=content)
+    return Decision(event=version_event(command.actor, stamp, "relationship_created", new, {}), head=new, content=content,
+                    salt=stamp.salt)
 
 
 def _update(head: ObjectHead, command: Relate, stamp: Stamp, target_scope: str) -> Decision:

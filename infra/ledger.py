@@ -53,6 +53,22 @@ async def ledger_head(conn: psycopg.AsyncConnection[Any], partition: int) -> int
     return int(row[0]) if row else 0
 
 
+# Content a later redaction hides: while an object's latest version is redacted or partially redacted, no
+# earlier version's content is shown, by any read (read, history, as-of queries, idempotent replays), even
+# where content storage still keeps it (a suppression, until a restoration).
+HIDING_STATES = ("redacted", "partially_redacted")
+HIDDEN_BY_LATEST = "latest.hides AND latest.version_id <> v.version_id"  # for a memory_versions row `v`
+
+
+def latest_version(alias: str) -> str:
+    """SQL: a LATERAL `latest(version_id, hides)`, the newest version of the object of the memory_versions row
+    `alias` and whether its availability hides earlier content."""
+    return ("CROSS JOIN LATERAL (SELECT w.version_id, convert_from(w.meta, 'UTF8')::jsonb ->> 'availability_state'"
+            " IN ('" + "', '".join(HIDING_STATES) + "') AS hides FROM memory_versions w"
+            f" WHERE w.scope_id = {alias}.scope_id AND w.object_id = {alias}.object_id"
+            " ORDER BY w.sequence DESC LIMIT 1) latest")
+
+
 async def fetch_replay(conn: psycopg.AsyncConnection[Any], record: IdempotencyRow, partition: int) -> bytes:
     """The original result of an idempotent command, rebuilt from the version it committed (or, for an
     event-only entry, from its ledger row)."""
@@ -62,16 +78,10 @@ async def fetch_replay(conn: psycopg.AsyncConnection[Any], record: IdempotencyRo
         entry = await cur.fetchone()
         assert entry is not None, "idempotency record without its ledger entry"
         return entry_result_bytes(record.ledger_sequence, entry[0], replayed=True)
-    # The content only while the object's latest version does not hide it (a redaction, even a suppressing
-    # one, hides every earlier version's content from replays as from reads).
     cur = await conn.execute(
-        "SELECT v.sequence, v.meta, CASE WHEN latest.hidden AND latest.version_id <> v.version_id THEN NULL"
-        " ELSE c.content END, l.event_id FROM memory_versions v"
-        " LEFT JOIN content_store c ON c.content_digest = v.content_digest"
-        " JOIN ledger l ON l.partition = %s AND l.ledger_sequence = v.ledger_sequence"
-        " CROSS JOIN LATERAL (SELECT w.version_id, convert_from(w.meta, 'UTF8')::jsonb ->> 'availability_state'"
-        " IN ('redacted', 'partially_redacted') AS hidden FROM memory_versions w"
-        " WHERE w.scope_id = v.scope_id AND w.object_id = v.object_id ORDER BY w.sequence DESC LIMIT 1) latest"
+        "SELECT v.sequence, v.meta, CASE WHEN " + HIDDEN_BY_LATEST + " THEN NULL ELSE c.content END, l.event_id"
+        " FROM memory_versions v LEFT JOIN content_store c ON c.content_digest = v.content_digest"
+        " JOIN ledger l ON l.partition = %s AND l.ledger_sequence = v.ledger_sequence " + latest_version("v") +
         " WHERE v.version_id = %s",
         (partition, record.version_id),
     )

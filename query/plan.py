@@ -17,6 +17,7 @@ from typing import Any
 
 from psycopg import sql
 
+from infra.ledger import HIDDEN_BY_LATEST, latest_version
 from infra.projections import SEARCH_EXPRESSION
 from schemas.queries import QUALITY_SIGNALS, Filters, QueryRequest
 
@@ -26,8 +27,7 @@ _FILTERS = (
     ("validation_states", "validation_state"), ("actor_ids", "actor_id"), ("provenance_ids", "provenance_id"),
 )
 _NOT_NULL_TIMES = ("committed_at", "recorded_at")
-# Versions as they stood at a sequence; while an object's latest version is redacted or partially redacted its
-# earlier versions' content is not shown (a suppression keeps it in content_store), as query.read does.
+# Versions as they stood at a sequence, without content a later redaction hides (infra.ledger.HIDING_STATES).
 # Relationship Versions (no object_type) are not Memory Objects: query.related finds them.
 _TEMPORAL_SOURCE = """(
   SELECT v.scope_id, v.object_id, v.version_id, v.ledger_sequence, d.shown AS content_digest, v.meta,
@@ -42,13 +42,8 @@ _TEMPORAL_SOURCE = """(
   FROM (SELECT DISTINCT ON (object_id) * FROM memory_versions
         WHERE scope_id = %s AND ledger_sequence <= %s ORDER BY object_id, sequence DESC) v
   CROSS JOIN LATERAL (SELECT convert_from(v.meta, 'UTF8')::jsonb AS m) j
-  CROSS JOIN LATERAL (SELECT w.version_id AS version_id,
-                             convert_from(w.meta, 'UTF8')::jsonb ->> 'availability_state' AS availability
-                      FROM memory_versions w WHERE w.scope_id = v.scope_id AND w.object_id = v.object_id
-                      ORDER BY w.sequence DESC LIMIT 1) latest
-  CROSS JOIN LATERAL (SELECT CASE WHEN latest.availability IN ('redacted', 'partially_redacted')
-                                   AND latest.version_id <> v.version_id THEN NULL
-                              ELSE v.content_digest END AS shown) d
+  """ + latest_version("v") + """
+  CROSS JOIN LATERAL (SELECT CASE WHEN """ + HIDDEN_BY_LATEST + """ THEN NULL ELSE v.content_digest END AS shown) d
   LEFT JOIN content_store c ON c.content_digest = d.shown
   WHERE j.m ? 'object_type'
 )"""

@@ -11,13 +11,11 @@ from typing import Any
 import msgspec
 import psycopg
 
+from infra.ledger import HIDING_STATES
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.errors import ObjectDeleted, ObjectNotFound, ObjectRedacted, ScopeNotFound
 from schemas.replies import envelope_bytes
 
-# While the latest version is redacted or partially redacted, earlier versions' content is not shown even
-# where content storage still keeps it (a suppression: redact with erase=false), until a restoration.
-SUPPRESSING = ("redacted", "partially_redacted")
 _VERSIONS = (
     "SELECT v.version_id, v.sequence, v.meta, c.content, v.ledger_sequence"
     " FROM memory_versions v LEFT JOIN content_store c ON c.content_digest = v.content_digest"
@@ -48,7 +46,7 @@ async def read_envelope(
     if latest_meta["availability_state"] == "redacted" and row[0] != latest[0]:
         raise ObjectRedacted("object content is redacted", details={"object_id": object_id, "version_id": row[0]})
     meta = latest_meta if row is latest else decode_json(bytes(row[2]))
-    if row is not latest and latest_meta["availability_state"] in SUPPRESSING:
+    if row is not latest and latest_meta["availability_state"] in HIDING_STATES:
         return envelope_bytes(meta, None)  # content a later redaction suppressed (or erased) is not shown
     if meta["availability_state"] == "deleted" and version_id is None:
         raise ObjectDeleted("object has been deleted", details={"object_id": object_id,
@@ -70,7 +68,7 @@ async def history(conn: psycopg.AsyncConnection[Any], scope_id: str, object_id: 
         (scope_id, object_id),
     )
     events = [{"ledger_sequence": seq, "event": msgspec.Raw(bytes(ev))} for seq, ev in await cur.fetchall()]
-    hidden = decode_json(bytes(versions[-1][2]))["availability_state"] in SUPPRESSING  # all but the latest's
+    hidden = decode_json(bytes(versions[-1][2]))["availability_state"] in HIDING_STATES  # all but the latest's
     envelopes = [
         msgspec.Raw(envelope_bytes(decode_json(bytes(v[2])), bytes(v[3]) if v[3] is not None and not (
             hidden and v is not versions[-1]) else None))

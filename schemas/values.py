@@ -23,7 +23,8 @@ MAX_DEPTH = 64
 
 
 ENVELOPE_FIELDS = frozenset({
-    "canonical_content", "actor", "provenance", "integrity", "quality_signals", "relationship_refs", "schema_id",
+    "canonical_content", "target_canonical_content", "actor", "provenance", "integrity", "quality_signals",
+    "relationship_refs", "schema_id", "target_schema_id",
     "observed_at", "asserted_at", "valid_from", "valid_until",
 })
 """Command fields that become part of the Memory Version: a bad value there is invalid_object, elsewhere

@@ -16,7 +16,8 @@ from schemas.errors import ERROR_CODES, RETRYABLE
 from tests.conftest import ACTOR, PROVENANCE, Env
 
 SCOPE = "workspace:fuzz"
-COMMANDS = ["create", "update", "transition", "delete", "create_scope", "nonsense"]
+COMMANDS = ["create", "update", "transition", "delete", "create_scope", "relate", "redact", "promote",
+            "correct_provenance", "nonsense"]
 
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20))
 json_value = st.recursive(json_leaf, lambda inner: st.one_of(
@@ -108,6 +109,14 @@ async def send(service: Env, nc: Any, command: str, body: bytes, headers: dict[s
     return msgspec.json.decode(msg.data)  # type: ignore[no-any-return]
 
 
+RELATE = {"scope_id": SCOPE, "source_object_id": "mem:a", "target_object_id": "mem:b", "relationship_type": "supports",
+          "directionality": "directed", "actor": ACTOR, "provenance": PROVENANCE}
+REDACT = {"scope_id": SCOPE, "object_id": "mem:a", "expected_version_id": "ver:a", "actor": ACTOR,
+          "provenance": PROVENANCE, "policy_basis": "p"}
+PROMOTE = {"scope_id": SCOPE, "source_object_id": "mem:a", "expected_version_id": "ver:a", "target_object_type": "claim",
+           "target_canonical_content": {}, "actor": ACTOR, "provenance": PROVENANCE}
+
+
 def create_body(**changes: Any) -> bytes:
     """A create with these fields changed; the strings "__inf__" and "__-inf__" become 1e999 and -1e999
     (JSON has no literal for them, and msgspec decodes such numbers to ±inf)."""
@@ -148,6 +157,17 @@ async def assert_refused(service: Env, client: MemoryClient, command: str, body:
     ("create", create_body(idempotency_key="key\x00"), "invalid_request", "/idempotency_key"),
     ("create_scope", msgspec.json.encode({"scope_id": "workspace:nul", "scope_kind": "work\x00space"}),
      "invalid_request", "/scope_kind"),
+    # [M5] commands: the same door, the same answers
+    ("relate", msgspec.json.encode({**RELATE, "relationship_type": "supports\x00"}), "invalid_request",
+     "/relationship_type"),
+    ("relate", msgspec.json.encode({**RELATE, "canonical_content": {"w": "a\x00"}}), "invalid_object",
+     "/canonical_content/w"),
+    ("redact", msgspec.json.encode({**REDACT, "redaction_target": {"pointers": ["/s\x00"]}}), "invalid_request",
+     "/redaction_target/pointers/0"),
+    ("promote", msgspec.json.encode({**PROMOTE, "target_canonical_content": {"s": "\x00"}}), "invalid_object",
+     "/target_canonical_content/s"),
+    ("correct_provenance", msgspec.json.encode({**REDACT, "removed_fields": ["a\x00"]}), "invalid_request",
+     "/removed_fields/0"),
 ])
 async def test_values_no_store_can_hold_are_refused_naming_the_field(
     client: MemoryClient, service: Env, command: str, body: bytes, code: str, field: str

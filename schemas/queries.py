@@ -7,7 +7,7 @@ corroborated.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
@@ -95,17 +95,25 @@ class QueryRequest(Filters, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 
 
 _decoder = msgspec.json.Decoder(QueryRequest)
+R = TypeVar("R")
+
+
+def decode_request(decoder: msgspec.json.Decoder[R], data: bytes, what: str) -> R:
+    """Decode a read request and refuse what no store can hold (e.g. NUL in a text filter, which Postgres
+    cannot even compare with); every problem is invalid_request naming what is wrong."""
+    try:
+        request = decoder.decode(data)
+        check_value(msgspec.to_builtins(request))
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        raise InvalidRequest(f"malformed {what}: {exc}", details={"reason": str(exc)}) from None
+    except BadValue as exc:
+        raise InvalidRequest(f"invalid {what}: {exc}", details={"field": exc.path, "reason": exc.reason}) from None
+    return request
 
 
 def decode_query(data: bytes) -> QueryRequest:
     """Decode and check a query; every problem is invalid_request naming what is wrong."""
-    try:
-        request = _decoder.decode(data)
-        check_value(msgspec.to_builtins(request))
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-        raise InvalidRequest(f"malformed query: {exc}", details={"reason": str(exc)}) from None
-    except BadValue as exc:  # e.g. NUL in a text filter, which Postgres cannot even compare with
-        raise InvalidRequest(f"invalid query: {exc}", details={"field": exc.path, "reason": exc.reason}) from None
+    request = decode_request(_decoder, data, "query")
     check_ranges(request)
     if request.order == "score" and request.text is None:
         raise InvalidRequest("order 'score' needs a text query", details={"order": "score"})
@@ -169,12 +177,4 @@ _related_decoder = msgspec.json.Decoder(RelatedRequest)
 
 def decode_related(data: bytes) -> RelatedRequest:
     """Decode and check a query.related request; every problem is invalid_request naming what is wrong."""
-    try:
-        request = _related_decoder.decode(data)
-        check_value(msgspec.to_builtins(request))
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-        raise InvalidRequest(f"malformed related request: {exc}", details={"reason": str(exc)}) from None
-    except BadValue as exc:
-        raise InvalidRequest(f"invalid related request: {exc}", details={"field": exc.path, "reason": exc.reason}
-                             ) from None
-    return request
+    return decode_request(_related_decoder, data, "related request")

@@ -20,8 +20,7 @@ import msgspec
 from schemas.common import Id
 from schemas.embedding import MAX_DIMENSIONS  # a vector longer than any space can be is refused at once
 from schemas.errors import CommandRejected, ErrorCode, InvalidRequest
-from schemas.queries import MAX_WAIT_MS, Filters, check_ranges
-from schemas.values import BadValue, check_value
+from schemas.queries import MAX_WAIT_MS, Filters, check_ranges, decode_request
 
 Mode = Literal["hybrid", "semantic", "lexical"]
 MODES: tuple[str, ...] = Mode.__args__  # type: ignore[attr-defined]
@@ -58,13 +57,7 @@ def decode_search(data: bytes) -> SearchRequest:
 
     JSON has no NaN or Infinity and msgspec refuses a number beyond a double's range ("1e999"), so a
     non-finite vector cannot arrive; check_value refuses one anyway, so no other decoder can slip one in."""
-    try:
-        request = _decoder.decode(data)
-        check_value(msgspec.to_builtins(request))
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-        raise InvalidRequest(f"malformed search: {exc}", details={"reason": str(exc)}) from None
-    except BadValue as exc:
-        raise InvalidRequest(f"invalid search: {exc}", details={"field": exc.path, "reason": exc.reason}) from None
+    request = decode_request(_decoder, data, "search")
     check_ranges(request)
     check_inputs(request)
     return request

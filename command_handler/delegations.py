@@ -14,12 +14,12 @@ operation (`delegation.grantor_lacks_operation`), and a use is left (`delegation
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
 
 from command_handler.state import Authority, Decision, Stamp
+from command_handler.versions import timestamp_text
 from schemas.common import SYSTEM_SCOPE
 from schemas.delegation import (
     DELEGATION_SPEC_VERSION,
@@ -40,15 +40,16 @@ from schemas.commands import (
 )
 from schemas.redaction import Redact
 from schemas.relationship import Relate, is_relationship
-
-RELATIONSHIP_TYPE = "relationship"  # what a delegation's granted_object_types names to cover Relationship Objects
 from schemas.errors import AccessDenied, InvalidObject, InvalidRequest
 from schemas.events import LedgerEvent
 
+RELATIONSHIP_TYPE = "relationship"  # what a delegation's granted_object_types names to cover Relationship Objects
 
-def timestamp_text(moment: datetime) -> str:
-    """UTC with six fraction digits: every recorded time has one width, so the texts compare as the times do."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+def _grantor_lacks(authority: Authority, grantor: str, scopes: set[str], operations: Any) -> bool:
+    """Whether the grantor misses one of `operations` in one of `scopes` (the delegation's scope and its target
+    scope): checked when it grants and at every use, so a grant lapses when the grantor loses what it gave."""
+    return any(not authority.holds(grantor, scope, op) for scope in scopes for op in operations)
 
 
 def _denied(rule: str, message: str, code: str = "access_denied") -> AccessDenied:
@@ -85,10 +86,9 @@ def _grant(command: GrantDelegation, state: DelegationState | None, stamp: Stamp
         raise _denied("delegation.not_grantor", "only the granting actor (or an administrator) records its grants")
     if command.scope_id == SYSTEM_SCOPE or command.target_scope_id == SYSTEM_SCOPE:
         raise _denied("delegation.system_scope", "the system scope cannot be delegated", "policy_denied")
-    for scope in {command.scope_id, command.target_scope_id or command.scope_id}:
-        missing = [op for op in command.granted_operations if not authority.holds(granting, scope, op)]
-        if missing:
-            raise _denied("delegation.grantor_lacks_operation", "the grantor does not hold what it grants")
+    if _grantor_lacks(authority, granting, {command.scope_id, command.target_scope_id or command.scope_id},
+                      command.granted_operations):
+        raise _denied("delegation.grantor_lacks_operation", "the grantor does not hold what it grants")
     delegation_id = command.delegation_id or f"del:{stamp.event_id.removeprefix('evt:')}"
     if state is not None:
         raise InvalidRequest("this delegation_id is taken", details={"delegation_id": delegation_id})
@@ -153,8 +153,8 @@ def _check(command: CheckDelegation, state: DelegationState, stamp: Stamp,
     if "granted_object_types" in grant and (command.object_type not in grant["granted_object_types"]) \
             and (command.object_type is not None or command.strict):
         raise _denied("delegation.object_type_not_granted", "the object type is not delegated")
-    scope = grant.get("target_scope_id", state.scope_id)
-    if not authority.holds(grant["granting_actor"]["actor_id"], scope, command.operation):
+    if _grantor_lacks(authority, grant["granting_actor"]["actor_id"],
+                      {state.scope_id, grant.get("target_scope_id", state.scope_id)}, [command.operation]):
         raise _denied("delegation.grantor_lacks_operation", "the grantor no longer holds the operation")
     limit = grant.get("usage_limit")
     if limit is not None and state.uses >= limit:

@@ -19,9 +19,16 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from command_handler.delegations import timestamp_text
 from command_handler.state import Context, Decision, ObjectHead, Stamp
-from command_handler.versions import check_actor, content_digest, next_head, stamped, transition_payload, version_event
+from command_handler.versions import (
+    check_actor,
+    content_digest,
+    next_head,
+    stamped,
+    timestamp_text,
+    transition_payload,
+    version_event,
+)
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.commands import DeleteObject, TransitionState
 from schemas.errors import InvalidRequest, InvalidStateTransition, LegalHold, ObjectRedacted, PamledgerError

@@ -100,7 +100,7 @@ class NatsUsers:
             if grants is not None:
                 try:
                     self.apply(self.desired(grants))
-                except OSError as exc:
+                except Exception as exc:  # noqa: BLE001 - a bad write or record must not end the sync: retried
                     log.warning("nats.users_not_written", path=str(self.path), error=type(exc).__name__)
             await asyncio.sleep(every)
 

@@ -20,6 +20,8 @@ class TokenPolicy:
         self.registry = registry
 
     def decide(self, context: RequestContext, operation: str) -> Decision:
+        if self.registry.stale():
+            raise ServiceUnavailable("the grants could not be refreshed lately (database unavailable): retry")
         grants = self.registry.grants
         outcome = decide(grants, context.credential, operation, context.scope_id, context.claim,
                          datetime.now(timezone.utc))

@@ -4,12 +4,15 @@ authoritative versions of the system scope, refreshed when they change.
 Why authoritative versions and not a projection: a revocation must take effect within a second whatever a
 follower's backlog; the writer commits the new version and every process sees it at its next look (every
 `refresh_seconds`), a cheap `max(ledger_sequence)` over the system scope's versions, reloading only when it
-moved. While the database is away the last snapshot stands: no revocation can commit meanwhile either.
+moved. While this process cannot refresh, the last snapshot stands for a short while (a database restart);
+past `STALE_AFTER_REFRESHES` missed refreshes it is stale and the policy fails closed (service_unavailable),
+since a revocation may have committed where this process cannot see it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import msgspec
@@ -22,6 +25,7 @@ from schemas.common import SYSTEM_SCOPE
 
 log = structlog.get_logger(__name__)
 
+STALE_AFTER_REFRESHES = 60  # 30 s at the default refresh of 0.5 s
 _MARK = "SELECT coalesce(max(ledger_sequence), 0) FROM memory_versions WHERE scope_id = %s"
 _LATEST = (
     "SELECT v.object_id, v.meta, c.content FROM (SELECT DISTINCT ON (object_id) object_id, meta, content_digest"
@@ -70,11 +74,18 @@ class GrantsRegistry:
         self.refresh_seconds = refresh_seconds
         self.grants = grants_of([], 0, bootstrap)
         self.loaded = asyncio.Event()
+        self.refreshed_at = 0.0  # time.monotonic() of the last refresh that read the database
+
+    def stale(self) -> bool:
+        """Loaded once, but not refreshed for STALE_AFTER_REFRESHES periods: revocations may be unseen."""
+        return self.loaded.is_set() and \
+            time.monotonic() - self.refreshed_at > STALE_AFTER_REFRESHES * self.refresh_seconds
 
     async def refresh(self, conn: psycopg.AsyncConnection[Any]) -> None:
         cur = await conn.execute(_MARK, (SYSTEM_SCOPE,))
         row = await cur.fetchone()
         through = int(row[0]) if row else 0
+        self.refreshed_at = time.monotonic()
         if self.loaded.is_set() and through == self.grants.through_sequence:
             return
         cur = await conn.execute(_LATEST, (SYSTEM_SCOPE,))
@@ -104,7 +115,8 @@ class GrantsRegistry:
                             log.info("grants.refreshing_again")
                             failing = False
                         await asyncio.sleep(self.refresh_seconds)
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure (a lost or unmigrated database, an unreadable
+                # record) is retried; the task never ends while the process serves, and `stale()` fails closed
                 if not failing:
                     log.warning("grants.refresh_failed", error=type(exc).__name__)
                     failing = True

@@ -89,3 +89,50 @@ def test_pointers_resolve_against_the_content_as_it_is_in_any_order(pointers: li
 def test_a_pointer_that_names_nothing_is_refused_before_anything_is_replaced() -> None:
     with pytest.raises(PointerProblem):
         redacted_projection({"a": {"b": 1}}, ["/a", "/a/x"])
+
+
+def test_recorded_times_compare_as_text_in_any_year() -> None:
+    """A delegation window is compared as text: a year before 1000 must not sort after 2026."""
+    from datetime import datetime, timezone
+
+    from command_handler.versions import timestamp_text
+
+    early, now = datetime(999, 12, 31, tzinfo=timezone.utc), datetime(2026, 12, 1, tzinfo=timezone.utc)
+    assert timestamp_text(early) == "0999-12-31T00:00:00.000000Z"
+    assert timestamp_text(early) < timestamp_text(now)
+
+
+def test_a_delegation_lapses_when_its_grantor_loses_the_operation_in_the_scope_acted_on() -> None:
+    """Granted with a target scope, a delegation is used in its own scope: the grantor must still hold the
+    operation in both, at every use, as when it granted."""
+    from datetime import datetime, timezone
+
+    from command_handler.delegations import decide_delegation
+    from schemas.delegation import CheckDelegation, GrantDelegation
+
+    class Holds:
+        def __init__(self, scopes: set[str]):
+            self.scopes = scopes
+
+        def holds(self, actor_id: str, scope_id: str, operation: str) -> bool:
+            return actor_id != "actor:human:boss" or scope_id in self.scopes
+
+        def administers(self, actor_id: str) -> bool:
+            return False
+
+    boss, agent = {"actor_id": "actor:human:boss", "actor_kind": "human"}, {"actor_id": "actor:agent:a",
+                                                                           "actor_kind": "agent"}
+    when = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    grant = msgspec.convert({"scope_id": "workspace:a", "granting_actor": boss, "delegated_actor": agent,
+                             "granted_operations": ["create"], "policy_basis": "p", "actor": boss,
+                             "not_before": "2026-01-01T00:00:00Z", "not_after": "2027-01-01T00:00:00Z",
+                             "target_scope_id": "workspace:b"}, GrantDelegation)
+    both = Holds({"workspace:a", "workspace:b"})
+    _, state = decide_delegation(grant, None, msgspec.structs.replace(stamp(), now=when), both)
+    check = msgspec.convert({"scope_id": "workspace:a", "delegation_id": state.delegation_id,
+                             "delegated_actor_id": agent["actor_id"], "operation": "create", "actor": agent},
+                            CheckDelegation)
+    decide_delegation(check, state, msgspec.structs.replace(stamp(2), now=when), both)  # allowed
+    with pytest.raises(PamledgerError) as err:
+        decide_delegation(check, state, msgspec.structs.replace(stamp(3), now=when), Holds({"workspace:b"}))
+    assert err.value.code == "access_denied"

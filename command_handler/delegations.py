@@ -20,6 +20,7 @@ import msgspec
 
 from command_handler.state import Authority, Decision, Stamp
 from command_handler.versions import timestamp_text
+from infra.authz.policy import REQUEST_OPERATIONS
 from schemas.common import SYSTEM_SCOPE
 from schemas.delegation import (
     DELEGATION_SPEC_VERSION,
@@ -30,15 +31,11 @@ from schemas.delegation import (
     RevokeDelegation,
 )
 from schemas.commands import (
-    CorrectProvenance,
     CreateObject,
-    DeleteObject,
     ObjectCommand,
     Promote,
     TransitionState,
-    UpdateObject,
 )
-from schemas.redaction import Redact
 from schemas.relationship import Relate, is_relationship
 from schemas.errors import AccessDenied, InvalidObject, InvalidRequest
 from schemas.events import LedgerEvent
@@ -170,8 +167,6 @@ def _check(command: CheckDelegation, state: DelegationState, stamp: Stamp,
     return Decision(event=event, head=None, result=result), msgspec.structs.replace(state, uses=uses)
 
 
-_OPERATION_OF = {CreateObject: "create", UpdateObject: "update", TransitionState: "transition", DeleteObject: "delete",
-                 Relate: "relate", Redact: "redact", Promote: "promote", CorrectProvenance: "update"}
 
 
 def exercise_for(command: ObjectCommand, head_meta: dict[str, Any] | None) -> CheckDelegation | None:
@@ -208,4 +203,4 @@ def operation_of(command: ObjectCommand) -> str:
     restoration to available) or a deletion, whatever command carries it."""
     if isinstance(command, TransitionState) and command.dimension == "availability":
         return "delete" if command.target_state == "deleted" else "redact"
-    return _OPERATION_OF[type(command)]
+    return REQUEST_OPERATIONS[f"cmd.{type(command).__struct_config__.tag}"]

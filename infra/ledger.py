@@ -57,7 +57,11 @@ async def ledger_head(conn: psycopg.AsyncConnection[Any], partition: int) -> int
 # earlier version's content is shown, by any read (read, history, as-of queries, idempotent replays), even
 # where content storage still keeps it (a suppression, until a restoration).
 HIDING_STATES = ("redacted", "partially_redacted")
-HIDDEN_BY_LATEST = "latest.hides AND latest.version_id <> v.version_id"  # for a memory_versions row `v`
+
+
+def hidden_by_latest(alias: str) -> str:
+    """SQL: whether the memory_versions row `alias` is an earlier version whose content `latest` hides."""
+    return f"latest.hides AND latest.version_id <> {alias}.version_id"
 
 
 def latest_version(alias: str) -> str:
@@ -79,7 +83,7 @@ async def fetch_replay(conn: psycopg.AsyncConnection[Any], record: IdempotencyRo
         assert entry is not None, "idempotency record without its ledger entry"
         return entry_result_bytes(record.ledger_sequence, entry[0], replayed=True)
     cur = await conn.execute(
-        "SELECT v.sequence, v.meta, CASE WHEN " + HIDDEN_BY_LATEST + " THEN NULL ELSE c.content END, l.event_id"
+        "SELECT v.sequence, v.meta, CASE WHEN " + hidden_by_latest("v") + " THEN NULL ELSE c.content END, l.event_id"
         " FROM memory_versions v LEFT JOIN content_store c ON c.content_digest = v.content_digest"
         " JOIN ledger l ON l.partition = %s AND l.ledger_sequence = v.ledger_sequence " + latest_version("v") +
         " WHERE v.version_id = %s",

@@ -31,8 +31,8 @@ def service_login(settings: Settings) -> NatsLogin | None:
 
 
 def operator_nats_options(settings: Settings) -> dict[str, Any]:
-    """nats.connect options of an operator tool on the service's host (status, verify, stream, index): it
-    reads the stream and the JetStream API, so it logs in as the service user, as the roles do."""
+    """nats.connect options of the service's roles and of the operator tools on its host (status, verify,
+    stream, index, which read the stream and the JetStream API): the service user's login, and TLS."""
     login = service_login(settings)
     return {**(login.options() if login is not None else {}), **tls_options(settings.auth.nats_tls_ca)}
 

@@ -28,7 +28,6 @@ from indexer.step import INDEXER, indexer_spec
 from infra.follower import EventFailed, Follower, FollowerSpec
 from infra.requester import CommandRequester
 from infra.nats_log import ConnectionLog
-from infra.nats_auth import tls_options
 from infra.nats_raw import RawClient, connect_raw
 from infra.request_shell import DenialSink, Policy
 from infra.settings import Settings
@@ -38,7 +37,7 @@ from infra.subjects import status_subject
 from infra.tasks import stop_task
 from pamledger.auth import auth_for, delegated_reads
 from pamledger.followers import FOLLOWERS
-from pamledger.nats_users import nats_is_ours, nats_users, service_login
+from pamledger.nats_users import nats_is_ours, nats_users, operator_nats_options
 from pamledger.supervisor import ROLES
 from infra.embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from query.search import CheckpointWatcher
@@ -59,9 +58,7 @@ async def connect_nats(url: str, name: str, settings: Settings | None = None) ->
     bytes (writer, projector and query do). With `settings`, it logs in as the service user of the state
     dir when there is one (pamledger.nats_users) and verifies TLS against auth.nats_tls_ca."""
     events = ConnectionLog(name)
-    login = service_login(settings) if settings is not None else None
-    options: dict[str, Any] = {**(login.options() if login else {}),
-                               **(tls_options(settings.auth.nats_tls_ca) if settings is not None else {})}
+    options: dict[str, Any] = operator_nats_options(settings) if settings is not None else {}
     nc = await connect_raw(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
                            connect_timeout=5, pending_size=64 * 1024 * 1024, **events.callbacks(), **options)
     events.client = nc
@@ -83,11 +80,11 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
     authorizer = authorizer or auth.authorizer
     if auth.registry is not None and set(roles) & {"writer", "query", "gateway"}:
         tasks.append(asyncio.create_task(auth.registry.run()))
-    if "writer" in roles and nats_is_ours(settings, nats_url):  # tokens issued/revoked reach NATS's users
-        registry = auth.registry
+    registry = auth.registry
+    if registry is not None and "writer" in roles and nats_is_ours(settings, nats_url):
+        # tokens issued/revoked reach NATS's users (auth off: no users to keep)
         tasks.append(asyncio.create_task(nats_users(settings).run(
-            lambda: registry.grants if registry is not None and registry.loaded.is_set() else None,
-            settings.auth.refresh_seconds)))
+            lambda: registry.grants if registry.loaded.is_set() else None, settings.auth.refresh_seconds)))
     query: QueryService | None = None
     pool: AsyncConnectionPool[Any] | None = None
 

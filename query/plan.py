@@ -17,7 +17,7 @@ from typing import Any
 
 from psycopg import sql
 
-from infra.ledger import HIDDEN_BY_LATEST, latest_version
+from infra.ledger import hidden_by_latest, latest_version
 from infra.projections import SEARCH_EXPRESSION
 from schemas.queries import QUALITY_SIGNALS, Filters, QueryRequest
 
@@ -43,7 +43,7 @@ _TEMPORAL_SOURCE = """(
         WHERE scope_id = %s AND ledger_sequence <= %s ORDER BY object_id, sequence DESC) v
   CROSS JOIN LATERAL (SELECT convert_from(v.meta, 'UTF8')::jsonb AS m) j
   """ + latest_version("v") + """
-  CROSS JOIN LATERAL (SELECT CASE WHEN """ + HIDDEN_BY_LATEST + """ THEN NULL ELSE v.content_digest END AS shown) d
+  CROSS JOIN LATERAL (SELECT CASE WHEN """ + hidden_by_latest("v") + """ THEN NULL ELSE v.content_digest END AS shown) d
   LEFT JOIN content_store c ON c.content_digest = d.shown
   WHERE j.m ? 'object_type'
 )"""

@@ -26,7 +26,9 @@ from schemas.common import SYSTEM_SCOPE
 log = structlog.get_logger(__name__)
 
 STALE_AFTER_REFRESHES = 60  # 30 s at the default refresh of 0.5 s
-_MARK = "SELECT coalesce(max(ledger_sequence), 0) FROM memory_versions WHERE scope_id = %s"
+# The scope is written into the statement (not a parameter) so the planner can use the partial index of
+# migration 015, whose predicate names it.
+_MARK = f"SELECT coalesce(max(ledger_sequence), 0) FROM memory_versions WHERE scope_id = '{SYSTEM_SCOPE}'"
 _LATEST = (
     "SELECT v.object_id, v.meta, c.content FROM (SELECT DISTINCT ON (object_id) object_id, meta, content_digest"
     " FROM memory_versions WHERE scope_id = %s ORDER BY object_id, sequence DESC) v"
@@ -82,7 +84,7 @@ class GrantsRegistry:
             time.monotonic() - self.refreshed_at > STALE_AFTER_REFRESHES * self.refresh_seconds
 
     async def refresh(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        cur = await conn.execute(_MARK, (SYSTEM_SCOPE,))
+        cur = await conn.execute(_MARK)
         row = await cur.fetchone()
         through = int(row[0]) if row else 0
         self.refreshed_at = time.monotonic()

@@ -8,8 +8,8 @@
 -- projector can store, or one odd envelope would stop the projection:
 -- * a `\u0000` escape (valid JSON, which jsonb refuses) is read as `\u0001`: only the signals are read, and
 --   the replacement keeps the JSON valid whether the backslash starts an escape or ends an escaped `\\`;
--- * a signal that is not a JSON number, or one beyond the double range, reads as NULL (the writer accepts
---   only numbers in [0, 1]: belt and braces);
+-- * a signal that is not a JSON number in [0, 1] reads as NULL (the writer accepts only those: belt and
+--   braces; no number outside the double range, too large or too small, is ever cast);
 -- * an envelope without quality_signals is not parsed at all (most of them).
 -- IMMUTABLE holds in practice: `meta` is canonical UTF-8 JSON and a database's encoding never changes
 -- (convert_from alone is only STABLE because it consults that encoding).
@@ -17,7 +17,7 @@ CREATE FUNCTION pamledger_quality_signal(meta bytea, signal text) RETURNS double
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     AS $$
         SELECT CASE WHEN jsonb_typeof(v) = 'number'  -- nested CASEs: AND does not fix the order of evaluation
-                    THEN CASE WHEN abs(v::text::numeric) < 1e300 THEN v::text::double precision END END
+                    THEN CASE WHEN v::text::numeric BETWEEN 0 AND 1 THEN v::text::double precision END END
         FROM (SELECT CASE WHEN position('"quality_signals":'::bytea IN meta) > 0
                           THEN replace(convert_from(meta, 'UTF8'), '\u0000', '\u0001')::jsonb
                                -> 'quality_signals' -> signal END AS v) s

@@ -28,6 +28,14 @@ import msgspec
 
 from schemas.common import SYSTEM_SCOPE
 
+
+def live_objects(alias: str) -> str:
+    """SQL: the current_objects rows (as `alias`) that have vectors: with content, neither deleted nor redacted,
+    outside the system scope (actors and credentials are not memory)."""
+    return (f"{alias}.availability_state NOT IN ('deleted', 'redacted') AND {alias}.content_digest IS NOT NULL"
+            f" AND {alias}.scope_id <> '{SYSTEM_SCOPE}'")
+
+
 ERASING_EVENTS = frozenset({"object_deleted", "object_redacted"})
 ERASED_STATES = frozenset({"deleted", "redacted"})
 OWN_EVENTS = frozenset({"embedding_generated", "index_rebuilt"})
@@ -124,8 +132,8 @@ def plan_batch(events: list[tuple[int, bytes]]) -> Plan:
         if event.object_id is None or payload.envelope is None or event.scope_id == SYSTEM_SCOPE:
             continue  # the system scope's objects (actors, credentials) are not memory: never embedded
         meta = payload.envelope
-        if meta.object_type is None:
-            continue  # a relationship event filed under an object id: relationships have no vectors
+        if meta.object_type is None:  # only a relationship's envelope has none, and its events name no object_id
+            continue
         key = (event.scope_id, event.object_id)
         if event.event_type in ERASING_EVENTS or meta.availability_state in ERASED_STATES:
             plan.erased.add(key)

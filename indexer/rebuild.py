@@ -26,6 +26,7 @@ import psycopg
 from psycopg import sql
 
 from indexer.outbox import Entry, add_entries, entry_key
+from indexer.plan import live_objects
 from indexer.texts import embed, read_contents, text_of
 from infra.embedding.embedders import Embedder
 from infra.embedding.store import (
@@ -34,12 +35,10 @@ from infra.embedding.store import (
 from infra.projections import PROJECTION, checkpoint
 from schemas.common import SYSTEM_SCOPE
 
-# The system scope's objects (actors, credentials) are not memory: never embedded.
-_LIVE = ("availability_state NOT IN ('deleted', 'redacted') AND content_digest IS NOT NULL"
-         " AND scope_id <> 'system:pamledger'")
-_COUNT = f"SELECT count(*) FROM current_objects WHERE {_LIVE}"
+_LIVE = live_objects("c")
+_COUNT = f"SELECT count(*) FROM current_objects c WHERE {_LIVE}"
 _PAGE = (f"SELECT scope_id, object_id, version_id, sequence, ledger_sequence, object_type, content_digest"
-         f" FROM current_objects WHERE {_LIVE} AND (scope_id, object_id) > (%s, %s)"
+         f" FROM current_objects c WHERE {_LIVE} AND (scope_id, object_id) > (%s, %s)"
          f" ORDER BY scope_id, object_id LIMIT %s")
 
 

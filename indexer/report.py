@@ -13,13 +13,14 @@ import msgspec
 import psycopg
 from psycopg import sql
 
+from indexer.plan import live_objects
 from infra.embedding.embedders import hashing_space, minilm_space
 from infra.embedding.store import INDEX_CHECKPOINT, SpaceRow, list_spaces
 from infra.ledger import ledger_head
 from infra.projections import checkpoint
 from schemas.embedding import same_space
 
-_LIVE = "c.availability_state NOT IN ('deleted', 'redacted') AND c.content_digest IS NOT NULL"
+_LIVE = live_objects("c")
 
 
 def can_embed(space: SpaceRow) -> bool:

@@ -29,6 +29,7 @@ from psycopg import sql
 from infra.authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.settings import Settings
+from projector.replay import drop_leftovers
 
 # Tables whose dead tuples can hold erased content or something derived from it (full-text lexemes, the
 # idempotency records' request digests an erasure rewrote), in the order they are scrubbed; the embedding
@@ -67,6 +68,11 @@ async def scrub(database_url: str, full: bool = True, progress: Any = _progress)
     """Vacuum the content-bearing tables, then CHECKPOINT, switch the WAL segment and CHECKPOINT again."""
     started = time.perf_counter()
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        # a replay killed midway leaves scratch tables (rebuilt rows, search vectors) holding live copies of
+        # erased content: vacuuming would keep them, so they go first
+        dropped = await drop_leftovers(conn)
+        if dropped:
+            progress({"phase": "drop_leftovers", "tables": dropped})
         tables = await content_tables(conn)
         for table in tables:
             progress({"phase": "vacuum", "table": table, "full": full})
@@ -100,8 +106,9 @@ async def scrub(database_url: str, full: bool = True, progress: Any = _progress)
     if slots and slots[0]:
         notes.append(f"{slots[0]} replication slot(s): replicas and their WAL hold the rows until they replay"
                      " the deletions and run this step themselves")
-    return {"vacuumed": [*tables, "pg_catalog.pg_statistic"], "full": full, "checkpoint": True, "wal_switched": row[0] if row else None,
-            "settings": found, "notes": notes, "seconds": round(time.perf_counter() - started, 3)}
+    return {"vacuumed": [*tables, "pg_catalog.pg_statistic"], "dropped": dropped, "full": full, "checkpoint": True,
+            "wal_switched": row[0] if row else None, "settings": found, "notes": notes,
+            "seconds": round(time.perf_counter() - started, 3)}
 
 
 def cmd_scrub(settings: Settings, args: argparse.Namespace) -> int:

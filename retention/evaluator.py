@@ -35,6 +35,7 @@ POLICIES_SQL = """
 SELECT scope_id, policy FROM scopes
 WHERE policy ? 'retention' AND scope_id <> %(system)s AND (%(scope)s::text IS NULL OR scope_id = %(scope)s)
 ORDER BY scope_id"""
+# An object once expired and brought back to retained (a person's decision) is never proposed again.
 # An object's age is its first version's commit (its ledger row's recorded_at). The candidates are found by
 # two index-friendly halves (a partial index on valid_until of retained objects, migration 014; and the objects
 # of the scopes whose policy sets a cutoff), and only they are joined to their first version's ledger row.
@@ -58,6 +59,8 @@ JOIN current_objects o ON o.scope_id = k.scope_id AND o.object_id = k.object_id
 JOIN memory_versions v ON v.scope_id = o.scope_id AND v.object_id = o.object_id AND v.sequence = 1
 JOIN ledger l ON l.partition = %(partition)s AND l.ledger_sequence = v.ledger_sequence
 WHERE o.availability_state <> 'deleted'
+  AND NOT EXISTS (SELECT 1 FROM memory_versions w WHERE w.scope_id = o.scope_id AND w.object_id = o.object_id
+                  AND convert_from(w.meta, 'UTF8')::jsonb ->> 'retention_state' = 'expired')
 ORDER BY o.scope_id, o.object_id
 LIMIT %(limit)s"""
 
@@ -102,22 +105,34 @@ async def read_plan(conn: psycopg.AsyncConnection[Any], now: datetime, partition
     return plan(candidates, rules, now), rules
 
 
+IN_FLIGHT = 64  # proposals sent at once: they wait in the writer's inbox together, so one commit serves many
+
+
 async def send(requester: Requester, proposals: list[Proposal], evaluation: Round) -> None:
-    """Each proposal as a transition command, one at a time (the writer batches what arrives at once anyway).
-    service_unavailable (the writer away past the requester's retries) ends the round: it raises."""
-    for proposal in proposals:
-        try:
-            await requester.command("transition", transition_command(proposal, RETENTION_ACTOR))
-        except PamledgerError as exc:
-            if exc.code == "service_unavailable":
-                raise
-            bucket = evaluation.skipped if exc.code in SKIPPED else evaluation.failed
-            bucket[exc.code] = bucket.get(exc.code, 0) + 1
-            if bucket is evaluation.failed:
-                log.warning("retention.refused", scope_id=proposal.scope_id, object_id=proposal.object_id,
-                            code=exc.code, rule_id=getattr(exc, "rule_id", None))
-        else:
-            evaluation.expired += 1
+    """Each proposal as a transition command, IN_FLIGHT at a time (sent one by one, every expiration would be a
+    commit of its own). service_unavailable (the writer away past the requester's retries) ends the round: it
+    raises, once the commands in flight have been answered."""
+    gate = asyncio.Semaphore(IN_FLIGHT)
+
+    async def one(proposal: Proposal) -> None:
+        async with gate:
+            try:
+                await requester.command("transition", transition_command(proposal, RETENTION_ACTOR))
+            except PamledgerError as exc:
+                if exc.code == "service_unavailable":
+                    raise
+                bucket = evaluation.skipped if exc.code in SKIPPED else evaluation.failed
+                bucket[exc.code] = bucket.get(exc.code, 0) + 1
+                if bucket is evaluation.failed:
+                    log.warning("retention.refused", scope_id=proposal.scope_id, object_id=proposal.object_id,
+                                code=exc.code, rule_id=getattr(exc, "rule_id", None))
+            else:
+                evaluation.expired += 1
+
+    results = await asyncio.gather(*(one(p) for p in proposals), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 async def evaluate(conn: psycopg.AsyncConnection[Any], requester: Requester | None, now: datetime, partition: int,

@@ -117,6 +117,30 @@ async def test_past_valid_until_expires_with_lifecycle_unchanged_and_holds_are_n
     assert past["object_id"] not in {p.object_id for p in again.proposals}  # expired is not proposed again
 
 
+async def test_an_object_brought_back_to_retained_is_not_expired_again(client: MemoryClient, service: Env) -> None:
+    """Expired, then restored to retained by a person: the evaluator respects that and proposes it no more."""
+    made = await claim(client, valid_until=PAST)
+    await caught_up(service)
+    await run_round(service, client, scope_id=PLAIN_SCOPE)
+    expired = await client.read(PLAIN_SCOPE, made["object_id"])
+    assert expired["retention_state"] == "expired"
+    await client.transition(PLAIN_SCOPE, made["object_id"], expired["version_id"], "retention", "retained",
+                            ACTOR, PROVENANCE)
+    await caught_up(service)
+    again = await run_round(service, client, scope_id=PLAIN_SCOPE, dry_run=True)
+    assert made["object_id"] not in {p.object_id for p in again.proposals}
+
+
+async def test_many_proposals_are_sent_together(client: MemoryClient, service: Env) -> None:
+    """Sent concurrently, many expirations share commits: all land, none is refused."""
+    made = [await claim(client, valid_until=PAST) for _ in range(80)]
+    await caught_up(service)
+    done = await run_round(service, client, scope_id=PLAIN_SCOPE)
+    assert done.expired == len(done.proposals) >= len(made) and not done.failed and not done.skipped
+    for m in made[::20]:
+        assert (await client.read(PLAIN_SCOPE, m["object_id"]))["retention_state"] == "expired"
+
+
 async def test_a_dry_run_writes_nothing(client: MemoryClient, service: Env) -> None:
     await claim(client, valid_until=PAST)
     await caught_up(service)

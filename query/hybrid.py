@@ -14,12 +14,10 @@ and the reply reports both checkpoints, read in the same REPEATABLE READ snapsho
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
@@ -27,6 +25,7 @@ from infra.embedding.store import INDEX_CHECKPOINT, SpaceRow
 from infra.projections import PROJECTION
 from infra.settings import QuerySettings
 from query.plan import build
+from query.snapshot import snapshot
 from query.search import CheckpointWatcher
 from query.semantic import Plan, Probe, nearest, probe
 from schemas.canonical import canonical_bytes, decode_json
@@ -82,23 +81,18 @@ async def run_search(pool: AsyncConnectionPool[Any], projection: CheckpointWatch
         async with pool.connection() as conn:  # given back while the text is embedded (a first use loads the model)
             found = await probe(conn, request)
     space_id = found.space.embedding_space_id if found.space else None
-    async with pool.connection() as conn:
-        await conn.execute(b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        try:
-            cur = await conn.execute(_STATE, (request.scope_id, PROJECTION, INDEX_CHECKPOINT, space_id))
-            known, projected, indexed, space_state = await cur.fetchone() or (False, 0, 0, None)
-            semantic: list[Any] = []
-            plan = None
-            if known and found.space is not None and found.vector is not None:
-                semantic, plan = await nearest(conn, found.space, found.vector, request, count, settings)
-            lexical: list[Any] = []
-            if known and request.mode != "semantic" and request.text is not None:
-                statement, params = build(lexical_request(request, count), None, None)
-                cur = await conn.execute(statement, params)
-                lexical = (await cur.fetchall())[:count]
-        finally:
-            with contextlib.suppress(psycopg.Error):  # read only: nothing to commit; a dead connection the pool drops
-                await conn.execute(b"ROLLBACK")
+    async with pool.connection() as conn, snapshot(conn):
+        cur = await conn.execute(_STATE, (request.scope_id, PROJECTION, INDEX_CHECKPOINT, space_id))
+        known, projected, indexed, space_state = await cur.fetchone() or (False, 0, 0, None)
+        semantic: list[Any] = []
+        plan = None
+        if known and found.space is not None and found.vector is not None:
+            semantic, plan = await nearest(conn, found.space, found.vector, request, count, settings)
+        lexical: list[Any] = []
+        if known and request.mode != "semantic" and request.text is not None:
+            statement, params = build(lexical_request(request, count), None, None)
+            cur = await conn.execute(statement, params)
+            lexical = (await cur.fetchall())[:count]
     if not known:
         raise ScopeNotFound("scope not found", details={"scope_id": request.scope_id})
     result: dict[str, Any] = {

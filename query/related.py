@@ -17,16 +17,16 @@ the same state answers the same bytes.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from infra.projections import PROJECTION
+from infra.projections import PROJECTION, checkpoint
 from query.search import CheckpointWatcher
+from query.snapshot import snapshot
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.errors import ObjectNotFound, ScopeNotFound
 from schemas.queries import RelatedRequest
@@ -35,7 +35,6 @@ from schemas.replies import envelope_bytes
 MayRead = Callable[[str], bool]  # may the caller read this scope (the request's own is checked by the shell)
 Node = tuple[str, str]  # (scope_id, object_id)
 
-_BEGIN_SNAPSHOT = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 _START = ("SELECT EXISTS (SELECT 1 FROM scopes WHERE scope_id = %s),"
           " coalesce((SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s), 0)")
 # The relationships that touch the frontier: those whose source is a frontier object (stored in its scope)
@@ -87,9 +86,9 @@ async def run_related(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher
         reached = await watcher.wait_for(request.min_sequence, request.wait_ms / 1000)
     origin = (request.scope_id, request.from_object_id)
     walk = Walk(request, may_read)
-    async with pool.connection() as conn, _snapshot(conn):
+    async with pool.connection() as conn, snapshot(conn):
         cur = await conn.execute(_START, (request.scope_id, PROJECTION))
-        known, snapshot = await cur.fetchone() or (False, 0)
+        known, as_of = await cur.fetchone() or (False, 0)
         if not known:
             raise ScopeNotFound("scope not found", details={"scope_id": request.scope_id})
         row = await (await conn.execute(_NODES, ([origin[0]], [origin[1]]))).fetchone()
@@ -99,22 +98,10 @@ async def run_related(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher
         await walk.run(conn, origin)
     result: dict[str, Any] = {"from": {"scope_id": request.scope_id, "object_id": request.from_object_id},
                               "edges": walk.edges, "nodes": list(walk.nodes.values()),
-                              "truncated": walk.truncated, "as_of_sequence": snapshot}
+                              "truncated": walk.truncated, "as_of_sequence": as_of}
     if request.min_sequence is not None:
-        result["min_sequence_reached"] = reached and snapshot >= request.min_sequence
+        result["min_sequence_reached"] = reached and as_of >= request.min_sequence
     return canonical_bytes({"result": result})
-
-
-@contextlib.asynccontextmanager
-async def _snapshot(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
-    """Every statement of the block in one repeatable-read snapshot (a pool connection is in autocommit
-    mode); read only, so it is ended by ROLLBACK whatever happened."""
-    await conn.execute(_BEGIN_SNAPSHOT)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(psycopg.Error):
-            await conn.execute(b"ROLLBACK")
 
 
 class Walk:
@@ -209,14 +196,12 @@ def _node(row: Any, hop: int) -> dict[str, Any]:
 async def relationship_refs(pool: AsyncConnectionPool[Any], scope_id: str, object_id: str) -> tuple[list[str], int]:
     """The ids of the relationships stored in `scope_id` that touch `object_id` (either end, deleted ones
     left out), and the projection checkpoint they were read at: the non-authoritative `relationship_refs`."""
-    async with pool.connection() as conn, _snapshot(conn):
-        at = await conn.execute("SELECT coalesce((SELECT ledger_sequence FROM projection_checkpoints"
-                                " WHERE projection = %s), 0)", (PROJECTION,))
-        row = await at.fetchone()
+    async with pool.connection() as conn, snapshot(conn):
+        at = await checkpoint(conn)
         refs = await conn.execute(
             "SELECT relationship_id FROM current_relationships WHERE scope_id = %(s)s"
             " AND availability_state <> 'deleted' AND (source_object_id = %(o)s"
             "      OR (target_scope_id = %(s)s AND target_object_id = %(o)s)) ORDER BY relationship_id",
             {"s": scope_id, "o": object_id})
-        return [str(r[0]) for r in await refs.fetchall()], int(row[0]) if row else 0
+        return [str(r[0]) for r in await refs.fetchall()], at
 

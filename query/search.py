@@ -19,6 +19,7 @@ from infra.pg_pipeline import pipelined_transaction
 from infra.projections import NOTIFY_CHANNEL, PROJECTION, checkpoint
 from query.cursor import decode_cursor, encode_cursor
 from query.plan import build
+from query.snapshot import BEGIN_SNAPSHOT
 from schemas.queries import QueryRequest
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.errors import InvalidRequest, ScopeNotFound
@@ -26,7 +27,6 @@ from schemas.replies import envelope_bytes
 
 
 
-_BEGIN_SNAPSHOT = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 _STATE = (
     "SELECT EXISTS (SELECT 1 FROM scopes WHERE scope_id = %s),"
     " coalesce((SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s), 0),"
@@ -84,7 +84,7 @@ async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, 
     async with pool.connection() as conn:
         # One snapshot for the scope check, the checkpoint and the rows; pipelined, so the whole
         # transaction costs one round trip. Rows of an unknown scope are empty and never returned.
-        async with pipelined_transaction(conn, _BEGIN_SNAPSHOT):
+        async with pipelined_transaction(conn, BEGIN_SNAPSHOT):
             state = await conn.execute(_STATE, (request.scope_id, PROJECTION, partition))
             found = await conn.execute(statement, params)
         known, projected, head = await state.fetchone() or (False, 0, 0)

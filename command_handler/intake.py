@@ -16,7 +16,8 @@ from typing import Any
 import msgspec
 
 from schemas.canonical import canonical_bytes
-from schemas.commands import DECODERS, IDEMPOTENCY_KEY_MAX, Command, CreateScope, RegisterEmbeddingSpace
+from schemas.commands import DECODERS, Command, CreateScope, RegisterEmbeddingSpace
+from schemas.common import IDEMPOTENCY_KEY_MAX
 from schemas.embedding import space_digest
 from schemas.errors import InvalidObject, InvalidRequest, PamledgerError
 from schemas.headers import check_header, header_operation_id

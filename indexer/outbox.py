@@ -25,7 +25,7 @@ import structlog
 
 from infra.requester import CommandRequester
 from schemas.canonical import canonical_bytes
-from schemas.commands import IDEMPOTENCY_KEY_MAX
+from schemas.common import IDEMPOTENCY_KEY_MAX
 from schemas.errors import PamledgerError
 
 log = structlog.get_logger(__name__)

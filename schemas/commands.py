@@ -12,10 +12,13 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from schemas.common import (
+    COMMAND_STRUCT,
     AvailabilityState,
     Dimension,
     Id,
+    IdempotencyKey,
     LifecycleState,
+    ObjectType,
     RetentionState,
     Text,
     Timestamp,
@@ -27,17 +30,13 @@ from schemas.envelope import Actor, Integrity, Provenance, QualitySignals
 from schemas.redaction import Redact
 from schemas.relationship import Relate
 
-ObjectType = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
-IDEMPOTENCY_KEY_MAX = 256
-IdempotencyKey = Annotated[str, msgspec.Meta(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)]
 # `\Z`, not `$`: `$` also matches before a final newline (see schemas.common.ID_PATTERN).
 SchemaUri = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9+.-]*:[^\s\x00]+\Z", max_length=1024)]
 StateName = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 
-_COMMAND: dict[str, bool] = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)
 
 
-class CreateObject(msgspec.Struct, tag="create", **_COMMAND):
+class CreateObject(msgspec.Struct, tag="create", **COMMAND_STRUCT):
     """Create a new Memory Object (section 10.1)."""
 
     scope_id: Id
@@ -62,7 +61,7 @@ class CreateObject(msgspec.Struct, tag="create", **_COMMAND):
     operation_id: Id | None = None
 
 
-class UpdateObject(msgspec.Struct, tag="update", **_COMMAND):
+class UpdateObject(msgspec.Struct, tag="update", **COMMAND_STRUCT):
     """Write new canonical content as a new version (section 10.3)."""
 
     scope_id: Id
@@ -82,7 +81,7 @@ class UpdateObject(msgspec.Struct, tag="update", **_COMMAND):
     operation_id: Id | None = None
 
 
-class TransitionState(msgspec.Struct, tag="transition", **_COMMAND):
+class TransitionState(msgspec.Struct, tag="transition", **COMMAND_STRUCT):
     """Move one state dimension to a target state (section 10.4, tables of 9.5)."""
 
     scope_id: Id
@@ -100,7 +99,7 @@ class TransitionState(msgspec.Struct, tag="transition", **_COMMAND):
     operation_id: Id | None = None
 
 
-class DeleteObject(msgspec.Struct, tag="delete", **_COMMAND):
+class DeleteObject(msgspec.Struct, tag="delete", **COMMAND_STRUCT):
     """Write the final tombstone version and erase the object's content (section 10.11)."""
 
     scope_id: Id
@@ -113,7 +112,7 @@ class DeleteObject(msgspec.Struct, tag="delete", **_COMMAND):
     operation_id: Id | None = None
 
 
-class Promote(msgspec.Struct, tag="promote", **_COMMAND):
+class Promote(msgspec.Struct, tag="promote", **COMMAND_STRUCT):
     """Consolidate a working_memory object into a canonical Memory Object (section 10.10), atomically: the new
     object (provenance.transformation_parent = the source's version), the source moved to `superseded`, a
     `derived_from` Relationship Object from the new object to the source, and a `working_memory_promoted` entry."""
@@ -135,7 +134,7 @@ class Promote(msgspec.Struct, tag="promote", **_COMMAND):
     operation_id: Id | None = None
 
 
-class CorrectProvenance(msgspec.Struct, tag="correct_provenance", **_COMMAND):
+class CorrectProvenance(msgspec.Struct, tag="correct_provenance", **COMMAND_STRUCT):
     """Write a new version whose provenance is `provenance` (section 8.6), with a `provenance_updated` entry.
 
     Provenance is never silently removed: every field the current provenance has and the correction lacks must
@@ -152,7 +151,7 @@ class CorrectProvenance(msgspec.Struct, tag="correct_provenance", **_COMMAND):
     operation_id: Id | None = None
 
 
-class CreateScope(msgspec.Struct, tag="create_scope", **_COMMAND):
+class CreateScope(msgspec.Struct, tag="create_scope", **COMMAND_STRUCT):
     """Register a Memory Scope (memory-scope.schema.json); creating an existing scope is a no-op."""
 
     scope_id: Id
@@ -161,7 +160,7 @@ class CreateScope(msgspec.Struct, tag="create_scope", **_COMMAND):
     policy: dict[str, Any] | None = None
 
 
-class OpenSubscription(msgspec.Struct, tag="open_subscription", **_COMMAND):
+class OpenSubscription(msgspec.Struct, tag="open_subscription", **COMMAND_STRUCT):
     """Gateway → writer: record subscription_opened (an event-only ledger entry, no Memory Version)."""
 
     scope_id: Id
@@ -172,7 +171,7 @@ class OpenSubscription(msgspec.Struct, tag="open_subscription", **_COMMAND):
     idempotency_key: IdempotencyKey | None = None
 
 
-class CloseSubscription(msgspec.Struct, tag="close_subscription", **_COMMAND):
+class CloseSubscription(msgspec.Struct, tag="close_subscription", **COMMAND_STRUCT):
     """Gateway → writer: record subscription_closed with the reason and the last delivered sequence."""
 
     scope_id: Id
@@ -184,7 +183,7 @@ class CloseSubscription(msgspec.Struct, tag="close_subscription", **_COMMAND):
     idempotency_key: IdempotencyKey | None = None
 
 
-class RegisterEmbeddingSpace(msgspec.Struct, tag="register_embedding_space", **_COMMAND):
+class RegisterEmbeddingSpace(msgspec.Struct, tag="register_embedding_space", **COMMAND_STRUCT):
     """Record an Embedding Space (an `index_rebuilt` entry, action `space_registered`, in the system scope).
 
     Its idempotency key is always `embedding-space:<id>` and "the same request" means the same descriptor:
@@ -200,7 +199,7 @@ class RegisterEmbeddingSpace(msgspec.Struct, tag="register_embedding_space", **_
 IndexEventType = Literal["embedding_generated", "index_rebuilt"]
 
 
-class RecordIndexEvent(msgspec.Struct, tag="record_index_event", **_COMMAND):
+class RecordIndexEvent(msgspec.Struct, tag="record_index_event", **COMMAND_STRUCT):
     """Indexer → writer: an event-only `embedding_generated` / `index_rebuilt` entry (no Memory Version)."""
 
     scope_id: Id
@@ -211,7 +210,7 @@ class RecordIndexEvent(msgspec.Struct, tag="record_index_event", **_COMMAND):
     idempotency_key: IdempotencyKey | None = None
 
 
-class Denial(msgspec.Struct, **_COMMAND):
+class Denial(msgspec.Struct, **COMMAND_STRUCT):
     """What an `access_denied` entry says about a refused request: never its content."""
 
     request: Annotated[str, msgspec.Meta(max_length=64)]  # the request kind, e.g. "query.read"
@@ -224,7 +223,7 @@ class Denial(msgspec.Struct, **_COMMAND):
     suppressed: Annotated[int, msgspec.Meta(ge=0)] = 0  # denials of this caller and rule not recorded since the last
 
 
-class RecordAccessDenied(msgspec.Struct, tag="record_access_denied", **_COMMAND):
+class RecordAccessDenied(msgspec.Struct, tag="record_access_denied", **COMMAND_STRUCT):
     """Service → writer: an event-only `access_denied` entry in the system scope (the denied caller is the
     entry's actor when it authenticated, else `actor:anonymous`)."""
 

@@ -21,6 +21,12 @@ SPEC_VERSION = "0.1.0-draft"
 SYSTEM_SCOPE = "system:pamledger"
 
 Id = Annotated[str, msgspec.Meta(pattern=ID_PATTERN, max_length=512)]
+ObjectType = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+IDEMPOTENCY_KEY_MAX = 256
+IdempotencyKey = Annotated[str, msgspec.Meta(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)]
+# Every command Struct: immutable, keyword-only, unset optional fields left out of its bytes, unknown fields
+# refused (schemas.commands, delegation, redaction, relationship).
+COMMAND_STRUCT: dict[str, bool] = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)
 Text = Annotated[str, msgspec.Meta(max_length=4096)]
 Timestamp = Annotated[datetime, msgspec.Meta(tz=True)]
 Unit = Annotated[float, msgspec.Meta(ge=0, le=1)]

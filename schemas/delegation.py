@@ -14,17 +14,20 @@ from typing import Annotated, Any
 import msgspec
 
 from schemas.auth import Operation
-from schemas.common import Id, Timestamp
+from schemas.common import (
+    COMMAND_STRUCT,
+    Id,
+    IdempotencyKey,
+    ObjectType,
+    Timestamp,
+)
 from schemas.envelope import Actor
 
-_COMMAND: dict[str, bool] = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)
-IdempotencyKey = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 PolicyBasis = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
-ObjectTypeName = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 DELEGATION_SPEC_VERSION = "0.1.0-draft"
 
 
-class GrantDelegation(msgspec.Struct, tag="grant_delegation", **_COMMAND):
+class GrantDelegation(msgspec.Struct, tag="grant_delegation", **COMMAND_STRUCT):
     """Record a delegation. `actor` records it: the granting actor itself, or an administrator."""
 
     scope_id: Id
@@ -38,14 +41,14 @@ class GrantDelegation(msgspec.Struct, tag="grant_delegation", **_COMMAND):
     delegation_id: Id | None = None  # minted (`del:<uuid>`) when absent
     usage_limit: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
     granted_object_ids: Annotated[list[Id], msgspec.Meta(min_length=1, max_length=1000)] | None = None
-    granted_object_types: Annotated[list[ObjectTypeName], msgspec.Meta(min_length=1, max_length=100)] | None = None
+    granted_object_types: Annotated[list[ObjectType], msgspec.Meta(min_length=1, max_length=100)] | None = None
     target_scope_id: Id | None = None
     revocable: bool = True
     operation_id: Id | None = None
     idempotency_key: IdempotencyKey | None = None
 
 
-class CheckDelegation(msgspec.Struct, tag="check_delegation", **_COMMAND):
+class CheckDelegation(msgspec.Struct, tag="check_delegation", **COMMAND_STRUCT):
     """Exercise a delegation once: the grant when it allows `operation` (a use, counted), else access_denied."""
 
     scope_id: Id
@@ -54,7 +57,7 @@ class CheckDelegation(msgspec.Struct, tag="check_delegation", **_COMMAND):
     operation: Operation
     actor: Actor
     object_id: Id | None = None
-    object_type: ObjectTypeName | None = None
+    object_type: ObjectType | None = None
     on_behalf_of_actor_id: Id | None = None  # when given, must be the granting actor
     # The service's own checks for reads under a delegation: `whole_scope` (a query or search) is refused by a
     # delegation restricted to some objects or types; `strict` refuses a type restriction it cannot verify.
@@ -64,7 +67,7 @@ class CheckDelegation(msgspec.Struct, tag="check_delegation", **_COMMAND):
     idempotency_key: IdempotencyKey | None = None
 
 
-class RevokeDelegation(msgspec.Struct, tag="revoke_delegation", **_COMMAND):
+class RevokeDelegation(msgspec.Struct, tag="revoke_delegation", **COMMAND_STRUCT):
     """End a delegation at once (by its granting actor or an administrator)."""
 
     scope_id: Id

@@ -20,7 +20,11 @@ from typing import Annotated, Any
 
 import msgspec
 
-from schemas.common import Id
+from schemas.common import (
+    COMMAND_STRUCT,
+    Id,
+    IdempotencyKey,
+)
 from schemas.envelope import Actor, Provenance
 
 REDACTED_MARKER = "[REDACTED]"
@@ -28,17 +32,16 @@ MAX_POINTERS = 256
 JsonPointer = Annotated[str, msgspec.Meta(max_length=2048)]
 _INDEX = re.compile(r"^(0|[1-9][0-9]*)\Z")
 
-_COMMAND: dict[str, bool] = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)
 
 
-class RedactionTarget(msgspec.Struct, **_COMMAND):
+class RedactionTarget(msgspec.Struct, **COMMAND_STRUCT):
     """What a Redact removes: all content (no pointers) or the values at these JSON Pointers."""
 
     pointers: Annotated[list[JsonPointer], msgspec.Meta(min_length=1, max_length=MAX_POINTERS)] | None = None
     erase: bool = True
 
 
-class Redact(msgspec.Struct, tag="redact", **_COMMAND):
+class Redact(msgspec.Struct, tag="redact", **COMMAND_STRUCT):
     """Remove or suppress protected content, keeping the audit trail (a new, content-reduced version)."""
 
     scope_id: Id
@@ -48,7 +51,7 @@ class Redact(msgspec.Struct, tag="redact", **_COMMAND):
     provenance: Provenance
     policy_basis: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
     redaction_target: RedactionTarget = msgspec.field(default_factory=RedactionTarget)
-    idempotency_key: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+    idempotency_key: IdempotencyKey | None = None
     operation_id: Id | None = None
 
 

@@ -16,9 +16,11 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from schemas.common import (
+    COMMAND_STRUCT,
     EXTENSION_TYPE_PATTERNS,
     AvailabilityState,
     Id,
+    IdempotencyKey,
     LifecycleState,
     RetentionState,
     Text,
@@ -50,10 +52,9 @@ INITIAL_STATES = {"lifecycle": "active", "availability": "available", "retention
 _SHORT_LABEL = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
 RelationshipType = Annotated[str, msgspec.Meta(min_length=1, max_length=256, pattern=r"^[^\s\x00]+\Z")]
 
-_COMMAND: dict[str, bool] = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)
 
 
-class Relate(msgspec.Struct, tag="relate", **_COMMAND):
+class Relate(msgspec.Struct, tag="relate", **COMMAND_STRUCT):
     """Create a Relationship Object, or (with relationship_id and expected_version_id) write its next version.
 
     Source and target are fixed at creation: an update that names other endpoints is relationship_conflict.
@@ -82,7 +83,7 @@ class Relate(msgspec.Struct, tag="relate", **_COMMAND):
     valid_from: Timestamp | None = None
     valid_until: Timestamp | None = None
     integrity: Integrity | None = None
-    idempotency_key: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+    idempotency_key: IdempotencyKey | None = None
     operation_id: Id | None = None
 
 

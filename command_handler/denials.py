@@ -40,7 +40,7 @@ def refusal_entry(limiter: DenialLimiter, parsed: Parsed, refusal: AccessDenied)
     when the limiter leaves it out."""
     actor = getattr(parsed.command, "actor", None)
     caller = {"actor_id": actor.actor_id, "actor_kind": actor.actor_kind} if actor is not None else None
-    entry = denial_entry(f"cmd.{parsed.name}", refusal.rule_id, refusal.code, parsed.scope_id, caller, None, None, 0)
+    entry = denial_entry(f"cmd.{parsed.name}", refusal.rule_id, refusal.code, parsed.scope_id, caller, None, None)
     return _recorded(limiter, entry, parsed, refusal)
 
 

@@ -24,15 +24,12 @@ ACTOR_TYPE = "dev.pamledger.actor"
 CREDENTIAL_TYPE = "dev.pamledger.credential"
 ACTOR_SCHEMA_ID = "urn:pamledger:schema:actor:1"
 CREDENTIAL_SCHEMA_ID = "urn:pamledger:schema:credential:1"
-AUTH_TYPES = (ACTOR_TYPE, CREDENTIAL_TYPE)
 
 AUTHORIZATION_HEADER = "Authorization"  # "Bearer <token>" on every command, read, query, search and subscription call
 MAX_AUTHORIZATION_CHARS = 256
 
 Operation = Literal["create", "read", "update", "transition", "relate", "query", "inspect_history", "redact",
                     "delete", "promote", "subscribe", "unsubscribe"]
-OPERATIONS: tuple[str, ...] = ("create", "read", "update", "transition", "relate", "query", "inspect_history",
-                               "redact", "delete", "promote", "subscribe", "unsubscribe")
 ALL_OPERATIONS = "*"
 ALL_SCOPES = "*"
 

@@ -73,11 +73,12 @@ class DenialLimiter:
 
 
 def denial_entry(request: str, rule_id: str, code: str, scope_id: str | None, actor: dict[str, Any] | None,
-                 token_id: str | None, claimed_actor_id: str | None, suppressed: int) -> dict[str, Any]:
-    """The `record_access_denied` command body for one denial (content-free by construction)."""
+                 token_id: str | None, claimed_actor_id: str | None) -> dict[str, Any]:
+    """The `record_access_denied` command body for one denial (content-free by construction); the limiter
+    (DenialLimiter.admit_entry) fills in how many like it it left out."""
     denial = Denial(request=request[:64], rule_id=rule_id, code=code,  # type: ignore[arg-type]
                     requested_scope_id=scope_id, authenticated=actor is not None, token_id=token_id,
-                    claimed_actor_id=claimed_actor_id, suppressed=suppressed)
+                    claimed_actor_id=claimed_actor_id)
     return {"scope_id": SYSTEM_SCOPE, "actor": actor or ANONYMOUS_ACTOR, "denial": msgspec.to_builtins(denial),
             "operation_id": f"op:{uuid.uuid4()}"}
 

@@ -51,7 +51,7 @@ class TokenPolicy:
 def entry_for(context: RequestContext, operation: str, decision: Deny) -> dict[str, object]:
     """The `record_access_denied` body for a denial the shell or the writer made."""
     return denial_entry(operation, decision.rule_id, decision.code, context.scope_id, decision.caller,
-                        decision.token_id, context.claim.actor_id if context.claim else None, 0)
+                        decision.token_id, context.claim.actor_id if context.claim else None)
 
 
 class RecordedDenials:

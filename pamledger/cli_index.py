@@ -63,13 +63,13 @@ def cmd_index(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _requester(settings: Settings, nats_url: str) -> Any:
-    from infra.authz.bootstrap import read_token, service_token_path
+    from infra.authz.bootstrap import service_token
     from infra.requester import CommandRequester
     from pamledger.runtime import connect_nats
 
     # An operator's tool on the service's host (it reads the database directly): it sends what the indexer
     # sends, with the service credential of the state dir.
-    token = read_token(service_token_path(settings)) if settings.auth.mode == "enforce" else None
+    token = service_token(settings)
     nc = await connect_nats(nats_url, "pamledger-cli-index", settings)
     return nc, CommandRequester(nc, settings.subject_prefix, timeout=settings.request_timeout_seconds, retries=3,
                                 token=token)

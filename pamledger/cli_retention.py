@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from infra.authz.bootstrap import read_token, service_token_path
+from infra.authz.bootstrap import service_token
 from infra.authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.requester import CommandRequester
@@ -54,12 +54,7 @@ async def _evaluate(settings: Settings, nats_url: str, database_url: str, scope_
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         if dry_run:
             return (await evaluate(conn, None, now, settings.partition, scope_id, limit)).report()
-        token = None
-        if settings.auth.mode != "off":
-            token = read_token(service_token_path(settings))
-            if token is None:
-                raise invalid(f"no service token at {service_token_path(settings)}: run where the service's state"
-                              " dir is, or set PAMLEDGER_AUTH__SERVICE_TOKEN_FILE")
+        token = service_token(settings)
         nc = await connect_nats(nats_url, "pamledger-retention-cli", settings)
         try:
             requester = CommandRequester(nc, settings.subject_prefix, settings.request_timeout_seconds, token=token)

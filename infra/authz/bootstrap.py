@@ -16,6 +16,7 @@ from infra.private_files import ensure_private
 from infra.settings import Settings
 from schemas.auth import ALL_SCOPES, ActorRecord, CredentialRecord, ScopeGrant
 from schemas.common import SYSTEM_SCOPE
+from schemas.errors import InvalidRequest
 
 ADMIN_ACTOR = ActorRecord(actor_id=ADMIN_ACTOR_ID, actor_kind="operator", display_name="pamledger administrator",
                           grants=[ScopeGrant(scopes=[ALL_SCOPES, SYSTEM_SCOPE], operations=["*"])])
@@ -37,6 +38,18 @@ def read_token(path: Path) -> str | None:
         token_id_of(token)
     except (OSError, BadCredential):
         return None
+    return token
+
+
+def service_token(settings: Settings) -> str | None:
+    """The service credential an operator tool on the service's host sends its service commands with (None
+    where auth is off); enforced without one is invalid_request saying where it was looked for."""
+    if settings.auth.mode == "off":
+        return None
+    token = read_token(service_token_path(settings))
+    if token is None:
+        raise InvalidRequest(f"no service token at {service_token_path(settings)}: run where the service's state"
+                             " dir is, or set PAMLEDGER_AUTH__SERVICE_TOKEN_FILE")
     return token
 
 

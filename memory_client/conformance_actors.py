@@ -2,8 +2,10 @@
 
 The harness names an actor in every write and subscription (`actor:agent:...`) and expects the operation to
 be performed as that actor; the service refuses a command whose actor is not the caller. So the adapter,
-holding an administrative credential, registers each actor it meets with every operation on the scopes it
-uses, issues it a token, and sends that actor's operations with it. The grants are real ledger entries in
+holding an administrative credential, registers each actor it meets once, with every operation on every
+scope (`*`, which never covers the system scope), issues it a token, and sends that actor's operations with
+it. Scopes still separate the actors' objects: a reference to another scope answers object_not_found whatever
+the grants. The grants are real ledger entries in
 the system scope: run the harness against a service kept for it.
 """
 
@@ -20,25 +22,20 @@ class ActorClients:
     def __init__(self, admin: MemoryClient):
         self.admin = admin
         self.clients: dict[str, MemoryClient] = {}
-        self.scopes: dict[str, set[str]] = {}
 
     async def client_for(self, actor: Any, scope_id: str) -> MemoryClient:
         if not isinstance(actor, dict) or not isinstance(actor.get("actor_id"), str):
             return self.admin  # the service answers a malformed actor itself
         actor_id = actor["actor_id"]
-        scopes = self.scopes.setdefault(actor_id, set())
-        if scope_id not in scopes:
-            scopes.add(scope_id)
-            grants = [parse_grant(f"{','.join(sorted(scopes))}=*")]
-            await put_actor(self.admin, actor_id, str(actor.get("actor_kind") or "agent"), grants)
-            client = self.clients.get(actor_id)
-            if client is None:
-                issued = await issue_token(self.admin, actor_id, label="conformance adapter")
-                client = await MemoryClient.connect(None, self.admin.prefix, self.admin.timeout, token=issued["token"])
-                client.retries = 0
-                self.clients[actor_id] = client
+        client = self.clients.get(actor_id)
+        if client is None:
+            await put_actor(self.admin, actor_id, str(actor.get("actor_kind") or "agent"), [parse_grant("*=*")])
+            issued = await issue_token(self.admin, actor_id, label="conformance adapter")
+            client = await MemoryClient.connect(None, self.admin.prefix, self.admin.timeout, token=issued["token"])
+            client.retries = 0
+            self.clients[actor_id] = client
             await _until_granted(client, scope_id)
-        return self.clients[actor_id]
+        return client
 
     async def close(self) -> None:
         for client in self.clients.values():

@@ -109,13 +109,6 @@ def fold(rows: dict[tuple[str, str], Row], row: Row | None) -> None:
         rows[(row[0], row[1])] = row
 
 
-def newest_row(seen: Container[tuple[str, str]], scope_id: str, object_id: str | None, event: bytes,
-               ledger_sequence: int) -> Row | None:
-    """`newest_projection` for current_objects alone: the object row, or None (relationships included)."""
-    found = newest_projection(seen, scope_id, object_id, event, ledger_sequence)
-    return found.row if found is not None and not found.relationship else None
-
-
 def newest_projection(seen: Container[tuple[str, str]], scope_id: str, object_id: str | None, event: bytes,
                       ledger_sequence: int) -> Projected | None:
     """For events read in DESCENDING ledger order with their ledger row's scope_id and object_id column (a

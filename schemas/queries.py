@@ -11,7 +11,7 @@ from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
-from schemas.common import AvailabilityState, Id, LifecycleState, RetentionState, Timestamp, ValidationState
+from schemas.common import AvailabilityState, Id, LifecycleState, RetentionState, Timestamp, Unit, ValidationState
 from schemas.errors import InvalidRequest
 from schemas.values import BadValue, check_value
 
@@ -61,8 +61,8 @@ class SequenceRange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 class UnitRange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """gte <= signal <= lte (both inclusive; a signal is in [0, 1]); either bound may be omitted."""
 
-    gte: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
-    lte: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+    gte: Unit | None = None
+    lte: Unit | None = None
 
 
 class Filters(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -136,3 +136,15 @@ def test_a_delegation_lapses_when_its_grantor_loses_the_operation_in_the_scope_a
     with pytest.raises(PamledgerError) as err:
         decide_delegation(check, state, msgspec.structs.replace(stamp(3), now=when), Holds({"workspace:b"}))
     assert err.value.code == "access_denied"
+
+
+def test_the_quality_filters_name_every_unit_signal_of_the_envelope() -> None:
+    """schemas.queries lists the signals Query filters and orders by; it must follow the envelope's struct."""
+    from typing import get_type_hints
+
+    from schemas.common import Unit
+    from schemas.envelope import QualitySignals
+    from schemas.queries import QUALITY_SIGNALS
+
+    hints = get_type_hints(QualitySignals, include_extras=True)
+    assert set(QUALITY_SIGNALS) == {name for name, hint in hints.items() if hint == Unit | None}

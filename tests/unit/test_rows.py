@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from projector.rows import COLUMNS, Row, current_row, fold, newest_row
+from projector.rows import COLUMNS, Row, current_row, fold, newest_projection
 from schemas.canonical import canonical_bytes, decode_json
 
 META = {
@@ -56,9 +56,9 @@ def test_newest_first_folding_gives_the_same_rows_as_folding_in_ledger_order() -
         fold(oldest_first, current_row(data, sequence))
     newest_first: dict[tuple[str, str], Row] = {}
     for sequence, scope_id, object_id, data in reversed(events):
-        row = newest_row(newest_first, scope_id, object_id, data, sequence)
-        if row is not None:
-            newest_first[(scope_id, str(object_id))] = row
+        found = newest_projection(newest_first, scope_id, object_id, data, sequence)
+        if found is not None and not found.relationship:
+            newest_first[(scope_id, str(object_id))] = found.row
     assert newest_first == oldest_first and len(newest_first) == 7
     # the latest event of mem:0 (sequence 60) carries no version: its row is the one before (sequence 56)
     assert newest_first[("workspace:rows", "mem:0")][COLUMNS.index("ledger_sequence")] == 56
@@ -66,4 +66,4 @@ def test_newest_first_folding_gives_the_same_rows_as_folding_in_ledger_order() -
 
 def test_newest_first_refuses_an_event_filed_under_another_object() -> None:
     with pytest.raises(ValueError, match="filed under"):
-        newest_row({}, "workspace:rows", "mem:other", event(META), 9)
+        newest_projection({}, "workspace:rows", "mem:other", event(META), 9)

@@ -16,12 +16,13 @@ import psycopg
 from psycopg import sql
 
 from infra.stuck import describe
-from projector.rows import current_row, relationship_row
-from projector.store import merge, stage
+from projector.rows import Row, project
+from projector.store import merge, stage, upsert_relationships
 from schemas.errors import PamledgerError
 
 CHUNK = 1000
 _SCRATCH = "replay_diagnosis"
+_SCRATCH_RELATIONSHIPS = "replay_diagnosis_relationships"
 
 
 class ReplayFailed(PamledgerError):
@@ -60,6 +61,8 @@ async def first_unprojectable(database_url: str, partition: int, scope_id: str |
         async with conn.transaction(force_rollback=True):
             await conn.execute(sql.SQL("CREATE TEMP TABLE {} (LIKE current_objects EXCLUDING ALL) ON COMMIT DROP")
                                .format(sql.Identifier(_SCRATCH)))
+            await conn.execute(sql.SQL("CREATE TEMP TABLE {} (LIKE current_relationships INCLUDING INDEXES)"
+                                       " ON COMMIT DROP").format(sql.Identifier(_SCRATCH_RELATIONSHIPS)))
             async with reader.transaction():
                 cursor = reader.cursor(name="replay_diagnosis")
                 await cursor.execute(_events(partition, scope_id, through))
@@ -83,11 +86,17 @@ async def _first_failing(conn: psycopg.AsyncConnection[Any], events: list[tuple[
     halve until one event is left. Everything is rolled back."""
     try:
         async with conn.transaction(force_rollback=True):
-            rows = [row for seq, event in events if (row := current_row(event, seq)) is not None]
-            for seq, event in events:  # a relationship's row is written by a JSON statement: decoding is what fails
-                relationship_row(event, seq)
+            rows: list[Row] = []
+            relationships: dict[tuple[str, str], Row] = {}  # one per relationship per statement: the newest
+            for seq, event in events:
+                found = project(event, seq)
+                if found is not None and found.relationship:
+                    relationships[(found.row[0], found.row[1])] = found.row
+                elif found is not None:
+                    rows.append(found.row)
             await stage(conn, rows)
             await merge(conn, _SCRATCH, upsert=False)
+            await upsert_relationships(conn, list(relationships.values()), _SCRATCH_RELATIONSHIPS)
         return None
     except DATA_ERRORS as exc:
         if len(events) == 1:

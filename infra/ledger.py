@@ -83,16 +83,16 @@ async def fetch_replay(conn: psycopg.AsyncConnection[Any], record: IdempotencyRo
         assert entry is not None, "idempotency record without its ledger entry"
         return entry_result_bytes(record.ledger_sequence, entry[0], replayed=True)
     cur = await conn.execute(
-        "SELECT v.sequence, v.meta, CASE WHEN " + hidden_by_latest("v") + " THEN NULL ELSE c.content END, l.event_id"
-        " FROM memory_versions v LEFT JOIN content_store c ON c.content_digest = v.content_digest"
+        "SELECT v.sequence, v.meta, CASE WHEN " + hidden_by_latest("v") + " THEN NULL ELSE c.content END, l.event_id,"
+        " p.event FROM memory_versions v LEFT JOIN content_store c ON c.content_digest = v.content_digest"
         " JOIN ledger l ON l.partition = %s AND l.ledger_sequence = v.ledger_sequence " + latest_version("v") +
-        " WHERE v.version_id = %s",
+        " " + _PROMOTION + " WHERE v.version_id = %s",
         (partition, record.version_id),
     )
     row = await cur.fetchone()
     assert row is not None, "idempotency record without its version"
     meta = decode_json(bytes(row[1]))
-    extra = await _promotion(conn, partition, record.ledger_sequence, record.object_id)
+    promoted = decode_json(bytes(row[4]))["payload"] if row[4] is not None else {}
     return canonical_bytes({"result": {
         id_field(meta): record.object_id,
         "version_id": record.version_id,
@@ -101,19 +101,15 @@ async def fetch_replay(conn: psycopg.AsyncConnection[Any], record: IdempotencyRo
         "event_id": row[3],
         "envelope": msgspec.Raw(envelope_bytes(meta, bytes(row[2]) if row[2] else None)),
         "idempotency_result": "replayed_original_result",
-        **extra,
+        **({"promotion": promoted} if promoted.get("promoted_object_id") == record.object_id else {}),
     }})
 
 
-async def _promotion(conn: psycopg.AsyncConnection[Any], partition: int, ledger_sequence: int,
-                     object_id: str | None) -> dict[str, Any]:
-    """A promote's reply carries `promotion` (its links): its working_memory_promoted entry is the fourth of the
-    command's entries (one more when a tool type's entry comes between), so a replay answers the same."""
-    cur = await conn.execute(
-        "SELECT f.event FROM ledger f JOIN ledger o ON o.partition = f.partition AND o.ledger_sequence = %s"
-        " WHERE f.partition = %s AND f.ledger_sequence BETWEEN %s AND %s AND f.event_type = 'working_memory_promoted'"
-        " AND f.operation_id = o.operation_id AND o.event_type = 'object_created'",
-        (ledger_sequence, partition, ledger_sequence + 1, ledger_sequence + 4))
-    row = await cur.fetchone()
-    payload = decode_json(bytes(row[0]))["payload"] if row else {}
-    return {"promotion": payload} if payload.get("promoted_object_id") == object_id else {}
+# A promote's reply carries `promotion` (its links), so its replay does too: the working_memory_promoted entry
+# of the same operation, among the entries that follow its object_created (the fourth, one more when a tool
+# type's entry comes between). Read in the replay's one statement.
+_PROMOTION = (
+    "LEFT JOIN LATERAL (SELECT f.event FROM ledger f WHERE l.event_type = 'object_created'"
+    " AND f.partition = l.partition AND f.ledger_sequence BETWEEN l.ledger_sequence + 1 AND l.ledger_sequence + 4"
+    " AND f.event_type = 'working_memory_promoted' AND f.operation_id = l.operation_id LIMIT 1) p ON true"
+)

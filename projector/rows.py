@@ -74,32 +74,18 @@ def current_row(event: bytes, ledger_sequence: int) -> Row | None:
     """The row an event (its canonical JSON bytes) leaves for its object, or None when the event does not
     touch a version. `meta` is the envelope's bytes as they stand in the event: a member of canonical JSON
     is itself canonical, so no re-encoding is needed."""
-    decoded = _decode_event(event)
-    if decoded.object_id is None:
-        return None
-    return _object_row(decoded, ledger_sequence)
+    found = project(event, ledger_sequence)
+    return found.row if found is not None and not found.relationship else None
 
 
-def _envelope(decoded: _Event) -> bytes | None:
-    """The envelope's bytes as they stand in the event (None for an entry without a version)."""
-    if decoded.payload is None:
-        return None
-    raw = bytes(decoded.payload.envelope)
-    return None if raw == b"null" else raw
-
-
-def _object_row(decoded: _Event, ledger_sequence: int) -> Row | None:
-    raw = _envelope(decoded)
-    if raw is None or decoded.payload is None:
-        return None
-    payload = decoded.payload
+def _object_row(raw: bytes, content_digest: str | None, ledger_sequence: int) -> Row:
     m = _decode_meta(raw)
     return (
         m.scope_id, m.object_id, m.version_id, m.sequence, ledger_sequence, m.object_type, m.schema_id,
         m.lifecycle_state, m.availability_state, m.retention_state, m.validation_state,
         m.actor.actor_id, m.provenance.provenance_id,
         m.observed_at, m.asserted_at, m.valid_from, m.valid_until,
-        m.committed_at, m.recorded_at, payload.content_digest, raw,
+        m.committed_at, m.recorded_at, content_digest, raw,
     )
 
 
@@ -167,32 +153,31 @@ class Projected(NamedTuple):
 
 def project(event: bytes, ledger_sequence: int) -> Projected | None:
     """The row an event leaves: an object's (current_objects), a relationship's (current_relationships),
-    or None when it commits no version (event-only entries)."""
+    or None when it commits no version (event-only entries). `meta` is the envelope's bytes as they stand
+    in the event: a member of canonical JSON is itself canonical, so no re-encoding is needed."""
     decoded = _decode_event(event)
+    if decoded.payload is None or (decoded.object_id is None and decoded.relationship_id is None):
+        return None
+    raw = bytes(decoded.payload.envelope)
+    if raw == b"null":
+        return None
+    digest = decoded.payload.content_digest
     if decoded.object_id is not None:
-        row = _object_row(decoded, ledger_sequence)
-        return None if row is None else Projected(False, row)
-    if decoded.relationship_id is not None:
-        row = relationship_row_of(decoded, ledger_sequence)
-        return None if row is None else Projected(True, row)
-    return None
+        return Projected(False, _object_row(raw, digest, ledger_sequence))
+    return Projected(True, _relationship_row(raw, digest, ledger_sequence))
 
 
 def relationship_row(event: bytes, ledger_sequence: int) -> Row | None:
     """The current_relationships row a Relationship Version's event leaves, or None for any other event."""
-    decoded = _decode_event(event)
-    return relationship_row_of(decoded, ledger_sequence) if decoded.relationship_id is not None else None
+    found = project(event, ledger_sequence)
+    return found.row if found is not None and found.relationship else None
 
 
-def relationship_row_of(decoded: _Event, ledger_sequence: int) -> Row | None:
-    raw = _envelope(decoded)
-    if raw is None or decoded.payload is None:
-        return None
-    payload = decoded.payload
+def _relationship_row(raw: bytes, content_digest: str | None, ledger_sequence: int) -> Row:
     m = _decode_relationship_meta(raw)
     return (
         m.scope_id, m.relationship_id, m.version_id, m.sequence, ledger_sequence, m.relationship_type,
         m.source_object_id, m.target_scope_id or m.scope_id, m.target_object_id, m.directionality,
         m.lifecycle_state, m.availability_state, m.retention_state, m.validation_state, m.actor.actor_id,
-        m.committed_at, payload.content_digest, raw,
+        m.committed_at, content_digest, raw,
     )

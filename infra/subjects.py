@@ -8,7 +8,7 @@ import base64
 # record_*, register_embedding_space): what a credential's NATS login may publish.
 COMMANDS = ("create", "update", "transition", "delete", "create_scope", "grant_delegation", "check_delegation",
             "revoke_delegation", "relate", "redact", "promote", "correct_provenance")
-QUERIES = ("read", "history", "query", "search", "whoami", "related")
+QUERIES = ("read", "history", "query", "search", "whoami", "related", "events")
 
 
 def scope_token(scope_id: str) -> str:

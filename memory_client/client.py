@@ -149,6 +149,16 @@ class MemoryClient(ObjectCommands):
                 body[name] = value
         return await self._request(query_subject(self.prefix, "search"), body, self.actor_header(actor), retry=True)
 
+    async def events(self, scope_id: str, after_sequence: int = 0, limit: int = 100,
+                     event_classes: list[str] | None = None, actor: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One page of the scope's ledger events after `after_sequence`, in ledger order (query.events, needs
+        inspect_history): {scope_id, events: [{ledger_sequence, event}], last_sequence, more}. Pass
+        `last_sequence` back as `after_sequence` for the next page."""
+        body: dict[str, Any] = {"scope_id": scope_id, "after_sequence": after_sequence, "limit": limit}
+        if event_classes is not None:
+            body["event_classes"] = event_classes
+        return await self._request(query_subject(self.prefix, "events"), body, self.actor_header(actor), retry=True)
+
     async def subscribe(self, scope_id: str, actor: dict[str, Any], after_sequence: int | None = None,
                         filter: dict[str, Any] | None = None, delivery: dict[str, Any] | None = None,
                         subscription_id: str | None = None) -> Subscription:
@@ -218,9 +228,10 @@ class MemoryClient(ObjectCommands):
         return await self._command(name, body)
 
     async def _command(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        operation_id = body.get("operation_id") or f"op:{uuid.uuid4()}"
         if (refused := refusal(body)) is not None:  # NaN/±Infinity would go out as null
-            raise PamspecError.from_envelope(refused)
-        headers = {"Pam-Operation-Id": body.get("operation_id") or f"op:{uuid.uuid4()}",
+            raise PamspecError.from_envelope({**refused, "operation_id": str(operation_id)})
+        headers = {"Pam-Operation-Id": operation_id,
                    **self.actor_header(self.actor or body.get("actor"))}  # the caller: this client, else the command's actor
         if name != "create_scope" and not body.get("idempotency_key"):
             headers["Pam-Idempotency-Key"] = f"sdk:{uuid.uuid4()}"

@@ -18,6 +18,7 @@ import structlog
 from infra.endpoints import resolve
 from infra.settings import Settings
 from schemas.common import DIMENSION_STATES
+from schemas.profiles import CLAIMED_PROFILES
 from memory_client.client import MemoryClient, PamspecError
 from memory_client.conformance_actors import ActorClients
 from memory_client.conformance_delegation import DelegationOperations
@@ -91,7 +92,7 @@ def hello() -> dict[str, Any]:
     return {"type": "hello", "protocol_version": PROTOCOL_VERSION,
             "adapter": {"name": "pamledger-conformance-adapter", "version": version},
             "implementation": {"name": "pamledger", "version": version},
-            "profiles_supported": ["PAMSPEC-Lite", "PAMSPEC-Delegation"]}
+            "profiles_supported": list(CLAIMED_PROFILES)}
 
 
 def error_line(request_id: str | None, code: str, message: str, retryable: bool,

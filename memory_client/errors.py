@@ -30,10 +30,11 @@ class PamspecError(Exception):
                    env.get("policy_rule_id"))
 
     @classmethod
-    def of(cls, code: ErrorCode, message: str, details: dict[str, Any] | None = None) -> PamspecError:
+    def of(cls, code: ErrorCode, message: str, details: dict[str, Any] | None = None,
+           policy_rule_id: str | None = None) -> PamspecError:
         """An error made on the client side, retryable as the code's row in the PAMSPEC table says; its
         operation id is minted here (no request reached the service), so the envelope is always whole."""
-        return cls(code, message, RETRYABLE[code], details, f"op:{uuid.uuid4()}")
+        return cls(code, message, RETRYABLE[code], details, f"op:{uuid.uuid4()}", policy_rule_id)
 
     def envelope(self) -> dict[str, Any]:
         """The PAMSPEC error envelope (what the service would have answered)."""

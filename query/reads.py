@@ -78,6 +78,22 @@ async def history(conn: psycopg.AsyncConnection[Any], scope_id: str, object_id: 
                                        "versions": envelopes, "events": events}})
 
 
+async def scope_events(conn: psycopg.AsyncConnection[Any], scope_id: str, partition: int, after: int, limit: int,
+                       classes: list[str] | None) -> bytes:
+    """The scope's ledger events after `after`, in ledger order, at most `limit` (of `classes` when given).
+    `last_sequence` is where the next page starts; events never carry content (docs/protocol.md, stream)."""
+    await _require_scope(conn, scope_id)
+    cur = await conn.execute(
+        "SELECT ledger_sequence, event FROM ledger WHERE scope_id = %s AND partition = %s AND ledger_sequence > %s"
+        " AND (%s::text[] IS NULL OR event_type = ANY(%s::text[])) ORDER BY ledger_sequence LIMIT %s",
+        (scope_id, partition, after, classes, classes, limit))
+    rows = await cur.fetchall()
+    events = [{"ledger_sequence": seq, "event": msgspec.Raw(bytes(ev))} for seq, ev in rows]
+    return canonical_bytes({"result": {"scope_id": scope_id, "events": events,
+                                       "last_sequence": rows[-1][0] if rows else after,
+                                       "more": len(rows) == limit}})
+
+
 async def _require_scope(conn: psycopg.AsyncConnection[Any], scope_id: str) -> None:
     cur = await conn.execute("SELECT 1 FROM scopes WHERE scope_id = %s", (scope_id,))
     if await cur.fetchone() is None:

@@ -22,9 +22,9 @@ from infra.nats_raw import RawClient, parse_headers
 from infra.request_shell import AllowAll, DelegationGate, DenialSink, Policy, RequestContext, RequestShell
 from infra.settings import QuerySettings
 from infra.subjects import QUERIES, query_subject, status_subject
-from query.reads import history, read_envelope
+from query.reads import history, read_envelope, scope_events
 from query.related import relationship_refs, run_related
-from schemas.queries import RelatedRequest, decode_query, decode_related
+from schemas.queries import RelatedRequest, decode_query, decode_related, decode_request
 from query.hybrid import run_search
 from query.search import CheckpointWatcher, run_query
 from schemas.search import SearchRequest, decode_search
@@ -58,7 +58,19 @@ class HistoryRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     operation_id: Annotated[str, msgspec.Meta(max_length=512)] | None = None
 
 
+class EventsRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A scope's ledger events after a position (Inspect History of the whole scope), one page at a time."""
+
+    scope_id: Id
+    after_sequence: Annotated[int, msgspec.Meta(ge=0)] = 0
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
+    event_classes: Annotated[list[Annotated[str, msgspec.Meta(max_length=64)]],
+                             msgspec.Meta(min_length=1, max_length=64)] | None = None
+    operation_id: Annotated[str, msgspec.Meta(max_length=512)] | None = None
+
+
 _read_decoder = msgspec.json.Decoder(ReadRequest)
+_events_decoder = msgspec.json.Decoder(EventsRequest)
 _history_decoder = msgspec.json.Decoder(HistoryRequest)
 _whoami_decoder = msgspec.json.Decoder(WhoamiRequest)
 
@@ -142,6 +154,8 @@ class QueryService:
                 return _whoami_decoder.decode(data)
             if name == "related":
                 return decode_related(data)
+            if name == "events":
+                return decode_request(_events_decoder, data, "events request")
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidRequest(f"malformed {name} request: {exc}", details={"reason": str(exc)}) from None
         raise InvalidRequest(f"unknown query {name!r}")
@@ -158,11 +172,23 @@ class QueryService:
             return False
         return bool(holds(context.principal.actor_id, scope_id, "read"))
 
+    def _grants_of(self, context: RequestContext) -> list[dict[str, list[str]]] | None:
+        """The caller's own grants (what the MCP manifest shows it may do); None where auth is off (no
+        grant is checked), [] for a caller the policy cannot say anything about."""
+        policy = self.shell.policy
+        if policy is None or isinstance(policy, AllowAll):
+            return None
+        grants_of = getattr(policy, "grants_of", None)
+        if grants_of is None or not context.authenticated:
+            return []
+        return grants_of(context.principal.actor_id)  # type: ignore[no-any-return]
+
     async def _answer(self, request: Any, context: RequestContext) -> bytes:
         if isinstance(request, WhoamiRequest):
             return canonical_bytes({"result": {"actor_id": context.principal.actor_id,
                                                "actor_kind": context.principal.actor_kind,
-                                               "authenticated": context.authenticated}})
+                                               "authenticated": context.authenticated,
+                                               "grants": self._grants_of(context)}})
         if isinstance(request, ReadRequest):
             async with self.pool.connection() as conn:
                 envelope = await read_envelope(conn, request.scope_id, request.object_id, request.version_id)
@@ -174,6 +200,10 @@ class QueryService:
         if isinstance(request, HistoryRequest):
             async with self.pool.connection() as conn:
                 return await history(conn, request.scope_id, request.object_id)
+        if isinstance(request, EventsRequest):
+            async with self.pool.connection() as conn:
+                return await scope_events(conn, request.scope_id, self.partition, request.after_sequence,
+                                          request.limit, request.event_classes)
         if isinstance(request, SearchRequest):
             return await run_search(self.pool, self.watcher, self.index_watcher, request, self.settings)
         if isinstance(request, RelatedRequest):

@@ -43,6 +43,12 @@ class TokenPolicy:
         actor = self.registry.grants.actors.get(actor_id)
         return actor is not None and holds(actor, scope_id, operation) is None
 
+    def grants_of(self, actor_id: str) -> list[dict[str, list[str]]]:
+        """`actor_id`'s own grants now ({scopes, operations} each), for whoami: a caller may know what it holds."""
+        actor = self.registry.grants.actors.get(actor_id)
+        return [] if actor is None else [{"scopes": list(g.scopes), "operations": list(g.operations)}
+                                         for g in actor.grants]
+
     def administers(self, actor_id: str) -> bool:
         """An administrator: one that may write the system scope (actors, credentials)."""
         return self.holds(actor_id, SYSTEM_SCOPE, "create")

@@ -40,6 +40,7 @@ REQUEST_OPERATIONS: Mapping[str, str] = {
     "query.read": "read", "query.history": "inspect_history", "query.query": "query", "query.search": "query",
     "query.whoami": "read",  # scopeless: any authenticated caller may ask who it is
     "query.related": "read",  # each object a traversal returns is a read of it (and of its scope: every step)
+    "query.events": "inspect_history",  # a scope's ledger events in order (Inspect History of the whole scope)
     "sub.open": "subscribe", "sub.poll": "subscribe", "sub.ack": "subscribe", "sub.resume": "subscribe",
     "sub.status": "subscribe", "sub.close": "unsubscribe",
 }

@@ -119,7 +119,7 @@ async def test_hello_is_the_first_line_and_names_the_protocol_and_profile(servic
         "protocol_version": 1,
         "adapter": {"name": "pamledger-conformance-adapter", "version": version},
         "implementation": {"name": "pamledger", "version": version},
-        "profiles_supported": ["PAMSPEC-Lite", "PAMSPEC-Delegation"],
+        "profiles_supported": ["PAMSPEC-Lite", "PAMSPEC-Subscribe", "PAMSPEC-Delegation"],
     }
     assert await proc.close() == 0
 

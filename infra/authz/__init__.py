@@ -1,0 +1,1 @@
+"""Authorization: credentials, grants, the one decision function and the denial audit (docs/security.md)."""

@@ -142,6 +142,29 @@ class RetentionSettings(_Group):
     max_per_round: int = Field(default=10_000, ge=1, le=1_000_000)
 
 
+class McpSettings(_Group):
+    """`pamledger mcp`, the MCP binding (docs/protocol.md "The MCP binding"): transport, tools, HTTP callers."""
+
+    transport: Literal["stdio", "http"] = "stdio"
+    host: str = "127.0.0.1"  # HTTP: loopback unless told otherwise
+    port: int = Field(default=8765, ge=0, le=65535)  # HTTP; 0 picks a free port (printed at start)
+    tools: Literal["all", "core"] = "all"  # core: read, query, search, create, update, inspect_history
+    # stdio: stdin/stdout as asyncio pipes (false: the SDK's own streams, a worker thread per line each way).
+    stdio_pipes: bool = True
+    # HTTP: answer each POST with one JSON body rather than an SSE stream (about twice the calls per second of
+    # CPU here; the binding sends nothing during a call). Doorbells still ride the GET stream.
+    http_json_response: bool = True
+    # Host headers accepted besides loopback and `host` (DNS-rebinding protection; `name:*` allows any port).
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # HTTP: a bearer token is proved again (query.whoami) once its last proof is older than this.
+    verify_seconds: float = Field(default=1.0, gt=0, le=60)
+    # HTTP: a credential's client unused this long is closed; at most max_callers credentials at once.
+    idle_seconds: float = Field(default=600.0, gt=0)
+    max_callers: int = Field(default=1000, ge=1, le=100_000)
+    # Tool calls of one credential at the service at once (more wait): one flooding agent slows only itself.
+    max_in_flight: int = Field(default=32, ge=1, le=10_000)
+
+
 class Settings(BaseSettings):
     """Everything a pamledger process needs; unset URLs mean 'the servers `pamledger up` started'."""
 
@@ -166,3 +189,4 @@ class Settings(BaseSettings):
     indexer: IndexerSettings = IndexerSettings()
     auth: AuthSettings = AuthSettings()
     retention: RetentionSettings = RetentionSettings()
+    mcp: McpSettings = McpSettings()

@@ -19,6 +19,7 @@ from infra.settings import Settings
 from memory_client.cli import Handler, add_client_parsers, dispatch, handler_for
 from memory_client.cli_common import Parser, print_json
 from memory_client.client import MemoryClient, PamspecError
+from mcp_binding.main import add_mcp_parser
 from pamledger.cli_audit import add_audit_parsers, cmd_audit, cmd_replay
 from pamledger.cli_index import add_index_parsers, cmd_index, cmd_spaces
 from pamledger.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report
@@ -210,6 +211,13 @@ async def _index_position(conn: Any, partition: int) -> dict[str, Any]:
         for s in report["spaces"]]}
 
 
+def cmd_mcp(settings: Settings, args: argparse.Namespace) -> int:
+    """The MCP binding in the foreground (stdio: until the host closes it; HTTP: until Ctrl-C)."""
+    from mcp_binding.main import run
+
+    return run(settings, args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="pamledger", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -229,13 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_index_parsers(sub)
     add_retention_parsers(sub)
     add_scrub_parser(sub)
+    add_mcp_parser(sub)
     return parser
 
 
 HANDLERS: dict[str, Handler] = {
     "up": cmd_up, "down": cmd_down, "clean": cmd_clean, "run": cmd_run, "serve": cmd_serve, "status": cmd_status,
     "verify": cmd_verify, "stream": cmd_stream, "replay": cmd_replay, "audit": cmd_audit,
-    "spaces": cmd_spaces, "index": cmd_index, "retention": cmd_retention, "scrub": cmd_scrub,
+    "spaces": cmd_spaces, "index": cmd_index, "retention": cmd_retention, "scrub": cmd_scrub, "mcp": cmd_mcp,
 }
 
 

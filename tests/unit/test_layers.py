@@ -14,13 +14,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVICES = frozenset({"command_handler", "projector", "indexer", "query", "subscriptions", "retention"})
 KERNEL = frozenset({"schemas", "infra"})
 SDK = "memory_client"
+BINDING = "mcp_binding"  # the MCP binding: a client of the service through the SDK, like the CLI
 COMPOSITION_ROOT = "pamledger"
 # What each layer may import among our own packages (third-party packages are not ruled here).
 ALLOWED: dict[str, frozenset[str]] = {
     "schemas": frozenset({"schemas"}),
     "infra": KERNEL,
     SDK: KERNEL | {SDK},
-    COMPOSITION_ROOT: KERNEL | SERVICES | {SDK, COMPOSITION_ROOT},
+    BINDING: KERNEL | {SDK, BINDING},
+    COMPOSITION_ROOT: KERNEL | SERVICES | {SDK, BINDING, COMPOSITION_ROOT},
     **{service: KERNEL | {service} for service in SERVICES},
 }
 OURS = frozenset(ALLOWED) | {"bench", "tests"}
@@ -118,6 +120,13 @@ def test_the_checker_holds_the_kernel_and_the_sdk_to_their_rules(tmp_path: Path)
         "infra/runtime.py:1 -> command_handler", "memory_client/cli.py:1 -> pamledger",
         "memory_client/cli.py:2 -> query", "schemas/s.py:1 -> infra",
     ]
+
+
+def test_the_mcp_binding_never_touches_postgres() -> None:
+    """The MCP server talks to the service only through the SDK over NATS (it runs wherever an agent runs)."""
+    reached = {target for path in (ROOT / BINDING).rglob("*.py") for _, target in imports_of(path.read_text())}
+    assert not reached & {"psycopg", "psycopg_pool", "infra.ledger"}, reached
+    assert "memory_client" in reached
 
 
 def test_the_relay_sits_beside_the_writer_and_gets_committed_rows_through_a_callback() -> None:

@@ -1,0 +1,114 @@
+"""pamledger's own MCP tools (prefixed `pamledger.`): what the NATS binding offers beyond the PAMSPEC twelve.
+
+Each takes the fields of its NATS request (docs/protocol.md) under the same names; `actor` defaults to the
+token's actor like every write of the binding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_binding.tool_spec import ToolSpec, tool
+
+_STRING: dict[str, Any] = {"type": "string"}
+_STRINGS: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
+_ACTOR: dict[str, Any] = {"type": "object", "description": "who acts (default: your token's actor)"}
+_FILTERS: dict[str, Any] = {
+    "type": "object",
+    "description": "structured filters as in pamspec.query's `filters` (object_type, validation_state, ...) or "
+                   "the NATS binding's names (object_types, validation_states, time, quality, ...); default: "
+                   "trusted memory only (active, available, retained, corroborated)"}
+
+PAMLEDGER_TOOLS: tuple[ToolSpec, ...] = (
+    tool("pamledger.search",
+         "Search one scope by meaning, by words, or both fused (hybrid, the default) in one Embedding Space. "
+         "Returns ranked envelopes with scores, the space used and the index's freshness.",
+         required=["scope_id"],
+         properties={
+             "operation_id": _STRING,
+             "scope_id": _STRING,
+             "text": {"type": "string", "description": "what to look for (give text or vector)"},
+             "vector": {"type": "array", "items": {"type": "number"}},
+             "mode": {"enum": ["hybrid", "semantic", "lexical"]},
+             "embedding_space_id": {"type": "string", "description": "default: the service's default space"},
+             "filters": _FILTERS,
+             "limit": {"type": "integer", "minimum": 1, "maximum": 500},
+         }),
+    tool("pamledger.related",
+         "The relationships around an object and the objects they reach, up to 3 hops away.",
+         required=["scope_id", "object_id"],
+         properties={
+             "operation_id": _STRING,
+             "scope_id": _STRING,
+             "object_id": _STRING,
+             "relationship_types": _STRINGS,
+             "direction": {"enum": ["outgoing", "incoming", "both"]},
+             "hops": {"type": "integer", "minimum": 1, "maximum": 3},
+             "limit": {"type": "integer", "minimum": 1, "maximum": 500},
+         }),
+    tool("pamledger.poll",
+         "The next events of a subscription opened by pamspec.subscribe, in ledger order. Each poll acknowledges "
+         "what it returns; `last_delivered_sequence` is the cursor (a later poll, from any session, goes on from "
+         "it). Waits up to wait_ms for a first event.",
+         required=["subscription_id"],
+         properties={
+             "subscription_id": _STRING,
+             "max_events": {"type": "integer", "minimum": 1, "maximum": 1000},
+             "wait_ms": {"type": "integer", "minimum": 0, "maximum": 30000},
+         }),
+    tool("pamledger.create_scope",
+         "Register a Memory Scope (creating one that exists is a no-op).",
+         required=["scope_id"],
+         properties={
+             "scope_id": _STRING,
+             "scope_kind": {"type": "string", "description": "default: workspace"},
+             "parent_scope_id": _STRING,
+             "policy": {"type": "object"},
+         }),
+    tool("pamledger.grant_delegation",
+         "Let another actor act for you in a scope, for some operations, within a time window (PAMSPEC-Delegation).",
+         required=["scope_id", "delegated_actor", "granted_operations", "policy_basis", "not_before", "not_after"],
+         properties={
+             "operation_id": _STRING,
+             "idempotency_key": _STRING,
+             "scope_id": _STRING,
+             "granting_actor": {"type": "object", "description": "default: your token's actor"},
+             "delegated_actor": {"type": "object"},
+             "granted_operations": _STRINGS,
+             "policy_basis": _STRING,
+             "not_before": _STRING,
+             "not_after": _STRING,
+             "delegation_id": _STRING,
+             "usage_limit": {"type": "integer", "minimum": 1},
+             "granted_object_ids": _STRINGS,
+             "granted_object_types": _STRINGS,
+             "target_scope_id": _STRING,
+             "revocable": {"type": "boolean"},
+             "actor": _ACTOR,
+         }),
+    tool("pamledger.check_delegation",
+         "Exercise a delegation once for an operation (a counted use): the grant, or access_denied.",
+         required=["scope_id", "delegation_id", "operation"],
+         properties={
+             "operation_id": _STRING,
+             "idempotency_key": _STRING,
+             "scope_id": _STRING,
+             "delegation_id": _STRING,
+             "delegated_actor_id": {"type": "string", "description": "default: your token's actor"},
+             "operation": _STRING,
+             "object_id": _STRING,
+             "object_type": _STRING,
+             "actor": _ACTOR,
+         }),
+    tool("pamledger.revoke_delegation",
+         "End a delegation at once (its granting actor or an administrator).",
+         required=["scope_id", "delegation_id"],
+         properties={
+             "operation_id": _STRING,
+             "idempotency_key": _STRING,
+             "scope_id": _STRING,
+             "delegation_id": _STRING,
+             "reason": _STRING,
+             "actor": _ACTOR,
+         }),
+)

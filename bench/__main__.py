@@ -1,6 +1,7 @@
 """`python -m bench`: pamledger against baselines measured in the same run, on private servers.
 
-Scenarios (see bench/README.md): a = pamledger creates over NATS (64 in flight, then 1), b = naive
+Scenarios (see bench/README.md): a = pamledger creates over NATS (64 in flight, then 1), h = the same with a
+model-free Embedding Space (hashing-384: what the model costs the write path shows as a against h), b = naive
 writer, c = NATS echo (64, then 1), d = eventsourcing library, e = writer memory; the durable-commit
 floor runs whenever a or c does (the serial ratio needs it), or alone as `commit`.
 """
@@ -22,11 +23,11 @@ from bench.append_floor import run_append_floor
 from bench.baselines import run_commit_floor, run_eventsourcing
 from bench.load import Result
 from bench.report import as_json, render
-from bench.scenarios import Config, scenario_a, scenario_b, scenario_c, scenario_e
+from bench.scenarios import MODEL_FREE_SPACE, Config, scenario_a, scenario_b, scenario_c, scenario_e
 from bench.servers import Servers, bench_servers
 from infra.logging import configure_logging
 
-ORDER = ("c", "a", "f", "b", "d", "commit", "e")
+ORDER = ("c", "a", "h", "f", "b", "d", "commit", "e")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -34,7 +35,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=10.0, help="measured seconds per scenario (default 10)")
     parser.add_argument("--quick", action="store_true", help="2.5 s per scenario and a short memory run (smoke test)")
-    parser.add_argument("--only", default=",".join(ORDER), help="comma-separated subset of a,b,c,d,e,f,commit")
+    parser.add_argument("--only", default=",".join(ORDER), help="comma-separated subset of a,b,c,d,e,f,h,commit")
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")
     parser.add_argument("--in-flight", type=int, default=64, help="concurrent requests for a, b, c (default 64)")
     parser.add_argument("--mem-creates", type=int, default=None,
@@ -59,10 +60,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = wanted - set(ORDER)
     if unknown:
         parser.error(f"unknown scenario(s) {sorted(unknown)}; choose from {','.join(ORDER)}")
-    if wanted & {"a", "c"}:
+    if wanted & {"a", "c", "h"}:
         wanted.add("commit")
     if "a" in wanted:
-        wanted.add("f")
+        wanted |= {"f", "h"}  # (h): (a) with a model-free space, so the indexer's share shows
     args.selected = [x for x in ORDER if x in wanted]
     if args.duration <= 0 or args.in_flight < 1:
         parser.error("--duration must be > 0 and --in-flight >= 1")
@@ -87,6 +88,8 @@ def make_config(args: argparse.Namespace) -> Config:
 def run_one(name: str, servers: Servers, cfg: Config) -> dict[str, Result]:
     if name == "a":
         return asyncio.run(scenario_a(servers, cfg))
+    if name == "h":
+        return asyncio.run(scenario_a(servers, cfg, MODEL_FREE_SPACE, "h"))
     if name == "b":
         return asyncio.run(scenario_b(servers, cfg))
     if name == "c":

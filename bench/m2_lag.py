@@ -142,7 +142,7 @@ async def lag_benchmark(servers: Servers, cfg: Config, log: Any) -> dict[str, An
     async def on_ledger(msg: Any) -> None:
         relayed.setdefault(int((msg.headers or {}).get("Pam-Ledger-Sequence", 0)), time.monotonic())
 
-    async with pamledger_service(servers, "m2lag") as (nc, prefix, child):
+    async with pamledger_service(servers, "m2lag") as (nc, prefix, child, _db):
         await nc.subscribe(f"{prefix}.ledger.>", cb=on_ledger, pending_msgs_limit=1_000_000,
                            pending_bytes_limit=1 << 30)
         listener = python_child("m2-listen", "bench.m2_listen", {}, servers.work_dir,

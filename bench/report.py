@@ -11,15 +11,22 @@ from bench.load import Result
 
 ROWS = (
     ("a", "(a) pamledger create: NATS -> writer -> PG"),
+    ("h", "(h) the same, model-free space (hashing-384)"),
     ("b", "(b) naive writer: 1 txn per command"),
     ("c", "(c) NATS echo, no database"),
     ("d", "(d) eventsourcing lib on PG, 16 threads"),
     ("f", "(f) storage floor: the append alone *"),
     ("a_serial", "(a) pamledger create, serial"),
+    ("h_serial", "(h) model-free space, serial"),
     ("c_serial", "(c) NATS echo, serial"),
     ("commit", "durable commit (1-row INSERT), serial"),
 )
 A_OVER_C_TARGET = 0.4
+# Issue [P1]: with the model's space (a) and with a model-free one (h), in the same run.
+A_OVER_D_TARGET, H_OVER_D_TARGET = 3.0, 4.5
+A_SERIAL_TARGET, H_SERIAL_TARGET = 2.0, 1.6
+DRAIN_TARGET_SECONDS = 30.0
+CPU_TARGET = 4.0  # h's CPU per create over all processes, against echo's per request
 MEMORY_GROWTH_LIMIT = 0.10  # RSS at 100% may exceed RSS at 20% by at most this fraction
 
 
@@ -41,10 +48,12 @@ def _verdict(ratio: Ratio) -> str:
 def ratios(r: dict[str, Result]) -> list[Ratio]:
     """Only the ratios whose both sides were measured in this run."""
     out = []
-    for key, label, target in (("b", "a/b  pamledger vs naive writer", 3.0), ("c", "a/c  pamledger vs NATS echo", A_OVER_C_TARGET),
-                               ("d", "a/d  pamledger vs eventsourcing", 10.0)):
-        if "a" in r and key in r and r[key].rate > 0:
-            value = r["a"].rate / r[key].rate
+    for top, key, label, target in (
+            ("a", "b", "a/b  pamledger vs naive writer", 3.0), ("a", "c", "a/c  pamledger vs NATS echo", A_OVER_C_TARGET),
+            ("a", "d", "a/d  pamledger vs eventsourcing (model space)", A_OVER_D_TARGET),
+            ("h", "d", "h/d  the same, model-free space", H_OVER_D_TARGET)):
+        if top in r and key in r and r[key].rate > 0:
+            value = r[top].rate / r[key].rate
             out.append(Ratio(label, value, f">= {target:g}", value >= target))
     if "f" in r and r["f"].rate > 0:
         if "a" in r:
@@ -52,11 +61,25 @@ def ratios(r: dict[str, Result]) -> list[Ratio]:
         if "c" in r and r["c"].rate > 0:  # a/c can never exceed f/c: the whole service cannot outrun its append
             out.append(Ratio("f/c  storage floor alone vs NATS echo", r["f"].rate / r["c"].rate,
                              "info", None))
-    if {"a_serial", "c_serial", "commit"} <= r.keys():
-        floor = r["c_serial"].quantile(0.5) + r["commit"].quantile(0.5)
-        value = r["a_serial"].quantile(0.5) / floor
-        out.append(Ratio("serial p50(a) / (p50 echo + p50 commit)", value, "<= 1.5", value <= 1.5))
+    for top, target in (("a", A_SERIAL_TARGET), ("h", H_SERIAL_TARGET)):
+        if {f"{top}_serial", "c_serial", "commit"} <= r.keys():
+            floor = r["c_serial"].quantile(0.5) + r["commit"].quantile(0.5)
+            value = r[f"{top}_serial"].quantile(0.5) / floor
+            out.append(Ratio(f"serial p50({top}) / (p50 echo + p50 commit)", value, f"<= {target:g}", value <= target))
+    for top in ("a", "h"):
+        if top in r and "indexer_backlog_at_end" in r[top].extra:
+            drained = r[top].extra["indexer_drain_seconds"]
+            out.append(Ratio(f"({top}) indexer backlog drained after the load, s", drained if drained is not None
+                             else float("inf"), f"<= {DRAIN_TARGET_SECONDS:g}", drained is not None))
+    if {"h", "c"} <= r.keys() and "other_cpu_us_per_create" in r["c"].extra:
+        value = all_cpu(r["h"]) / max(1, all_cpu(r["c"]))
+        out.append(Ratio("CPU per create, all processes: h / echo", value, f"<= {CPU_TARGET:g}", value <= CPU_TARGET))
     return out
+
+
+def all_cpu(result: Result) -> int:
+    """CPU microseconds per request over every process of the run: the service (or echo) and the others."""
+    return int(result.extra["service_cpu_us_per_create"] + sum(result.extra["other_cpu_us_per_create"].values()))
 
 
 def memory_verdict(e: Result) -> Ratio:
@@ -101,9 +124,20 @@ def render(results: dict[str, Result], header: str) -> str:
     if cpu:
         lines.append(f"service process CPU per create at {results['a' if 'a' in results else 'b'].in_flight}"
                      f" in flight (user+sys): " + ", ".join(cpu))
-    split = results["a"].extra.get("service_cpu_us_per_create_by_process") if "a" in results else None
-    if split:
-        lines.append("  (a) by process: " + ", ".join(f"{k} {v} us" for k, v in sorted(split.items())))
+    for key in ("a", "h"):
+        split = results[key].extra.get("service_cpu_us_per_create_by_process") if key in results else None
+        if split:
+            lines.append(f"  ({key}) by process: " + ", ".join(f"{k} {v} us" for k, v in sorted(split.items())))
+        if key in results and "indexer_backlog_at_end" in results[key].extra:
+            x = results[key].extra
+            drained = f"drained in {x['indexer_drain_seconds']} s" if x["indexer_drain_seconds"] is not None \
+                else f"still {x['indexer_backlog_after_limit']} behind after {DRAIN_TARGET_SECONDS:g} s"
+            lines.append(f"  ({key}) indexer backlog when the load ended: {x['indexer_backlog_at_end']} events, {drained}")
+    if "c" in results and "other_cpu_us_per_create" in results["c"].extra:
+        c = results["c"].extra
+        lines.append(f"  (c) echo CPU per request: echo {c['service_cpu_us_per_create']} us, "
+                     + ", ".join(f"{k} {v} us" for k, v in sorted(c["other_cpu_us_per_create"].items()))
+                     + f"; all together {all_cpu(results['c'])} us")
     lines += _cores_needed(results)
     if "f" in results:
         lines.append("  * (f): creates/s of the writer's own append with prebuilt batches on one connection;"

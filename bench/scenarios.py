@@ -6,7 +6,9 @@ separate process, and cleans all of that up when it ends, whether it succeeded o
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -47,13 +49,14 @@ async def _connect(url: str) -> NATS:
 
 @contextlib.asynccontextmanager
 async def pamledger_service(servers: Servers, label: str, extra_env: dict[str, str] | None = None,
-                            ) -> AsyncIterator[tuple[NATS, str, Child]]:
-    """The real service on a fresh database with the bench scope created; the database is dropped after."""
+                            ) -> AsyncIterator[tuple[NATS, str, Child, str]]:
+    """(nc, prefix, child, database URL): the real service on a fresh database with the bench scope created;
+    the database is dropped after."""
     db_name, db_url = servers.fresh_database(label)
     try:
         async with service_process(servers, db_url, label, extra_env) as (nc, prefix, _stream, child):
             await create_scope(nc, prefix)
-            yield nc, prefix, child
+            yield nc, prefix, child, db_url
     finally:
         servers.drop_database(db_name)
 
@@ -63,24 +66,50 @@ async def writer_status(nc: NATS, prefix: str) -> dict[str, Any]:
     return msgspec.json.decode(msg.data)["result"]  # type: ignore[no-any-return]
 
 
-async def scenario_a(servers: Servers, cfg: Config) -> dict[str, Result]:
-    """pamledger creates through NATS: 64 in flight, then 1 in flight on a second fresh service and database.
+MODEL_FREE_SPACE = "hashing-384"  # the default space's dimensions without a model: what the indexer costs apart
+DRAIN_LIMIT_SECONDS = 30.0
+
+
+async def scenario_a(servers: Servers, cfg: Config, space: str | None = None, key: str = "a") -> dict[str, Result]:
+    """pamledger creates through NATS: 64 in flight, then 1 in flight on a second fresh service and database;
+    `space`: the indexer's default space (None: the service's own default, the model).
 
     The serial run gets its own service so that no backlog left by the loaded run (relay, projections)
-    competes with it.
+    competes with it. After the loaded run the indexer's backlog is read and then waited for (up to 30 s):
+    throughput bought with an unbounded backlog does not count.
     """
-    async with pamledger_service(servers, "a") as (nc, prefix, child):
+    env = {"PAMLEDGER_INDEXER__DEFAULT_SPACE": space} if space else None
+    async with pamledger_service(servers, key, env) as (nc, prefix, child, db_url):
         cpu0, others0 = child.cpu_by_process(), other_cpu(servers)
-        fast = await _creates(nc, prefix, "(a) pamledger create", cfg.in_flight, cfg)
+        fast = await _creates(nc, prefix, f"({key}) pamledger create", cfg.in_flight, cfg)
         cpu1, others1 = child.cpu_by_process(), other_cpu(servers)
         per_create = {k: round((v - cpu0.get(k, 0.0)) / fast.extra["sent"] * 1e6) for k, v in cpu1.items()}
         fast.extra["service_cpu_us_per_create"] = sum(per_create.values())
         fast.extra["service_cpu_us_per_create_by_process"] = per_create
         fast.extra["other_cpu_us_per_create"] = {
             k: round((v - others0[k]) / fast.extra["sent"] * 1e6) for k, v in others1.items()}
-    async with pamledger_service(servers, "as") as (nc, prefix, child):
-        serial = await _creates(nc, prefix, "(a) pamledger create, serial", 1, cfg)
-    return {"a": fast, "a_serial": serial}
+        fast.extra.update(await indexer_drain(db_url))
+        fast.extra["space"] = space or "service default"
+    async with pamledger_service(servers, f"{key}s", env) as (nc, prefix, child, _db):
+        serial = await _creates(nc, prefix, f"({key}) pamledger create, serial", 1, cfg)
+    return {key: fast, f"{key}_serial": serial}
+
+
+async def indexer_drain(db_url: str, limit: float = DRAIN_LIMIT_SECONDS) -> dict[str, Any]:
+    """The indexer's backlog (ledger head − its checkpoint) when the load ended, and how long it took to reach
+    0 (None: not within `limit` seconds; `indexer_backlog_after_limit` then says how far it was)."""
+    from indexer.report import spaces_report
+
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+        at_end = (await spaces_report(conn, 0, counts=False))["backlog"]
+        began = time.monotonic()
+        backlog = at_end
+        while backlog > 0 and time.monotonic() - began < limit:
+            await asyncio.sleep(0.2)
+            backlog = (await spaces_report(conn, 0, counts=False))["backlog"]
+    drained = round(time.monotonic() - began, 1) if backlog <= 0 else None
+    return {"indexer_backlog_at_end": at_end, "indexer_drain_seconds": drained,
+            "indexer_backlog_after_limit": backlog if drained is None else 0}
 
 
 def other_cpu(servers: Servers) -> dict[str, float]:
@@ -129,9 +158,15 @@ async def scenario_b(servers: Servers, cfg: Config) -> dict[str, Result]:
 
 async def scenario_c(servers: Servers, cfg: Config) -> dict[str, Result]:
     """The NATS echo service: same payloads and headers, 64 in flight, then 1 in flight."""
-    async with echo_service(servers, "c") as (nc, subject):
+    children: list[Child] = []
+    async with echo_service(servers, "c", children) as (nc, subject):
+        cpu0, others0 = children[0].cpu_seconds(), other_cpu(servers)
         fast = await drive(nc, subject, "(c) NATS echo", create_requests(_tag()), check_echo,
                            cfg.in_flight, cfg.warmup, cfg.duration)
+        sent = fast.extra["sent"]
+        fast.extra["service_cpu_us_per_create"] = round((children[0].cpu_seconds() - cpu0) / sent * 1e6)
+        fast.extra["other_cpu_us_per_create"] = {
+            k: round((v - others0[k]) / sent * 1e6) for k, v in other_cpu(servers).items()}
         serial = await drive(nc, subject, "(c) NATS echo, serial", create_requests(_tag()), check_echo,
                              1, cfg.warmup, cfg.duration)
     return {"c": fast, "c_serial": serial}
@@ -146,7 +181,7 @@ async def scenario_e(servers: Servers, cfg: Config) -> dict[str, Result]:
     of the run (the writer is the process answering `status.writer`)."""
     total = cfg.mem_creates
     rss: dict[int, int] = {}
-    async with pamledger_service(servers, "e", {"PAMLEDGER_WRITER__HEAD_CACHE_SIZE": "1000"}) as (nc, prefix, child):
+    async with pamledger_service(servers, "e", {"PAMLEDGER_WRITER__HEAD_CACHE_SIZE": "1000"}) as (nc, prefix, child, _):
         writer = psutil.Process(int((await writer_status(nc, prefix))["pid"]))
         rss[0] = int(writer.memory_info().rss)
         marks = {total * k // 10: _rss_probe(rss, 10 * k, writer) for k in range(1, 11)}

@@ -37,10 +37,14 @@ def service_names(label: str) -> tuple[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def echo_service(servers: Servers, label: str) -> AsyncIterator[tuple[NATS, str]]:
-    """(nc, subject) of a running bench.echo child: the NATS-only baseline every suite measures against."""
+async def echo_service(servers: Servers, label: str, children: list[Child] | None = None
+                       ) -> AsyncIterator[tuple[NATS, str]]:
+    """(nc, subject) of a running bench.echo child: the NATS-only baseline every suite measures against.
+    `children`, when given, receives the child (for its CPU)."""
     subject = f"bench_{label}_{uuid.uuid4().hex[:8]}.echo"
     child = python_child(f"echo-{label}", "bench.echo", {}, servers.work_dir, servers.nats_url, subject)
+    if children is not None:
+        children.append(child)
     nc = await connect(servers.nats_url)
     try:
         child.start()

@@ -95,8 +95,12 @@ class IndexerSettings(_Group):
 
     # "minilm" (the offline model) or "hashing-N" (feature hashing, N dimensions: tests, no model).
     default_space: str = Field(default="minilm", pattern=r"^(minilm|hashing-([1-9][0-9]{0,2}|1[0-9]{3}|2000))$")
-    # Threads the model may use per process (0: onnxruntime decides); 1 when several indexers share a box.
-    model_threads: int = Field(default=0, ge=0, le=64)
+    # Threads the model may use per process (0: onnxruntime decides, a spinning thread per core). One by default,
+    # so a busy indexer leaves the other core to the writer (issue [P1]).
+    model_threads: int = Field(default=1, ge=0, le=64)
+    # How much lower than the other roles an indexer-only process runs (os.nice; 0: the same priority). `run`
+    # gives the indexer a process of its own, so the writer wins the CPU when they compete.
+    nice: int = Field(default=10, ge=0, le=19)
     # Texts per embedder call inside a batch.
     embed_batch: int = Field(default=64, ge=1, le=4096)
     # Outbox sender: entries per pass, how often it looks when idle, and its backoff cap when the writer is away.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 from typing import Any
@@ -109,7 +110,10 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
     endpoints = resolve(settings)
     settings = settings.model_copy(update={"nats_url": endpoints.nats_url, "database_url": endpoints.database_url})
-    asyncio.run(_serve(settings, parse_roles(args.roles, enabled_optional_roles(settings.retention.enabled))))
+    roles = parse_roles(args.roles, enabled_optional_roles(settings.retention.enabled))
+    if roles == ("indexer",) and settings.indexer.nice:
+        os.nice(settings.indexer.nice)  # the embedder yields the CPU to the writer (`run`: a process per role)
+    asyncio.run(_serve(settings, roles))
     return 0
 
 

@@ -144,6 +144,10 @@ class MiniLMEmbedder:
         options = onnxruntime.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
+        # Threads that spin while waiting for work burn a core the writer needs; waiting costs ~nothing here.
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         self._session = onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
         self._tokenizer = BertWordPieceTokenizer(str(VOCAB_PATH), lowercase=True)
         self._tokenizer.enable_truncation(max_length=MINILM_WINDOW)

@@ -25,11 +25,18 @@ TUNABLES = {  # environment variable -> (group, field, a valid value other than 
     "PAMLEDGER_GATEWAY__READER_IDLE_SECONDS": ("gateway", "reader_idle_seconds", 30.0),
     "PAMLEDGER_GATEWAY__FEED_PAUSE_AFTER_SECONDS": ("gateway", "feed_pause_after_seconds", 60.0),
     "PAMLEDGER_INDEXER__DEFAULT_SPACE": ("indexer", "default_space", "hashing-64"),
-    "PAMLEDGER_INDEXER__MODEL_THREADS": ("indexer", "model_threads", 1),
+    "PAMLEDGER_INDEXER__MODEL_THREADS": ("indexer", "model_threads", 2),
+    "PAMLEDGER_INDEXER__NICE": ("indexer", "nice", 0),
+    "PAMLEDGER_MCP__TRANSPORT": ("mcp", "transport", "http"),
+    "PAMLEDGER_MCP__PORT": ("mcp", "port", 9000),
+    "PAMLEDGER_MCP__TOOLS": ("mcp", "tools", "core"),
     "PAMLEDGER_INDEXER__OUTBOX_BATCH": ("indexer", "outbox_batch", 500),
     "PAMLEDGER_INDEXER__REBUILD_BATCH": ("indexer", "rebuild_batch", 256),
 }
 OUT_OF_RANGE = {
+    "PAMLEDGER_INDEXER__NICE": "20",
+    "PAMLEDGER_MCP__PORT": "70000",
+    "PAMLEDGER_MCP__TRANSPORT": "carrier-pigeon",
     "PAMLEDGER_WRITER__TAIL_CHECK_ROWS": "0",
     "PAMLEDGER_WRITER__STREAM_CHECK_SECONDS": "0",
     "PAMLEDGER_QUERY__MAX_REQUEST_BYTES": "2000000",  # past NATS's own 1 MiB message limit

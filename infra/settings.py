@@ -101,6 +101,10 @@ class IndexerSettings(_Group):
     # How much lower than the other roles an indexer-only process runs (os.nice; 0: the same priority). `run`
     # gives the indexer a process of its own, so the writer wins the CPU when they compete.
     nice: int = Field(default=10, ge=0, le=19)
+    # Events the indexer takes into one transaction at most: it takes what has arrived, so one at a time when
+    # idle (fresh) and up to this many under a backlog (fewer transactions and `embedding_generated` entries per
+    # create); the bound on how long one batch holds its events back.
+    max_batch: int = Field(default=256, ge=1, le=10_000)
     # Texts per embedder call inside a batch.
     embed_batch: int = Field(default=64, ge=1, le=4096)
     # Outbox sender: entries per pass, how often it looks when idle, and its backoff cap when the writer is away.

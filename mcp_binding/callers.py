@@ -53,7 +53,7 @@ class Caller:
     _verified_at: float = 0.0
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_used: float = field(default_factory=time.monotonic)
-    turns: asyncio.Semaphore | None = None  # bounds this credential's calls in flight (Endpoint.max_in_flight)
+    turns: asyncio.Semaphore = field(init=False)  # bounds this credential's calls in flight (max_in_flight)
 
     def __post_init__(self) -> None:
         self.turns = asyncio.Semaphore(self.endpoint.max_in_flight)

@@ -35,7 +35,6 @@ async def call_tool(catalog: Catalog, caller: Caller, name: str, arguments: Any)
     try:
         catalog.spec(name)
         checked = catalog.check(name, arguments if arguments is not None else {})
-        assert caller.turns is not None
         async with caller.turns:  # a flooding credential waits for itself, not for everyone
             result, key = await _run(caller, name, checked)
     except PamspecError as exc:

@@ -117,7 +117,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             if spec.name in roles:
                 follower_nc = await connection(spec.name)
                 if spec.name == INDEXER.name:
-                    spec = indexer_spec(settings.indexer, INDEXER.batch)
+                    spec = indexer_spec(settings.indexer, settings.indexer.max_batch)
                     requester = CommandRequester(follower_nc, settings.subject_prefix, retries=0,
                                                  token=auth.service_token)
                     tasks.append(asyncio.create_task(run_beside_follower(requester, database_url, settings.indexer)))

@@ -97,33 +97,47 @@ def mapped_filters(filters: Any, allowed_extra: frozenset[str] = frozenset()) ->
 
 
 def query_call(arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """pamspec.query → ("query", Query's fields) or, with `semantic`, ("search", Search's fields)."""
+    """pamspec.query → ("query", Query's body) or, with `semantic`, ("search", Search's body)."""
     semantic = arguments.get("semantic")
     if semantic is None:
+        if "embedding_space_id" in arguments:
+            raise invalid("embedding_space_id names the space of a semantic query: give `semantic` too",
+                          field="embedding_space_id")
         body = {"scope_id": arguments["scope_id"], **mapped_filters(arguments.get("filters"), QUERY_ONLY)}
-        for name in ("cursor", "limit", "operation_id"):
-            if name in arguments:
-                body[name] = arguments[name]
-        return "query", body
+        return "query", {**body, **_present(arguments, "cursor", "limit", "operation_id")}
     unknown = sorted(set(semantic) - SEMANTIC_KEYS)
     if unknown:
         raise invalid(f"unknown key {unknown[0]!r} in semantic (text, vector, mode)", field=f"semantic/{unknown[0]}")
     if "cursor" in arguments:
         raise invalid("a semantic query returns one ranked page: no cursor", field="cursor")
     body = {"scope_id": arguments["scope_id"], "mode": semantic.get("mode", "semantic"),
-            **mapped_filters(arguments.get("filters"))}
-    for ours, given in (("text", semantic.get("text")), ("vector", semantic.get("vector")),
-                        ("embedding_space_id", arguments.get("embedding_space_id")),
-                        ("limit", arguments.get("limit")), ("operation_id", arguments.get("operation_id"))):
-        if given is not None:
-            body[ours] = given
-    return "search", body
+            **mapped_filters(arguments.get("filters")), **_present(semantic, "text", "vector")}
+    return "search", {**body, **_present(arguments, "embedding_space_id", "limit", "operation_id")}
+
+
+def _present(arguments: dict[str, Any], *names: str) -> dict[str, Any]:
+    return {name: arguments[name] for name in names if arguments.get(name) is not None}
 
 
 def search_body(arguments: dict[str, Any]) -> dict[str, Any]:
-    """pamledger.search → Search's fields (`filters` in either naming)."""
+    """pamledger.search → Search's body (`filters` in either naming)."""
     body = {name: value for name, value in arguments.items() if name != "filters"}
     return {**body, **mapped_filters(arguments.get("filters"))}
+
+
+def related_body(arguments: dict[str, Any]) -> dict[str, Any]:
+    """pamledger.related → query.related's body (the start object is its `from_object_id`)."""
+    body = {name: value for name, value in arguments.items() if name != "object_id"}
+    return {**body, "from_object_id": arguments["object_id"]}
+
+
+def history_call(arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """pamspec.inspect_history → ("history", one object's body) or, without `object_id`, ("events", one page of
+    the scope's events after `after_sequence`, of `event_classes`)."""
+    if "object_id" in arguments:
+        return "history", _present(arguments, "scope_id", "object_id", "operation_id")
+    body = _present(arguments, "scope_id", "after_sequence", "operation_id")
+    return "events", {**body, **({"event_classes": arguments["event_classes"]} if arguments.get("event_classes") else {})}
 
 
 def history_events(result: dict[str, Any], after: int | None, classes: list[str] | None) -> dict[str, Any]:

@@ -16,9 +16,11 @@ import structlog
 from mcp_binding import results
 from mcp_binding.arguments import (
     WRITES,
+    history_call,
     history_events,
     invalid,
     query_call,
+    related_body,
     search_body,
     subscription_open,
     write_body,
@@ -58,12 +60,9 @@ async def _run(caller: Caller, name: str, args: dict[str, Any]) -> tuple[dict[st
                               "evaluation snapshots yet)", {"snapshot_id": args["snapshot_id"]})
     match name:
         case "pamspec.read":
-            return await client.read(args["scope_id"], args["object_id"], args.get("version_id")), None
+            return await client.query_request("read", args), None
         case "pamspec.query":
-            kind, body = query_call(args)
-            if kind == "search":
-                return await client.search(**_search_arguments(body)), None
-            return await client.query(body.pop("scope_id"), **body), None
+            return await client.query_request(*query_call(args)), None
         case "pamspec.inspect_history":
             return await _history(client, args), None
         case "pamspec.subscribe":
@@ -74,31 +73,16 @@ async def _run(caller: Caller, name: str, args: dict[str, Any]) -> tuple[dict[st
         case "pamledger.poll":
             return await client.subscription_request("poll", args), None
         case "pamledger.search":
-            return await client.search(**_search_arguments(search_body(args))), None
+            return await client.query_request("search", search_body(args)), None
         case "pamledger.related":
-            optional = {k: args[k] for k in ("direction", "hops", "limit") if k in args}
-            return await client.related(args["scope_id"], args["object_id"], args.get("relationship_types"),
-                                        **optional), None
+            return await client.query_request("related", related_body(args)), None
         case "pamledger.create_scope":
-            return await client.create_scope(args["scope_id"], args.get("scope_kind", "workspace"),
-                                             **{k: v for k, v in args.items() if k not in ("scope_id", "scope_kind")}), None
+            return await client.command("create_scope", {"scope_kind": "workspace", **args}), None
     raise invalid(f"unknown tool {name!r}", field="name")
-
-
-def _search_arguments(body: dict[str, Any]) -> dict[str, Any]:
-    """Search's fields as MemoryClient.search's parameters (its filters go in `filter`)."""
-    named = {"scope_id": "scope_id", "text": "text", "vector": "vector", "embedding_space_id": "space",
-             "mode": "mode", "limit": "limit"}
-    out: dict[str, Any] = {ours: body[field] for field, ours in named.items() if field in body}
-    body.pop("operation_id", None)  # searches carry no operation id of their own in the SDK
-    out["filter"] = {k: v for k, v in body.items() if k not in named}
-    return out
 
 
 async def _history(client: Any, args: dict[str, Any]) -> dict[str, Any]:
     """One object's versions and events, or (no object_id) one page of the scope's ledger events."""
-    after, classes = args.get("after_sequence"), args.get("event_classes")
-    if args.get("object_id") is None:
-        page: dict[str, Any] = await client.events(args["scope_id"], after or 0, 100, classes or None)
-        return page
-    return history_events(await client.history(args["scope_id"], args["object_id"]), after, classes)
+    page: dict[str, Any] = await client.query_request(*history_call(args))
+    return page if "object_id" not in args else history_events(page, args.get("after_sequence"),
+                                                                args.get("event_classes"))

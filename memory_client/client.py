@@ -21,12 +21,14 @@ from memory_client.objects import ObjectCommands
 from memory_client.subscription import Subscription
 from schemas.canonical import canonical_bytes
 from schemas.auth import AUTHORIZATION_HEADER
-from schemas.replies import ACTOR_HEADER
+from schemas.replies import ACTOR_HEADER, OPERATION_HEADER
 from schemas.values import refusal
 
 __all__ = ["MemoryClient", "PamspecError", "SyncMemoryClient", "SyncSubscription"]
 
 _encoder = msgspec.json.Encoder()
+# Queries that read what followers applied (the projection, the index): they wait for this client's writes.
+_SEES_OWN_WRITES = frozenset({"query", "search", "related"})
 
 
 def _too_large(size: int, limit: int) -> PamspecError:
@@ -119,20 +121,15 @@ class MemoryClient(ObjectCommands):
         body: dict[str, Any] = {"scope_id": scope_id, "object_id": object_id}
         if version_id is not None:
             body["version_id"] = version_id
-        return await self._request(query_subject(self.prefix, "read"), body, self.actor_header(actor), retry=True)
+        return await self.query_request("read", body, actor)
 
     async def history(self, scope_id: str, object_id: str, actor: dict[str, Any] | None = None) -> dict[str, Any]:
-        body = {"scope_id": scope_id, "object_id": object_id}
-        return await self._request(query_subject(self.prefix, "history"), body, self.actor_header(actor),
-                                   retry=True)
+        return await self.query_request("history", {"scope_id": scope_id, "object_id": object_id}, actor)
 
     async def query(self, scope_id: str, actor: dict[str, Any] | None = None, **filters: Any) -> dict[str, Any]:
         """Query the scope (filters as in docs/protocol.md). Sends the last ledger sequence this client
         wrote as `min_sequence` unless given, so a client always sees its own writes."""
-        body: dict[str, Any] = {"scope_id": scope_id, **filters}
-        if "min_sequence" not in body and "as_of_sequence" not in body and self.last_sequence:
-            body["min_sequence"] = self.last_sequence
-        return await self._request(query_subject(self.prefix, "query"), body, self.actor_header(actor), retry=True)
+        return await self.query_request("query", {"scope_id": scope_id, **filters}, actor)
 
     async def search(self, scope_id: str, text: str | None = None, vector: list[float] | None = None,
                      space: str | None = None, mode: str = "hybrid", filter: dict[str, Any] | None = None,
@@ -143,11 +140,10 @@ class MemoryClient(ObjectCommands):
         client wrote as `min_sequence` unless given, so a search waits until its own writes are indexed."""
         body: dict[str, Any] = {"scope_id": scope_id, "mode": mode, "limit": limit, **(filter or {})}
         for name, value in (("text", text), ("vector", vector), ("embedding_space_id", space),
-                            ("min_sequence", min_sequence if min_sequence is not None else self.last_sequence or None),
-                            ("wait_ms", wait_ms)):
+                            ("min_sequence", min_sequence), ("wait_ms", wait_ms)):
             if value is not None:
                 body[name] = value
-        return await self._request(query_subject(self.prefix, "search"), body, self.actor_header(actor), retry=True)
+        return await self.query_request("search", body, actor)
 
     async def events(self, scope_id: str, after_sequence: int = 0, limit: int = 100,
                      event_classes: list[str] | None = None, actor: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -157,7 +153,23 @@ class MemoryClient(ObjectCommands):
         body: dict[str, Any] = {"scope_id": scope_id, "after_sequence": after_sequence, "limit": limit}
         if event_classes is not None:
             body["event_classes"] = event_classes
-        return await self._request(query_subject(self.prefix, "events"), body, self.actor_header(actor), retry=True)
+        return await self.query_request("events", body, actor)
+
+    async def query_request(self, name: str, body: dict[str, Any], actor: dict[str, Any] | None = None
+                            ) -> dict[str, Any]:
+        """Any query of docs/protocol.md by name (read, history, query, search, related, events, whoami) with its
+        body as the NATS binding takes it. Query, search and related read what followers have applied, so they
+        wait for this client's own writes (`min_sequence` = the last sequence it wrote) unless the body names
+        `min_sequence` or `as_of_sequence`. A body's `operation_id` also travels as the Pam-Operation-Id header
+        (the id errors echo)."""
+        body = dict(body)
+        if name in _SEES_OWN_WRITES and self.last_sequence and "min_sequence" not in body \
+                and "as_of_sequence" not in body:
+            body["min_sequence"] = self.last_sequence
+        headers = self.actor_header(actor)
+        if body.get("operation_id"):
+            headers[OPERATION_HEADER] = str(body["operation_id"])
+        return await self._request(query_subject(self.prefix, name), body, headers, retry=True)
 
     async def subscribe(self, scope_id: str, actor: dict[str, Any], after_sequence: int | None = None,
                         filter: dict[str, Any] | None = None, delivery: dict[str, Any] | None = None,
@@ -231,7 +243,7 @@ class MemoryClient(ObjectCommands):
         operation_id = body.get("operation_id") or f"op:{uuid.uuid4()}"
         if (refused := refusal(body)) is not None:  # NaN/±Infinity would go out as null
             raise PamspecError.from_envelope({**refused, "operation_id": str(operation_id)})
-        headers = {"Pam-Operation-Id": operation_id,
+        headers = {OPERATION_HEADER: operation_id,
                    **self.actor_header(self.actor or body.get("actor"))}  # the caller: this client, else the command's actor
         if name != "create_scope" and not body.get("idempotency_key"):
             headers["Pam-Idempotency-Key"] = f"sdk:{uuid.uuid4()}"
@@ -267,9 +279,7 @@ class MemoryClient(ObjectCommands):
                                 "hops": hops, "limit": limit, **filters}
         if relationship_types is not None:
             body["relationship_types"] = relationship_types
-        if "min_sequence" not in body and self.last_sequence:
-            body["min_sequence"] = self.last_sequence
-        return await self._request(query_subject(self.prefix, "related"), body, self.actor_header(actor), retry=True)
+        return await self.query_request("related", body, actor)
 
     async def read_with_relationship_refs(self, scope_id: str, object_id: str, version_id: str | None = None,
                                           actor: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -278,7 +288,7 @@ class MemoryClient(ObjectCommands):
         body: dict[str, Any] = {"scope_id": scope_id, "object_id": object_id, "include_relationship_refs": True}
         if version_id is not None:
             body["version_id"] = version_id
-        return await self._request(query_subject(self.prefix, "read"), body, self.actor_header(actor), retry=True)
+        return await self.query_request("read", body, actor)
 
 
 class SyncMemoryClient:

@@ -62,7 +62,7 @@ class EventsRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """A scope's ledger events after a position (Inspect History of the whole scope), one page at a time."""
 
     scope_id: Id
-    after_sequence: Annotated[int, msgspec.Meta(ge=0)] = 0
+    after_sequence: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0  # a Postgres bigint
     limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
     event_classes: Annotated[list[Annotated[str, msgspec.Meta(max_length=64)]],
                              msgspec.Meta(min_length=1, max_length=64)] | None = None

@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from mcp_binding.arguments import derived_key, mapped_filters, query_call, subscription_open, write_body
+from mcp_binding.arguments import (
+    derived_key,
+    history_call,
+    mapped_filters,
+    query_call,
+    related_body,
+    subscription_open,
+    write_body,
+)
 from mcp_binding.resources import Target, events_uri, parse
 from memory_client.errors import PamspecError
 
@@ -118,3 +126,23 @@ def test_other_uris_are_invalid_request(uri: str) -> None:
 
 def test_an_events_uri_round_trips_a_scope_with_a_slash() -> None:
     assert parse(events_uri("team/a:b")) == Target("events", "team/a:b")
+
+
+def test_a_space_without_a_semantic_query_is_refused_not_dropped() -> None:
+    with pytest.raises(PamspecError) as refused:
+        query_call({"scope_id": "s:a", "embedding_space_id": "space:x"})
+    assert refused.value.details["field"] == "embedding_space_id"
+
+
+def test_history_is_one_objects_or_a_page_of_the_scopes_events() -> None:
+    assert history_call({"scope_id": "s:a", "object_id": "mem:x", "operation_id": "op:1", "after_sequence": 3}) == (
+        "history", {"scope_id": "s:a", "object_id": "mem:x", "operation_id": "op:1"})
+    assert history_call({"scope_id": "s:a", "after_sequence": 3, "event_classes": []}) == (
+        "events", {"scope_id": "s:a", "after_sequence": 3})
+    assert history_call({"scope_id": "s:a", "event_classes": ["object_created"]}) == (
+        "events", {"scope_id": "s:a", "event_classes": ["object_created"]})
+
+
+def test_related_starts_from_the_named_object() -> None:
+    assert related_body({"scope_id": "s:a", "object_id": "mem:x", "hops": 2}) == {
+        "scope_id": "s:a", "from_object_id": "mem:x", "hops": 2}

@@ -145,14 +145,21 @@ class CallerPool:
             raise PamspecError.of("access_denied", "the service does not authenticate this token (unknown, revoked "
                                   "or expired, or the service runs with auth off)", policy_rule_id="auth.unknown_credential")
         if fresh:
-            await self._admit(token, caller)
+            return await self._admit(token, caller)
         return caller
 
-    async def _admit(self, token: str, caller: Caller) -> None:
+    async def _admit(self, token: str, caller: Caller) -> Caller:
+        """Keep `caller` for `token`, unless a concurrent first request of the same token got in first: then
+        that one is kept and this one's connection closed (one NATS login per credential)."""
+        kept = self._callers.get(token)
+        if kept is not None:
+            await caller.close()
+            return kept
         if len(self._callers) >= self.max_callers:
             oldest = min(self._callers, key=lambda t: self._callers[t].last_used)
             await self._forget(oldest, self._callers[oldest])
         self._callers[token] = caller
+        return caller
 
     async def _forget(self, token: str, caller: Caller) -> None:
         if self._callers.get(token) is caller:

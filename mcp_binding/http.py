@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mcp.server.transport_security import TransportSecuritySettings
@@ -22,6 +23,7 @@ from memory_client.errors import PamspecError
 SESSION_HEADER = b"mcp-session-id"
 LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 MAX_SESSIONS_REMEMBERED = 10_000
+SessionEnd = Callable[[str], Awaitable[None]]
 
 
 def bearer_of(headers: Any) -> str | None:
@@ -44,16 +46,21 @@ def transport_security(host: str, allowed: list[str]) -> TransportSecuritySettin
 class BearerGate:
     """ASGI middleware in front of the SDK's app: authenticate, bind sessions to their token, pass through."""
 
-    def __init__(self, app: ASGIApp, pool: CallerPool):
+    def __init__(self, app: ASGIApp, pool: CallerPool, on_session_end: SessionEnd):
         self.app = app
         self.pool = pool
+        self.on_session_end = on_session_end  # what a session leaves behind (its doorbells) is ended here
         self._owners: OrderedDict[str, str] = OrderedDict()  # session id -> token id of the token that opened it
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)  # lifespan
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        headers, repeated = _headers(scope)
+        if repeated:  # the SDK reads the first of a repeated header: one value each, or the gate is bypassed
+            await _refuse(send, 400, PamspecError.of("invalid_request", f"header {repeated} given more than once",
+                                                     {"field": f"headers/{repeated}"}))
+            return
         token = bearer_of(headers)
         token_id = token_id_or_none(token)
         if token is None or token_id is None:
@@ -70,9 +77,10 @@ class BearerGate:
         if session is not None and self._owners.get(session, token_id) != token_id:
             await _refuse(send, 404, PamspecError.of("invalid_request", "no such session", {"field": "mcp-session-id"}))
             return
-        if scope.get("method") == "DELETE" and session is not None:
-            self._owners.pop(session, None)
         await self.app(scope, receive, self._binding(send, token_id) if session is None else send)
+        if scope.get("method") == "DELETE" and session is not None:  # the client ended its session
+            self._owners.pop(session, None)
+            await self.on_session_end(session)
 
     def _binding(self, send: Send, token_id: str) -> Send:
         """`send`, remembering the session id a response hands out as belonging to `token_id`."""
@@ -85,6 +93,21 @@ class BearerGate:
                             self._owners.popitem(last=False)
             await send(message)
         return bind
+
+
+GATED_HEADERS = ("authorization", SESSION_HEADER.decode())
+
+
+def _headers(scope: Scope) -> tuple[dict[str, str], str | None]:
+    """The request's headers (names lower case) and the first gated header that appears more than once."""
+    headers: dict[str, str] = {}
+    repeated = None
+    for key, value in scope.get("headers", []):
+        name = key.decode("latin-1").lower()
+        if name in headers and name in GATED_HEADERS and repeated is None:
+            repeated = name
+        headers.setdefault(name, value.decode("latin-1"))
+    return headers, repeated
 
 
 async def _refuse(send: Send, status: int, error: PamspecError) -> None:

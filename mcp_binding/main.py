@@ -90,7 +90,7 @@ async def serve_http(settings: Settings, chosen: McpSettings) -> None:
     app = binding.server.streamable_http_app(
         host=chosen.host, transport_security=transport_security(chosen.host, chosen.allowed_hosts),
         json_response=chosen.http_json_response)
-    config = uvicorn.Config(BearerGate(app, pool), host=chosen.host, port=chosen.port, log_level="warning",
+    config = uvicorn.Config(BearerGate(app, pool, binding.doorbells.end), host=chosen.host, port=chosen.port, log_level="warning",
                             lifespan="on")
     server = uvicorn.Server(config)
     sweeper = asyncio.create_task(pool.sweep_forever())

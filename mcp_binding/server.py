@@ -33,6 +33,12 @@ INSTRUCTIONS = (
     "scopes and operations.")
 
 
+def connection_of(ctx: ServerRequestContext[Any]) -> str:
+    """Which client connection a request came on: its MCP session id over HTTP, else the one stdio peer."""
+    headers = getattr(ctx.request, "headers", None)
+    return str(headers.get("mcp-session-id") or "http") if headers is not None else "stdio"
+
+
 def resource_error(error: PamspecError) -> MCPError:
     """A resource read that failed: an MCP error (resources have no error result) carrying the envelope."""
     code = RESOURCE_NOT_FOUND if error.code in _NOT_FOUND else (-32602 if error.code == "invalid_request" else -32603)
@@ -89,7 +95,7 @@ def build_server(resolve: Resolve, tool_set: ToolSet, transport: str, version: s
     async def subscribe(ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams) -> types.EmptyResult:
         caller = await _resolved(ctx)
         try:
-            await doorbells.subscribe(ctx.session, caller, str(params.uri))
+            await doorbells.subscribe(connection_of(ctx), ctx.session, caller, str(params.uri))
         except PamspecError as exc:
             caller.distrust(exc)
             raise resource_error(exc) from None
@@ -97,7 +103,7 @@ def build_server(resolve: Resolve, tool_set: ToolSet, transport: str, version: s
 
     async def unsubscribe(ctx: ServerRequestContext[Any],
                           params: types.UnsubscribeRequestParams) -> types.EmptyResult:
-        await doorbells.unsubscribe(ctx.session, str(params.uri))
+        await doorbells.unsubscribe(connection_of(ctx), str(params.uri))
         return types.EmptyResult()
 
     server: Server[Any] = Server("pamledger", version=version, instructions=INSTRUCTIONS,

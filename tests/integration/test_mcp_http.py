@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx2 as httpx
 import mcp
+import psycopg
 import pytest
 
 from memory_client.admin import parse_grant, put_actor, revoke_token
@@ -208,3 +209,69 @@ async def test_the_events_doorbell_rings_over_http_too(world: World) -> None:
         await wait_for(lambda: uri in rung, timeout=15)
         with pytest.raises(mcp.MCPError):  # another agent's scope rings nothing: refused
             await bob.subscribe_resource(f"pamspec://scope/{SCOPE['alice']}/events")
+
+
+async def open_subscriptions(env: Env, scope: str) -> int:
+    """Subscriptions of `scope` the gateway holds open (its own table)."""
+    async with await psycopg.AsyncConnection.connect(env.database_url) as conn:
+        cur = await conn.execute("SELECT count(*) FROM subscriptions WHERE scope_id = %s AND status = 'open'",
+                                 (scope,))
+        return int((await cur.fetchone())[0])  # type: ignore[index]
+
+
+@pytest.mark.filterwarnings("ignore::mcp.MCPDeprecationWarning")
+async def test_a_doorbell_ends_with_its_unsubscribe_and_with_its_session(world: World) -> None:
+    scope = f"{SCOPE['bob']}-bells"
+    async with http_session(world.server.url, world.tokens["bob"]) as bob:
+        await call(bob, "pamledger.create_scope", {"scope_id": scope})
+        uri = f"pamspec://scope/{scope}/events"
+        await bob.subscribe_resource(uri)
+        await wait_for(lambda: open_subscriptions(world.env, scope), timeout=10)
+        await bob.unsubscribe_resource(uri)  # a request of its own, on the same session
+        await wait_for(lambda: _none_open(world.env, scope), timeout=10)
+        await bob.subscribe_resource(uri)
+        await wait_for(lambda: open_subscriptions(world.env, scope), timeout=10)
+    await wait_for(lambda: _none_open(world.env, scope), timeout=10)  # the session ended (DELETE): so did it
+
+
+async def _none_open(env: Env, scope: str) -> bool:
+    return await open_subscriptions(env, scope) == 0
+
+
+@pytest.mark.parametrize("header", ["Authorization", "mcp-session-id"])
+async def test_a_repeated_gated_header_is_refused_before_the_sdk_reads_the_first(world: World, header: str) -> None:
+    opened = await raw_post(world.server.url, {"Authorization": f"Bearer {world.tokens['alice']}"})
+    session_id = opened.headers["mcp-session-id"]
+    values = {"Authorization": [f"Bearer {world.tokens['alice']}", f"Bearer {world.tokens['bob']}"],
+              "mcp-session-id": [session_id, "another"]}[header]
+    base = [("Authorization", f"Bearer {world.tokens['bob']}")] if header != "Authorization" else []
+    async with httpx.AsyncClient(timeout=30) as client:
+        response = await client.post(world.server.url, content=json.dumps(INITIALIZE), headers=[
+            *ACCEPT.items(), *base, *((header, v) for v in values)])
+    assert response.status_code == 400
+    assert response.json()["error"]["details"]["field"] == f"headers/{header.lower()}"
+
+
+async def test_another_agents_subscription_cannot_be_polled_or_closed(world: World) -> None:
+    async with http_session(world.server.url, world.tokens["alice"]) as alice, \
+            http_session(world.server.url, world.tokens["bob"]) as bob:
+        await call(alice, "pamledger.create_scope", {"scope_id": SCOPE["alice"]})
+        theirs = (await call(alice, "pamspec.subscribe", {"scope_id": SCOPE["alice"], "start_sequence": 0}))
+        for tool, arguments in (("pamledger.poll", {"subscription_id": theirs["subscription_id"]}),
+                                ("pamspec.unsubscribe", {"scope_id": SCOPE["bob"],
+                                                         "subscription_id": theirs["subscription_id"]})):
+            error = await refused(bob, tool, arguments)
+            assert (error["code"], error["policy_rule_id"]) == ("access_denied", "subscription.not_owner"), error
+        assert not (await call(alice, "pamledger.poll", {"subscription_id": theirs["subscription_id"],
+                                                         "wait_ms": 0}))["closed"]  # still Alice's, still open
+
+
+async def test_concurrent_first_requests_of_one_token_share_one_connection(world: World) -> None:
+    from mcp_binding.callers import CallerPool, Endpoint
+
+    pool = CallerPool(Endpoint(world.env.nats_url, world.env.settings.subject_prefix))
+    try:
+        callers = await asyncio.gather(*(pool.authenticate(world.tokens["bob"]) for _ in range(8)))
+        assert len({id(c) for c in callers}) == 1 and len(pool) == 1
+    finally:
+        await pool.close()

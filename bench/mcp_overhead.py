@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 from bench.load import SCOPE_ID
 from bench.servers import Servers, bench_servers
@@ -162,16 +162,24 @@ async def measure(servers: Servers, reads: int, warmup: float, duration: float, 
         log(f"creates, {CLIENTS} at once: SDK clients, then MCP HTTP sessions ({duration:g} s each)")
         clients = [await sdk(environment, token) for _ in range(CLIENTS)]
         cpu.start()
-        out["sdk_create_rate"], calls = await rate(
-            [lambda i, c=c, t=uuid.uuid4().hex: c.create(**{**body(i, t), "actor": ACTOR, "provenance": {
-                "provenance_id": "prov:bench", "actor": ACTOR, "activity": "bench"}}) for c in clients],
-            warmup, duration)
+        out["sdk_create_rate"], calls = await rate([_sdk_creator(c) for c in clients], warmup, duration)
         out["sdk_create_cpu_us"] = cpu.per_call(calls)
         for c in clients:
             await c.close()
         out.update(await http_side(servers, environment, token, warmup, duration, idle, cpu))
         await client.close()
     return out
+
+
+def _sdk_creator(client: Any) -> Callable[[int], Awaitable[Any]]:
+    tag = uuid.uuid4().hex
+    return lambda i: client.create(**{**body(i, tag), "actor": ACTOR, "provenance": {
+        "provenance_id": "prov:bench", "actor": ACTOR, "activity": "bench"}})
+
+
+def _mcp_creator(session: Any) -> Callable[[int], Awaitable[Any]]:
+    tag = uuid.uuid4().hex
+    return lambda i: _ok(session.call_tool("pamspec.create", body(i, tag)))
 
 
 async def http_side(servers: Servers, environment: dict[str, str], token: str, warmup: float, duration: float,
@@ -184,9 +192,7 @@ async def http_side(servers: Servers, environment: dict[str, str], token: str, w
             sessions = [await stack.enter_async_context(http_session(server.url, token)) for _ in range(CLIENTS)]
             process = psutil.Process(server.proc.pid)
             cpu.start(process)
-            out["mcp_create_rate"], calls = await rate(
-                [lambda i, s=s, t=uuid.uuid4().hex: _ok(s.call_tool("pamspec.create", body(i, t))) for s in sessions],
-                warmup, duration)
+            out["mcp_create_rate"], calls = await rate([_mcp_creator(s) for s in sessions], warmup, duration)
             out["mcp_create_cpu_us"] = cpu.per_call(calls)
         await asyncio.sleep(1.0)
         before = process.memory_info().rss

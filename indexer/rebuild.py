@@ -3,7 +3,9 @@
 Why it is safe beside the follower: the follower embeds every version after the space's registration into
 it; the fill covers what was current before. It starts from the indexer's checkpoint `start` (the space row
 exists there, so every later version reaches the space live) and first waits for the projection to reach
-`start`, so `current_objects` holds every version the live follower will not embed. Writes never go back a
+`start`, so `current_objects` holds every version the live follower will not embed; an object whose current
+version came after `start` is left to the follower (a fill under load used to chase the objects being created,
+in key order, until the load ended, embedding each one twice). Writes never go back a
 version (`upsert_vectors`), so the two may write one object in any order; and each fill batch writes under
 the space's write lock, and only while the version's content still exists, so a fill racing a delete cannot
 put an erased object's vector back (the follower erases under the same lock).
@@ -36,9 +38,10 @@ from infra.projections import PROJECTION, checkpoint
 from schemas.common import SYSTEM_SCOPE
 
 _LIVE = live_objects("c")
-_COUNT = f"SELECT count(*) FROM current_objects c WHERE {_LIVE}"
+_BEFORE = f"{_LIVE} AND c.ledger_sequence <= %s"  # later versions reach the space through the live follower
+_COUNT = f"SELECT count(*) FROM current_objects c WHERE {_BEFORE}"
 _PAGE = (f"SELECT scope_id, object_id, version_id, sequence, ledger_sequence, object_type, content_digest"
-         f" FROM current_objects c WHERE {_LIVE} AND (scope_id, object_id) > (%s, %s)"
+         f" FROM current_objects c WHERE {_BEFORE} AND (scope_id, object_id) > (%s, %s)"
          f" ORDER BY scope_id, object_id LIMIT %s")
 
 
@@ -87,11 +90,11 @@ async def _fill(conn: psycopg.AsyncConnection[Any], space: SpaceRow, embedder: E
         if time.monotonic() > deadline:
             raise TimeoutError(f"the projection has not reached ledger sequence {start}")
         await asyncio.sleep(0.05)
-    total = int((await (await conn.execute(_COUNT)).fetchone() or (0,))[0])
+    total = int((await (await conn.execute(_COUNT, (start,))).fetchone() or (0,))[0])
     done = embedded = 0
     after = ("", "")
     while True:
-        rows = await (await conn.execute(_PAGE, (*after, batch))).fetchall()
+        rows = await (await conn.execute(_PAGE, (start, *after, batch))).fetchall()
         if not rows:
             break
         after = (rows[-1][0], rows[-1][1])

@@ -28,7 +28,7 @@ import structlog
 from indexer.outbox import Entry, add_entries, entry_key
 from indexer.plan import DefaultSwitch, Plan, Registration, Version, plan_batch
 from indexer.texts import embed, read_contents, text_of
-from infra.embedding.known import embedder_for
+from infra.embedding.known import embedder_for, loaded_embedder
 from infra.embedding.store import (
     INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL, MovedRow, SpaceRow, VectorRow, create_space, delete_object_vectors,
     list_spaces, make_default, move_vectors, space_write_lock, upsert_vectors, vector_digests,
@@ -80,7 +80,8 @@ class IndexerStep:
                      unsure: set[tuple[str, str]]) -> None:
         threads = self.settings.model_threads or None
         todo: dict[int, list[Version]] = {}
-        embedders = {s.space_key: await asyncio.to_thread(embedder_for, s.descriptor, threads)  # loads once
+        embedders = {s.space_key: loaded_embedder(s.descriptor)
+                     or await asyncio.to_thread(embedder_for, s.descriptor, threads)  # loads once
                      for s in prepared.spaces}
         for space in prepared.spaces:
             if embedders[space.space_key] is None:

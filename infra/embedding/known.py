@@ -43,6 +43,14 @@ def embedder_for(space: EmbeddingSpace, threads: int | None = None) -> Embedder 
     return found if same_space(found.descriptor, space) else None
 
 
+def loaded_embedder(space: EmbeddingSpace) -> Embedder | None:
+    """The embedder `embedder_for` already made for this space, or None (then ask `embedder_for`, in a thread:
+    loading a model takes seconds). Lets the indexer skip a thread hand-off per batch and space."""
+    with _lock:
+        found = _loaded.get(space.embedding_space_id)
+    return found if found is not None and same_space(found.descriptor, space) else None
+
+
 def _make(space: EmbeddingSpace, threads: int | None) -> Embedder | None:
     if same_space(space, minilm_space()):
         return MiniLMEmbedder(threads=threads)

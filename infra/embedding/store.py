@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from infra.embedding.vector_wire import ensure_vector_adapters, vector_bytes
 from schemas.common import SYSTEM_SCOPE
 from schemas.embedding import EmbeddingSpace, decode_space
 
@@ -159,9 +160,9 @@ async def upsert_vectors(conn: psycopg.AsyncConnection[Any], space: SpaceRow, ro
         "INSERT INTO {t} (scope_id, object_id, version_id, version_sequence, ledger_sequence, truncated,"
         " content_digest, embedding)"
         " SELECT r.scope_id, r.object_id, r.version_id, r.version_sequence, r.ledger_sequence, r.truncated,"
-        " r.content_digest, r.embedding::vector"
+        " r.content_digest, r.embedding"
         " FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::bigint[], %s::bool[], %s::text[],"
-        " %s::text[])"
+        " %b::vector[])"  # %b: vectors go in binary (infra.embedding.vector_wire)
         " AS r(scope_id, object_id, version_id, version_sequence, ledger_sequence, truncated, content_digest,"
         " embedding)"
         "{guard}"
@@ -170,10 +171,11 @@ async def upsert_vectors(conn: psycopg.AsyncConnection[Any], space: SpaceRow, ro
         " truncated = excluded.truncated, content_digest = excluded.content_digest, embedding = excluded.embedding"
         " WHERE {t}.version_sequence < excluded.version_sequence"
     ).format(t=space.table, guard=guard)
+    await ensure_vector_adapters(conn)
     await conn.execute(statement, (
         [r.scope_id for r in rows], [r.object_id for r in rows], [r.version_id for r in rows],
         [r.version_sequence for r in rows], [r.ledger_sequence for r in rows], [r.truncated for r in rows],
-        [r.content_digest for r in rows], [vector_literal(r.vector) for r in rows]))
+        [r.content_digest for r in rows], [vector_bytes(r.vector) for r in rows]))
 
 
 async def move_vectors(conn: psycopg.AsyncConnection[Any], space: SpaceRow, rows: Sequence[MovedRow]) -> None:

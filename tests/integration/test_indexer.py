@@ -109,9 +109,12 @@ async def _has_action(env: Env, action: str) -> bool:
 
 async def test_versions_get_one_vector_per_space_and_transitions_move_it_without_embedding(
         env: Env, indexed: Any, writer: CommandRequester) -> None:
+    default = hashing_space(int(TEST_SPACE.split("-")[1])).embedding_space_id
+    # The role registers its default space as it starts: wait for it, or it may come after the create and get
+    # the object from its fill (which records no per-item entry) instead of from the live follower.
+    await wait_for(lambda: _space_exists(env, default), timeout=30)
     await writer.command("register_embedding_space", {"scope_id": SYSTEM_SCOPE, "space": msgspec.to_builtins(SECOND),
                                                       "actor": SERVICE_ACTOR})
-    default = hashing_space(int(TEST_SPACE.split("-")[1])).embedding_space_id
     await wait_for(lambda: _space_exists(env, SECOND.embedding_space_id), timeout=30)
     made = await indexed.create(SCOPE, "claim", {"statement": "the cat sat on the mat"}, ACTOR, PROVENANCE)
     oid = made["object_id"]

@@ -1,0 +1,44 @@
+"""A fill covers what was current at its start and leaves later versions to the live follower.
+
+Why: under load the fill used to walk `current_objects` in key order while creates kept landing ahead of its
+cursor, so it chased the load until it ended and embedded every object a second time (the follower embeds
+every version after the space's registration anyway).
+"""
+
+from __future__ import annotations
+
+import msgspec
+import psycopg
+from psycopg import sql
+
+from indexer.rebuild import fill_space
+from infra.embedding.embedders import FeatureHashingEmbedder
+from infra.embedding.store import INDEX_CHECKPOINT, create_space
+from infra.projections import PROJECTION, advance_checkpoint, checkpoint
+from schemas.embedding import encode_space, space_digest
+from tests.conftest import ACTOR, PROVENANCE, Env, serving, wait_for
+
+SCOPE = "workspace:fill-bounds"
+
+
+async def test_objects_current_after_the_fill_start_are_left_to_the_follower(env: Env) -> None:
+    async with serving(env) as client:  # no indexer: the test plays its part
+        await client.create_scope(SCOPE)
+        made = [await client.create(SCOPE, "claim", {"statement": f"fact {i}"}, ACTOR, PROVENANCE) for i in range(3)]
+        last = made[-1]["ledger_sequence"]
+        async with await psycopg.AsyncConnection.connect(env.database_url, autocommit=True) as conn:
+            await wait_for(lambda: _projected(conn, last), timeout=30)
+            embedder = FeatureHashingEmbedder(12)
+            space = embedder.descriptor
+            start = made[0]["ledger_sequence"]
+            row = await create_space(conn, space, encode_space(space), space_digest(space), start)
+            assert row is not None
+            await advance_checkpoint(conn, INDEX_CHECKPOINT, start)  # the follower has reached the first object
+            report = await fill_space(conn, row, embedder)
+            assert (report.filled_sequence, report.total, report.embedded) == (start, 1, 1)
+            cur = await conn.execute(sql.SQL("SELECT object_id FROM {}").format(row.table))
+            assert [r[0] for r in await cur.fetchall()] == [made[0]["object_id"]]
+
+
+async def _projected(conn: psycopg.AsyncConnection, sequence: int) -> bool:
+    return await checkpoint(conn, PROJECTION) >= sequence

@@ -107,11 +107,6 @@ def _expiration(command: Any, head: ObjectHead | None) -> bool:
         and head is not None and head.state("retention") == "retained"
 
 
-def evolve(head: ObjectHead | None, decision: Decision) -> ObjectHead | None:
-    """The object's head after a decision commits."""
-    return decision.head if decision.head is not None else head
-
-
 def _event_only(command: EventOnlyCommand, stamp: Stamp) -> Decision:
     """A ledger entry without a Memory Version. Its `sequence` is set to its ledger sequence on append."""
     payload: dict[str, Any]

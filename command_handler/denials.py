@@ -55,6 +55,6 @@ def _recorded(limiter: DenialLimiter, entry: dict[str, Any], parsed: Parsed, ref
 
 
 def authority_of(policy: Policy) -> Authority:
-    """What the delegation rules ask about actors' grants: the policy's answer where it has one (auth
-    enforced), else everything is held (auth off, or a policy that decides requests only)."""
-    return policy if hasattr(policy, "holds") and hasattr(policy, "administers") else EVERYTHING  # type: ignore[return-value]
+    """What the delegation rules ask about actors' grants: the policy's answer with auth enforced, else
+    EVERYTHING (the planner then skips the checks)."""
+    return policy if policy.enforced else EVERYTHING

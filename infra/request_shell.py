@@ -102,16 +102,38 @@ Decision = Allow | Deny
 
 
 class Policy(Protocol):
-    """The port authorization fills: asked once per request, before its handler."""
+    """The port authorization fills: asked once per request, before its handler (`decide`), and by the
+    services about actors' own grants: the writer's delegation rules (`holds`, `administers`), a traversal
+    into another scope (`holds`), whoami (`grants_of`). `enforced` False: auth is off, nothing is checked."""
+
+    enforced: bool
 
     def decide(self, context: RequestContext, operation: str) -> Decision: ...
 
+    def holds(self, actor_id: str, scope_id: str, operation: str) -> bool: ...
+
+    def administers(self, actor_id: str) -> bool: ...
+
+    def grants_of(self, actor_id: str) -> list[dict[str, list[str]]]: ...
+
 
 class AllowAll:
-    """Auth off (settings auth.mode = "off"): every caller, anonymous included, may make every request."""
+    """Auth off (settings auth.mode = "off"): every caller, anonymous included, may make every request, and
+    every actor holds everything."""
+
+    enforced = False
 
     def decide(self, context: RequestContext, operation: str) -> Decision:
         return ALLOW
+
+    def holds(self, actor_id: str, scope_id: str, operation: str) -> bool:
+        return True
+
+    def administers(self, actor_id: str) -> bool:
+        return True
+
+    def grants_of(self, actor_id: str) -> list[dict[str, list[str]]]:
+        return []  # no grant is checked: whoami says so with grants null (query.service)
 
 
 class DenialSink(Protocol):

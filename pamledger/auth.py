@@ -15,7 +15,7 @@ from infra.authz.exercise import DelegatedReads
 from infra.request_shell import AllowAll, DelegationGate, DenialSink, Policy
 from infra.requester import CommandRequester
 from infra.settings import Settings
-from subscriptions.filters import AllowAll as DeliverAll, Authorizer
+from subscriptions.filters import Authorizer, SameScope
 
 
 @dataclass
@@ -44,7 +44,7 @@ def delegated_reads(auth: Auth, nc: NATS, prefix: str) -> DelegationGate | None:
 def auth_for(settings: Settings, database_url: str) -> Auth:
     """Auth as the settings say: enforced (the tokens made in the state dir when absent) or off."""
     if settings.auth.mode == "off":
-        return Auth(AllowAll(), DeliverAll())
+        return Auth(AllowAll(), SameScope())
     admin, _ = ensure_token(admin_token_path(settings))
     service, _ = ensure_token(service_token_path(settings))
     registry = GrantsRegistry(database_url, bootstrap_credentials(admin, service), settings.auth.refresh_seconds)

@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from infra.embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from infra.nats_raw import RawClient, parse_headers
-from infra.request_shell import AllowAll, DelegationGate, DenialSink, Policy, RequestContext, RequestShell
+from infra.request_shell import DelegationGate, DenialSink, Policy, RequestContext, RequestShell
 from infra.settings import QuerySettings
 from infra.subjects import QUERIES, query_subject, status_subject
 from query.reads import history, read_envelope, scope_events
@@ -163,25 +163,23 @@ class QueryService:
     def _may_read(self, context: RequestContext, scope_id: str) -> bool:
         """May the caller read `scope_id` (a step of a traversal into another scope)? Auth off: yes. Enforced:
         only by the caller's own grants (the policy's `holds`), never under a delegation (it covers one
-        scope), never for a policy that cannot say (fails closed)."""
+        scope), never for an unauthenticated caller."""
         policy = self.shell.policy
-        if isinstance(policy, AllowAll):
+        if not policy.enforced:
             return True
-        holds = getattr(policy, "holds", None)
-        if holds is None or not context.authenticated or context.principal.delegation_id is not None:
+        if not context.authenticated or context.principal.delegation_id is not None:
             return False
-        return bool(holds(context.principal.actor_id, scope_id, "read"))
+        return policy.holds(context.principal.actor_id, scope_id, "read")
 
     def _grants_of(self, context: RequestContext) -> list[dict[str, list[str]]] | None:
         """The caller's own grants (what the MCP manifest shows it may do); None where auth is off (no
         grant is checked), [] for a caller the policy cannot say anything about."""
         policy = self.shell.policy
-        if policy is None or isinstance(policy, AllowAll):
+        if not policy.enforced:
             return None
-        grants_of = getattr(policy, "grants_of", None)
-        if grants_of is None or not context.authenticated:
+        if not context.authenticated:
             return []
-        return grants_of(context.principal.actor_id)  # type: ignore[no-any-return]
+        return policy.grants_of(context.principal.actor_id)
 
     async def _answer(self, request: Any, context: RequestContext) -> bytes:
         if isinstance(request, WhoamiRequest):

@@ -90,10 +90,6 @@ class InvalidObject(CommandRejected):
     code: ErrorCode = "invalid_object"
 
 
-class UnsupportedObjectType(CommandRejected):
-    code: ErrorCode = "unsupported_object_type"
-
-
 class ObjectNotFound(CommandRejected):
     code: ErrorCode = "object_not_found"
 
@@ -144,12 +140,3 @@ class AccessDenied(PamledgerError):
     def envelope(self, operation_id: str) -> ErrorEnvelope:
         return msgspec.structs.replace(super().envelope(operation_id), policy_rule_id=self.rule_id)
 
-
-class PoisonMessage(InvalidRequest):
-    """Bytes that cannot be decoded at all: answered with invalid_request, logged, never fatal."""
-
-
-def error_from_envelope(envelope: ErrorEnvelope) -> PamledgerError:
-    """Rebuild a raisable error from an envelope received over the wire."""
-    err = PamledgerError(envelope.message, details=dict(envelope.details), code=envelope.code)
-    return err

@@ -48,8 +48,8 @@ class Authorizer(Protocol):
     def allows(self, actor: dict[str, Any], scope_id: str, event: dict[str, Any]) -> bool: ...
 
 
-class AllowAll:
-    """Until the authorization issue lands: every actor may read every event of its own scope."""
+class SameScope:
+    """Auth off: every actor may read every event of the subscription's own scope."""
 
     def allows(self, actor: dict[str, Any], scope_id: str, event: dict[str, Any]) -> bool:
         return event.get("scope_id") == scope_id

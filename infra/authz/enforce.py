@@ -16,6 +16,8 @@ from schemas.errors import ServiceUnavailable
 class TokenPolicy:
     """Every request needs a credential the grants snapshot knows, and a grant for what it asks."""
 
+    enforced = True
+
     def __init__(self, registry: GrantsRegistry):
         self.registry = registry
 

@@ -14,7 +14,7 @@ import msgspec
 import psycopg
 import pytest
 
-from infra.request_shell import ALLOW, Decision, Deny, RequestContext
+from infra.request_shell import ALLOW, AllowAll, Decision, Deny, RequestContext
 from infra.subjects import query_subject
 from memory_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, running_service
@@ -24,7 +24,7 @@ MALLORY = {"actor_id": "agent:mallory", "actor_kind": "agent"}
 ALICE = {"actor_id": "agent:alice", "actor_kind": "agent"}
 
 
-class TestPolicy:
+class TestPolicy(AllowAll):
     """Denies agent:mallory everything; records every (operation, context) it is asked about."""
 
     __test__ = False

@@ -15,7 +15,7 @@ import msgspec
 from infra.settings import GatewaySettings
 from schemas.subscriptions import SubscribeRequest
 from subscriptions.feed import PartitionFeed
-from subscriptions.filters import AllowAll
+from subscriptions.filters import SameScope
 from subscriptions.session import Session
 
 ACTOR = {"actor_id": "actor:agent:tester", "actor_kind": "agent"}
@@ -25,7 +25,7 @@ def catching_up_session(limit: int) -> Session:
     request = msgspec.convert({"scope_id": "workspace:buffer", "actor": ACTOR, "delivery": {"mode": "push"}},
                               SubscribeRequest)
     nc = types.SimpleNamespace(jetstream=lambda: None)  # offer() never reaches NATS while the session reads
-    return Session("sub:buffer", request, 0, nc, "STREAM", "pam", 0, AllowAll(),  # type: ignore[arg-type]
+    return Session("sub:buffer", request, 0, nc, "STREAM", "pam", 0, SameScope(),  # type: ignore[arg-type]
                    GatewaySettings(live_buffer_events=limit))
 
 

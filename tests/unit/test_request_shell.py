@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from infra.request_shell import (
-    ANONYMOUS, Allow, Decision, Deny, Principal, RequestContext, RequestShell, to_error,
+    ANONYMOUS, Allow, AllowAll, Decision, Deny, Principal, RequestContext, RequestShell, to_error,
 )
 from schemas.errors import ObjectNotFound
 
@@ -27,7 +27,7 @@ class Body(msgspec.Struct):
     operation_id: str | None = None
 
 
-class Recorder:
+class Recorder(AllowAll):
     """A policy that denies agent:mallory and records what it was asked."""
 
     def __init__(self) -> None:

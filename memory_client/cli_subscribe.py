@@ -1,5 +1,6 @@
 """`pamledger subscribe`: a tail -f of a scope's ledger, one JSON line per event, until Ctrl-C (which closes
-the subscription unless `--keep`). `pamledger subscriptions [--close ID]` lists and closes subscriptions."""
+the subscription unless `--keep`). `pamledger subscriptions [--all] [--close ID]` lists and closes the caller's
+subscriptions (an administrator's: everyone's) through the gateway's `sub.list` and `sub.close`."""
 
 from __future__ import annotations
 
@@ -10,21 +11,9 @@ import signal
 import sys
 from typing import Any
 
-import psycopg
-
-from infra.authz.operator import require_operator
-from infra.endpoints import resolve
 from infra.settings import Settings
 from infra.tasks import stop_task
 from memory_client.cli_common import actor_of, add_actor_arguments, connect, pam_id, print_json, sequence
-
-# The gateway has no list request: read its table, as `status` reads the projector's checkpoint.
-LIST_SQL = (
-    "SELECT subscription_id, scope_id, status, close_reason, start_sequence, last_delivered_sequence,"
-    " acked_sequence, created_at::text, closed_at::text FROM subscriptions"
-    " WHERE %(all)s OR status = 'open' ORDER BY created_at, subscription_id")
-LIST_COLUMNS = ("subscription_id", "scope_id", "status", "close_reason", "start_sequence",
-                "last_delivered_sequence", "acknowledged_sequence", "created_at", "closed_at")
 
 
 def add_subscribe_parser(sub: Any) -> None:
@@ -40,7 +29,8 @@ def add_subscribe_parser(sub: Any) -> None:
     s.add_argument("--keep", action="store_true",
                    help="leave the subscription open when stopped (re-attach with --subscription-id)")
     s.add_argument("--close-on-exit", action="store_true", help=argparse.SUPPRESS)  # the default now
-    ls = sub.add_parser("subscriptions", help="list open subscriptions (--all: closed ones too); --close ID")
+    ls = sub.add_parser("subscriptions", help="list your open subscriptions (an administrator's token: everyone's;"
+                                              " --all: closed ones too); --close ID")
     ls.add_argument("--all", action="store_true", help="closed subscriptions too")
     ls.add_argument("--close", metavar="SUBSCRIPTION_ID", action="append", type=pam_id, help="close it (repeatable)")
 
@@ -84,16 +74,17 @@ def cmd_subscriptions(settings: Settings, args: argparse.Namespace) -> int:
     if args.close:
         print_json({"closed": asyncio.run(_close(settings, args.close))})
         return 0
-    database_url = resolve(settings).database_url
-    asyncio.run(require_operator(settings, database_url))  # it reads every scope's subscriptions
-    print_json({"subscriptions": asyncio.run(_list(database_url, args.all))})
+    print_json({"subscriptions": asyncio.run(_list(settings, args.all))})
     return 0
 
 
-async def _list(database_url: str, everything: bool) -> list[dict[str, Any]]:
-    async with await psycopg.AsyncConnection.connect(database_url) as conn:
-        rows = await (await conn.execute(LIST_SQL, {"all": everything})).fetchall()
-    return [dict(zip(LIST_COLUMNS, row)) for row in rows]
+async def _list(settings: Settings, everything: bool) -> list[dict[str, Any]]:
+    """Through the gateway's `sub.list`: the caller's own subscriptions, everyone's for an administrator."""
+    client = await connect(settings)
+    try:
+        return await client.subscriptions(include_closed=everything)
+    finally:
+        await client.close()
 
 
 async def _close(settings: Settings, ids: list[str]) -> list[dict[str, Any]]:

@@ -200,9 +200,15 @@ class MemoryClient(ObjectCommands):
         subscription.adopt(queue, listening)
         return subscription
 
+    async def subscriptions(self, include_closed: bool = False) -> list[dict[str, Any]]:
+        """This client's own subscriptions (an administrator's token: everyone's), open ones unless
+        `include_closed`: each with its scope, owner, status, positions and times (`sub.list`)."""
+        listed = await self.subscription_request("list", {"all": include_closed})
+        return list(listed["subscriptions"])
+
     async def subscription_request(self, name: str, body: dict[str, Any],
                                    actor: dict[str, Any] | None = None) -> dict[str, Any]:
-        """open | poll | ack | resume | close | status on the Subscribe gateway (docs/protocol.md)."""
+        """open | poll | ack | resume | close | status | list on the Subscribe gateway (docs/protocol.md)."""
         return await self._request(f"{self.prefix}.sub.{name}", body, self.actor_header(actor),
                                    retry=name != "poll")
 

@@ -76,6 +76,12 @@ class ResumeRequest(msgspec.Struct, **_STRICT):
     after_sequence: Sequence | None = None
 
 
+class ListRequest(msgspec.Struct, **_STRICT):
+    """`sub.list`: the caller's subscriptions (an administrator's: everyone's); `all`: closed ones too."""
+
+    all: bool = False
+
+
 class CloseRequest(msgspec.Struct, **_STRICT):
     subscription_id: Id
     reason: Annotated[str, msgspec.Meta(max_length=256)] = "unsubscribed"

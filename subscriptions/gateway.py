@@ -7,7 +7,7 @@ and offers it to the subscriptions of its scope; a subscription that is behind r
 consumer until it can join (subscriptions.session); each push subscription has a pump
 (subscriptions.pump). The subscriptions table and the leader's session: subscriptions.store.
 Subjects (queue group `pamledger-subscriptions`): {prefix}.sub.open | ack | poll | resume | close |
-status; pushed events go to {prefix}.sub.deliver.<token>.
+status | list; pushed events go to {prefix}.sub.deliver.<token>.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from infra.tasks import stop_task
 from schemas.canonical import canonical_bytes
 from schemas.errors import DuplicateOperation, InvalidRequest, ScopeNotFound, ServiceUnavailable
 from schemas.subscriptions import (
-    AckRequest, CloseRequest, PollRequest, ResumeRequest, SubscribeRequest, SubscriptionRef, descriptor,
+    AckRequest, CloseRequest, ListRequest, PollRequest, ResumeRequest, SubscribeRequest, SubscriptionRef, descriptor,
 )
 from subscriptions.closes import Closes
 from subscriptions.feed import PartitionFeed
@@ -133,6 +133,8 @@ class Gateway:
         await self._answer(msg, body)
 
     async def _dispatch(self, name: str, request: Any, context: RequestContext) -> bytes:
+        if name == "list":
+            return result_body(await self._list(request, context))
         if name != "open" and context.authenticated:
             await self._check_owner(name, request.subscription_id, context)
         if name == "open" and context.authenticated:
@@ -221,6 +223,12 @@ class Gateway:
             raise InvalidRequest("the subscription this operation opened is closed",
                                  details={"operation_id": request.operation_id, "subscription_id": row[0]})
         return self._opened(session, row[2])
+
+    async def _list(self, request: ListRequest, context: RequestContext) -> dict[str, Any]:
+        """The caller's own subscriptions; an administrator's (and everyone's with auth off): all of them."""
+        policy, actor_id = self.shell.policy, context.principal.actor_id
+        mine = actor_id if context.authenticated and not policy.administers(actor_id) else None
+        return {"subscriptions": await self.store.listing(request.all, mine)}
 
     async def _ack(self, request: AckRequest) -> dict[str, Any]:
         session = self._get(request.subscription_id)

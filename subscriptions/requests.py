@@ -17,7 +17,7 @@ from infra.stuck import describe
 from schemas.canonical import canonical_bytes
 from schemas.errors import InvalidRequest
 from schemas.subscriptions import (
-    AckRequest, CloseRequest, PollRequest, ResumeRequest, SubscribeRequest, SubscriptionRef,
+    AckRequest, CloseRequest, ListRequest, PollRequest, ResumeRequest, SubscribeRequest, SubscriptionRef,
 )
 from schemas.values import BadValue, check_value
 
@@ -26,6 +26,7 @@ DECODERS: dict[str, Any] = {
     "open": msgspec.json.Decoder(SubscribeRequest), "ack": msgspec.json.Decoder(AckRequest),
     "poll": msgspec.json.Decoder(PollRequest), "resume": msgspec.json.Decoder(ResumeRequest),
     "close": msgspec.json.Decoder(CloseRequest), "status": msgspec.json.Decoder(SubscriptionRef),
+    "list": msgspec.json.Decoder(ListRequest),
 }
 _STORED = DECODERS["open"]
 

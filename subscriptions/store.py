@@ -10,6 +10,7 @@ only if nobody led the partition meanwhile, so the open subscriptions keep their
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -43,6 +44,14 @@ CLOSING_ROWS_SQL = (
 ENDED_SQL = (
     "SELECT coalesce(last_delivered_sequence, acked_sequence, start_sequence) FROM subscriptions"
     " WHERE subscription_id = %s AND status IN ('closing', 'closed')")
+LIST_SQL = (
+    "SELECT * FROM (SELECT subscription_id, scope_id,"
+    " convert_from(request, 'UTF8')::jsonb -> 'actor' ->> 'actor_id' AS actor_id, status, close_reason,"
+    " start_sequence, last_delivered_sequence, acked_sequence, created_at, closed_at FROM subscriptions"
+    " WHERE %(all)s OR status = 'open') s"
+    " WHERE %(actor)s::text IS NULL OR s.actor_id = %(actor)s ORDER BY created_at, subscription_id")
+LIST_COLUMNS = ("subscription_id", "scope_id", "actor_id", "status", "close_reason", "start_sequence",
+                "last_delivered_sequence", "acknowledged_sequence", "created_at", "closed_at")
 OPEN_POSITIONS_SQL = "SELECT subscription_id, acked_sequence FROM subscriptions WHERE status = 'open'"
 
 
@@ -103,6 +112,13 @@ class SubscriptionStore:
         cur = await self.conn.execute(ENDED_SQL, (subscription_id,))
         row = await cur.fetchone()
         return None if row is None else int(row[0])
+
+    async def listing(self, everything: bool, actor_id: str | None) -> list[dict[str, Any]]:
+        """Open subscriptions (`everything`: closed ones too), of `actor_id` only unless it is None; times in
+        RFC 3339."""
+        cur = await self.conn.execute(LIST_SQL, {"all": everything, "actor": actor_id})
+        return [{k: v.isoformat() if isinstance(v, datetime) else v for k, v in zip(LIST_COLUMNS, row)}
+                for row in await cur.fetchall()]
 
     async def owner_of(self, subscription_id: str) -> str | None:
         """The actor_id that opened a stored subscription (open or closed); None for an unknown id."""

@@ -42,7 +42,7 @@ REQUEST_OPERATIONS: Mapping[str, str] = {
     "query.related": "read",  # each object a traversal returns is a read of it (and of its scope: every step)
     "query.events": "inspect_history",  # a scope's ledger events in order (Inspect History of the whole scope)
     "sub.open": "subscribe", "sub.poll": "subscribe", "sub.ack": "subscribe", "sub.resume": "subscribe",
-    "sub.status": "subscribe", "sub.close": "unsubscribe",
+    "sub.status": "subscribe", "sub.close": "unsubscribe", "sub.list": "subscribe",
 }
 # Commands only the service's own roles send (the gateway, the indexer, the denial audit).
 INTERNAL_COMMANDS = frozenset({"cmd.open_subscription", "cmd.close_subscription", "cmd.record_index_event",
@@ -54,7 +54,7 @@ SERVICE_REQUESTS = INTERNAL_COMMANDS | {"cmd.register_embedding_space", "cmd.che
 # What the service credential may send only in the name of one actor of its own: the retention evaluator's
 # transitions (no delegation, no on-behalf-of; the actor holds no grant, so never a policy override).
 SERVICE_ACTS_AS: Mapping[str, str] = {"cmd.transition": RETENTION_ACTOR_ID}
-SCOPELESS = frozenset({"sub.poll", "sub.ack", "sub.resume", "sub.status", "sub.close", "query.whoami"})
+SCOPELESS = frozenset({"sub.poll", "sub.ack", "sub.resume", "sub.status", "sub.close", "sub.list", "query.whoami"})
 # Commands that may be made under a delegation (actor.delegation_id): the delegation stands in for the grant.
 DELEGABLE = frozenset({"cmd.create", "cmd.update", "cmd.transition", "cmd.delete", "cmd.relate", "cmd.redact",
                        "cmd.promote", "cmd.correct_provenance"})

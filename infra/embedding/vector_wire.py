@@ -38,7 +38,8 @@ def vector_bytes(vector: Sequence[float]) -> VectorBytes:
         raise ValueError(f"a vector has 1 to {MAX_DIMENSIONS} dimensions")
     if not np.isfinite(values).all():
         raise ValueError("vector holds NaN or an infinite value")
-    single = values.astype(">f4")
+    with np.errstate(over="ignore"):  # refused just below, not warned about
+        single = values.astype(">f4")
     if not np.isfinite(single).all():
         raise ValueError("vector holds a value beyond float4")
     return VectorBytes(_HEADER.pack(values.shape[0], 0) + single.tobytes())

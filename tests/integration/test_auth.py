@@ -346,15 +346,40 @@ async def test_the_cli_manages_actors_and_tokens(world: World) -> None:
 
 
 async def test_operator_commands_go_through_the_same_grants(world: World) -> None:
-    """audit needs inspect_history on its scope; verify, replay, spaces and the subscriptions listing need the
-    system scope; without a token nothing runs (these tools read Postgres, so the database credentials stay
-    the outer boundary: docs/security.md)."""
+    """audit needs inspect_history on its scope; verify, replay and spaces need the system scope; without a
+    token nothing runs (these tools read Postgres, so the database credentials stay the outer boundary:
+    docs/security.md). The subscriptions listing goes through the gateway: see the test below."""
     alice, admin = world.tokens["alice"]["token"], read_token(Path(str(world.env.settings.auth.admin_token_file)))
     code, out, err = await _cli(world, "audit", "--scope", "team:a:one", "--at", "0", token=alice)
     assert code == 0, (alice[:25], err)
-    for args in (("audit", "--scope", "team:b:one", "--at", "0"), ("verify",), ("spaces",), ("subscriptions",),
+    for args in (("audit", "--scope", "team:b:one", "--at", "0"), ("verify",), ("spaces",),
                  ("replay", "--scope", "team:a:one")):
         code, _, err = await _cli(world, *args, token=alice)
         assert code != 0 and "access_denied" in err, (args, err)
-    code, _, err = await _cli(world, "subscriptions", token=admin)
+    code, _, err = await _cli(world, "verify", token=admin)
     assert code == 0, err
+
+
+async def test_an_agent_lists_only_its_own_subscriptions_and_an_administrator_everyones(world: World) -> None:
+    """`sub.list` (SDK `subscriptions()`, CLI `pamledger subscriptions`) reads no table from the client: the
+    gateway answers with the caller's own subscriptions, everyone's for an administrator."""
+    mine = await world.alice.subscribe("team:a:one", ALICE)
+    theirs = await world.bob.subscribe("team:b:one", BOB)
+    try:
+        listed = {s["subscription_id"]: s for s in await world.alice.subscriptions()}
+        assert mine.subscription_id in listed and theirs.subscription_id not in listed
+        assert {s["actor_id"] for s in listed.values()} == {ALICE["actor_id"]}
+        assert listed[mine.subscription_id]["scope_id"] == "team:a:one"
+        assert listed[mine.subscription_id]["status"] == "open"
+        assert theirs.subscription_id in {s["subscription_id"] for s in await world.bob.subscriptions()}
+        admin = read_token(Path(str(world.env.settings.auth.admin_token_file)))
+        code, out, err = await _cli(world, "subscriptions", token=admin)
+        assert code == 0, err
+        assert {mine.subscription_id, theirs.subscription_id} <= {s["subscription_id"] for s in out["subscriptions"]}
+        await _denied(world.anonymous.subscriptions(), "auth.missing_credential")
+        await mine.close()
+        assert mine.subscription_id not in {s["subscription_id"] for s in await world.alice.subscriptions()}
+        closed = {s["subscription_id"]: s for s in await world.alice.subscriptions(include_closed=True)}
+        assert closed[mine.subscription_id]["status"] != "open" and closed[mine.subscription_id]["closed_at"]
+    finally:
+        await theirs.close()

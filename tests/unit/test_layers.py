@@ -141,3 +141,15 @@ def _modules(source: str) -> list[str]:
     return [alias.name for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Import)
             for alias in node.names] + [node.module for node in ast.walk(ast.parse(source))
                                         if isinstance(node, ast.ImportFrom) and node.module]
+
+
+def test_the_sdk_reads_no_table() -> None:
+    """The SDK's client (everything but the CLI's operator tooling, `cli*.py`) reaches the service only over
+    NATS: listing subscriptions is the gateway's `sub.list`, not a read of its table."""
+    for path in (ROOT / "memory_client").rglob("*.py"):
+        reached = {target for _, target in imports_of(path.read_text())}
+        if path.name.startswith("cli"):
+            continue
+        assert not reached & {"psycopg", "psycopg_pool", "infra.ledger"}, (path.name, reached)
+    subscribe_cli = (ROOT / "memory_client" / "cli_subscribe.py").read_text()
+    assert "psycopg" not in subscribe_cli and "FROM subscriptions" not in subscribe_cli

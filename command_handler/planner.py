@@ -96,11 +96,14 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
     new_scopes: set[str] = set()
     outcomes: list[Outcome] = []
     delegations: dict[str, DelegationState] = {}
+    # Contents by digest: as loaded, then what this batch's own versions carry (a transition of an object the
+    # batch created replies with its content; a partial redaction of it reads it).
+    contents: ChainMap[str, bytes] = ChainMap({}, inputs.contents)
 
     def context(batch_heads: dict[tuple[str, str], ObjectHead]) -> Context:
         """What a command may look at: heads as this batch left them, then as loaded; grants; contents."""
         return Context(heads=ChainMap(batch_heads, inputs.heads), authority=inputs.authority,
-                       restorable=inputs.restorable, contents=inputs.contents,
+                       restorable=inputs.restorable, contents=contents,
                        scope_policies=inputs.scope_policies, created_at=inputs.created_at)
 
     for index, item in enumerate(items):
@@ -171,12 +174,14 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             prev = new_hash
             if entry.head is not None:
                 heads[(entry.head.scope_id, entry.head.object_id)] = entry.head
+                if entry.content is not None and entry.head.content_digest is not None:
+                    contents.maps[0][entry.head.content_digest] = entry.content
         decision = entries[0][0]
         if item.idempotency_key is not None:
             keys[(command.scope_id, item.idempotency_key)] = (item.request_digest, index)
         content = decision.content
         if content is None and decision.head is not None and decision.head.content_digest is not None:
-            content = inputs.contents.get(decision.head.content_digest)
+            content = contents.get(decision.head.content_digest)
         outcomes.append(Outcome(accepted=Accepted(item, decision, first, content)))
     batch.delegations = list(delegations.values())
     return Plan(outcomes, batch, heads, _new_records(batch), new_scopes, (seq, prev), delegations)

@@ -185,3 +185,16 @@ def test_rows_name_the_scope_object_version_and_event_type_of_their_command() ->
     assert [(c.scope_id, c.object_id, c.content) for c in batch.content] == [
         (SCOPE, "mem:a", b'{"statement":"x"}'), (OTHER, "mem:b", b'{"statement":"x"}')]
     assert msgspec.json.decode(batch.ledger[3].event)["sequence"] == 45  # an event-only entry's own sequence
+
+
+def test_a_transition_of_an_object_the_batch_created_replies_with_its_content() -> None:
+    """The content of a version written earlier in the same batch is known to later commands: a transition
+    (which writes no content of its own) answers with it, not with null as if it had been erased."""
+    result = plan([create("mem:a", text="kept"),
+                   command("transition", object_id="mem:a", expected_version_id="ver:1", dimension="validation",
+                           target_state="corroborated", provenance=PROV)])
+    created, moved = (o.accepted for o in result.outcomes)
+    assert created is not None and moved is not None
+    assert created.content is not None and b"kept" in created.content
+    assert moved.content == created.content
+    assert len(result.batch.content) == 1  # known, not written twice

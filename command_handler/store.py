@@ -19,7 +19,6 @@ from command_handler.store_reads import LedgerReads
 from infra.ledger import IdempotencyRow, LedgerRow
 from schemas.delegation import DelegationState
 
-_WRITER_LOCK_BASE = 0x70616D00  # 'pam\0' + partition
 # Up to this many creates one statement (JSON parameters) beats COPYs in a transaction (4-6 round trips):
 # measured here 1.6x at 32 rows, 1.4x at 64, 1.1x at 128; about even near 200, COPY ahead from 256.
 SINGLE_STATEMENT_ROWS = 128
@@ -152,9 +151,6 @@ def tail_problem(rows: list[tuple[int, bytes, bytes, bytes]]) -> str | None:
             return f"ledger row {seq}: row_hash does not match the row's bytes"
     return None
 
-
-def writer_lock_key(partition: int) -> int:
-    return _WRITER_LOCK_BASE + partition
 
 
 class PostgresLedgerStore(LedgerReads):

@@ -32,8 +32,9 @@ from indexer.plan import live_objects
 from indexer.texts import embed, read_contents, text_of
 from infra.embedding.embedders import Embedder
 from infra.embedding.store import (
-    INDEX_CHECKPOINT, SpaceRow, VectorRow, mark_ready, space_fill_lock, space_write_lock, upsert_vectors,
+    INDEX_CHECKPOINT, SpaceRow, VectorRow, mark_ready, upsert_vectors,
 )
+from infra import locks
 from infra.projections import PROJECTION, checkpoint
 from schemas.common import SYSTEM_SCOPE
 
@@ -71,7 +72,7 @@ async def fill_space(conn: psycopg.AsyncConnection[Any], space: SpaceRow, embedd
                      projection_wait_seconds: float = 60.0) -> FillReport:
     """Fill `space` (see the module docstring) on an autocommit connection; raises FillBusy when another
     fill holds the space, TimeoutError when the projection does not reach the start in time."""
-    lock = space_fill_lock(space.space_key)
+    lock = locks.space_fill_key(space.space_key)
     got = await (await conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,))).fetchone()
     if not (got and got[0]):
         raise FillBusy(space.embedding_space_id)
@@ -129,6 +130,6 @@ async def _fill_page(conn: psycopg.AsyncConnection[Any], space: SpaceRow, embedd
     vectors = [VectorRow(r[0], r[1], r[2], r[3], r[4], e.truncated, e.vector, r[6])
                for r, e in zip(wanted, made, strict=True)]
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (space_write_lock(space.space_key),))
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (locks.space_write_key(space.space_key),))
         await upsert_vectors(conn, space, vectors, require_content=True)
     return len(vectors)

@@ -31,15 +31,15 @@ from indexer.texts import embed, read_contents, text_of
 from infra.embedding.known import embedder_for, loaded_embedder
 from infra.embedding.store import (
     INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL, MovedRow, SpaceRow, VectorRow, create_space, delete_object_vectors,
-    list_spaces, make_default, move_vectors, space_write_lock, upsert_vectors, vector_digests,
+    list_spaces, make_default, move_vectors, upsert_vectors, vector_digests,
 )
+from infra import locks
 from infra.follower import Event, FollowerSpec
 from infra.settings import IndexerSettings
 from schemas.embedding import encode_space, decode_space
 
 log = structlog.get_logger(__name__)
 
-INDEXER_LOCK_BASE = 0x70616D69_00  # 'pami' + partition
 
 
 @dataclass
@@ -120,7 +120,7 @@ class IndexerStep:
         gone = sorted(plan.erased | prepared.textless)
         if gone:
             for space in sorted(spaces, key=lambda s: s.space_key):  # one order: no deadlock with fills
-                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (space_write_lock(space.space_key),))
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (locks.space_write_key(space.space_key),))
             await delete_object_vectors(conn, spaces, gone)
         entries: list[Entry] = []
         for space in prepared.spaces:
@@ -162,7 +162,7 @@ def generated_entries(space: SpaceRow, rows: list[VectorRow], from_sequence: int
 def indexer_spec(settings: IndexerSettings | None = None, batch: int = 64) -> FollowerSpec:
     """The indexer follower with these settings (the composition root passes the process's own)."""
     return FollowerSpec(name="indexer", checkpoint=INDEX_CHECKPOINT, notify_channel=INDEX_NOTIFY_CHANNEL,
-                        lock_base=INDEXER_LOCK_BASE, step=lambda: IndexerStep(settings), batch=batch)
+                        lock_base=locks.INDEXER_BASE, step=lambda: IndexerStep(settings), batch=batch)
 
 
 INDEXER = indexer_spec()

@@ -7,8 +7,9 @@ from importlib import resources
 import psycopg
 import structlog
 
+from infra import locks
+
 log = structlog.get_logger(__name__)
-_MIGRATION_LOCK = 0x70616D6D  # 'pamm'
 
 
 def migration_files() -> list[tuple[int, str, str]]:
@@ -24,7 +25,7 @@ def migrate(database_url: str) -> list[str]:
     """Bring the database up to date; returns the names of the files applied now."""
     applied: list[str] = []
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+        conn.execute("SELECT pg_advisory_lock(%s)", (locks.MIGRATION,))
         try:
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS pamledger_migrations ("
@@ -40,5 +41,5 @@ def migrate(database_url: str) -> list[str]:
                 log.info("migration.applied", name=name)
                 applied.append(name)
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
+            conn.execute("SELECT pg_advisory_unlock(%s)", (locks.MIGRATION,))
     return applied

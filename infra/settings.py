@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from infra.locks import MAX_PARTITIONS
+
 
 class _Group(BaseModel):
     """A nested group of settings: a name it does not know (a misspelt PAMLEDGER_<GROUP>__<NAME>) is refused at
@@ -183,7 +185,7 @@ class Settings(BaseSettings):
     state_dir: Path = Path(".pamledger")
     subject_prefix: str = "pamledger"
     stream_name: str = "PAMLEDGER"
-    partition: int = 0
+    partition: int = Field(default=0, ge=0, lt=MAX_PARTITIONS)  # infra.locks: each role's lock key per partition
     log_format: str = "auto"
     log_level: str = "info"
     request_timeout_seconds: float = 10.0

@@ -21,10 +21,11 @@ import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from command_handler.store import PostgresLedgerStore, writer_lock_key
+from command_handler.store import PostgresLedgerStore
 from command_handler.writer import Writer
 from indexer.role import run_beside_follower
 from indexer.step import INDEXER, indexer_spec
+from infra import locks
 from infra.follower import EventFailed, Follower, FollowerSpec
 from infra.requester import CommandRequester
 from infra.nats_log import ConnectionLog
@@ -178,7 +179,7 @@ async def _lead_once(settings: Settings, nc: RawClient, database_url: str, failu
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         store = PostgresLedgerStore(conn, settings.partition)
         # A retry after a failure takes the lock again: said once, by the failure, not per attempt.
-        await _wait_for_lock(conn, writer_lock_key(settings.partition), settings, "writer",
+        await _wait_for_lock(conn, locks.writer_key(settings.partition), settings, "writer",
                              quiet=failures.attempts > 0)
         relay = Relay(nc, database_url, settings.stream_name, settings.subject_prefix, settings.partition,
                       settings.writer.relay_publish_timeout_seconds)
@@ -250,7 +251,7 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-                key = gateway_lock_key(settings.partition)
+                key = locks.gateway_key(settings.partition)
                 await _wait_for_lock(conn, key, settings, "gateway", quiet=failures.attempts > 0)
                 store = SubscriptionStore(conn, database_url, key, settings.partition,
                                           settings.writer.lock_poll_seconds)
@@ -280,7 +281,7 @@ async def retention_forever(settings: Settings, nc: RawClient, database_url: str
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-                await _wait_for_lock(conn, retention_lock_key(settings.partition), settings, "retention",
+                await _wait_for_lock(conn, locks.retention_key(settings.partition), settings, "retention",
                                      quiet=failures.attempts > 0)
                 async with answering_status(nc, settings, "retention", lambda: {"last_round": dict(last)}):
                     with failures.running():
@@ -291,8 +292,6 @@ async def retention_forever(settings: Settings, nc: RawClient, database_url: str
             await asyncio.sleep(failures.failed(exc, expected=False))
 
 
-def retention_lock_key(partition: int) -> int:
-    return 0x70616D72_00 + partition  # 'pamr' + partition
 
 
 @contextlib.asynccontextmanager
@@ -313,5 +312,3 @@ async def answering_status(nc: NATS, settings: Settings, role: str,
             await sub.unsubscribe()
 
 
-def gateway_lock_key(partition: int) -> int:
-    return 0x70616D73_00 + partition  # 'pams' + partition

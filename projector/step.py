@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 
+from infra import locks
 from infra.follower import Event, FollowerSpec
 from infra.projections import NOTIFY_CHANNEL, PROJECTION
 from projector.rows import Row, fold, project
@@ -35,4 +36,4 @@ class ProjectorStep:
 
 
 PROJECTOR = FollowerSpec(name="projector", checkpoint=PROJECTION, notify_channel=NOTIFY_CHANNEL,
-                         lock_base=0x70616D70_00, step=ProjectorStep)  # lock: 'pamp' + partition
+                         lock_base=locks.PROJECTOR_BASE, step=ProjectorStep)

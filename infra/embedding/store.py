@@ -149,7 +149,7 @@ async def upsert_vectors(conn: psycopg.AsyncConnection[Any], space: SpaceRow, ro
 
     `require_content` (a rebuild, which embeds outside the follower's order): write a row only while the
     version's content still exists, checked by the same statement, so a rebuild racing a delete cannot put an
-    erased object's vector back (run it under `space_write_lock`, which the follower's erasure takes too)."""
+    erased object's vector back (run it under `infra.locks.space_write_key`, which the follower's erasure takes too)."""
     if not rows:
         return
     guard = sql.SQL(
@@ -240,11 +240,3 @@ async def delete_object_vectors(conn: psycopg.AsyncConnection[Any], spaces: Sequ
             " WHERE t.scope_id = d.scope_id AND t.object_id = d.object_id").format(space.table), (scopes, ids))
 
 
-def space_fill_lock(space_key: int) -> int:
-    """The session-level advisory lock a fill holds for its whole run: one fill of a space at a time."""
-    return 0x70616D6600_0000 + int(space_key)  # 'pamf' + key
-
-
-def space_write_lock(space_key: int) -> int:
-    """The transaction-level advisory lock a rebuild batch and the follower's erasure both take for a space."""
-    return 0x70616D6500_0000 + int(space_key)  # 'pame' + key

@@ -27,11 +27,10 @@ def test_followers_have_distinct_names_checkpoints_channels_and_locks() -> None:
 def test_no_follower_lock_collides_with_the_writer_or_gateway_lock_of_any_partition() -> None:
     """Leadership locks are bases plus a partition: a follower's range must not meet the writer's or the
     gateway's, or two roles would block each other (one of them never leading)."""
-    from command_handler.store import writer_lock_key
-    from pamledger.runtime import gateway_lock_key
+    from infra.locks import MAX_PARTITIONS, gateway_key, writer_key
 
-    partitions = range(256)
-    taken = {writer_lock_key(p) for p in partitions} | {gateway_lock_key(p) for p in partitions}
+    partitions = range(MAX_PARTITIONS)
+    taken = {writer_key(p) for p in partitions} | {gateway_key(p) for p in partitions}
     for spec in FOLLOWERS:
         assert not taken & {spec.lock_key(p) for p in partitions}, spec.name
         taken |= {spec.lock_key(p) for p in partitions}

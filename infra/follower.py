@@ -44,6 +44,7 @@ from infra.nats_raw import RawClient, stream_sequence
 from infra.pg_pipeline import pipelined_transaction
 from infra.prepare_ahead import Ahead, Connect, PreparingStep
 from infra.projections import advance_checkpoint, checkpoint, notify_checkpoint
+from infra.subjects import partition_wildcard
 from infra.settings import FollowerSettings
 from infra.stuck import StuckState, describe, traceback_text
 from infra.tasks import reraise_if_cancelled
@@ -128,7 +129,7 @@ class Follower:
         self.ahead = Ahead(cast(PreparingStep, self.step), conn, connect) \
             if hasattr(self.step, "apply_prepared") else None
         self.stream = stream
-        self.subject = f"{prefix}.ledger.p{partition}.>"
+        self.subject = partition_wildcard(prefix, partition)
         self.durable = spec.durable(partition)
         self.partition = partition
         self.batch = batch if batch is not None else spec.batch

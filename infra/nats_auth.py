@@ -36,13 +36,14 @@ import bcrypt
 from infra.authz.policy import Grants, refusal_of
 from infra.authz.tokens import token_id_or_none
 from infra.private_files import ensure_private
-from infra.subjects import COMMANDS
+from infra.subjects import (
+    COMMANDS, SUBSCRIPTION_CALLS, command_subject, query_subject, status_subject, subscription_subject,
+)
 
 SERVICE_USER = "pamledger-service"
 SERVICE_PASSWORD_FILE = "nats-service.password"
 CONFIG_FILE = "nats.conf"
 BCRYPT_ROUNDS = 6
-SUBSCRIPTION_CALLS = ("open", "poll", "ack", "resume", "close", "status")
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,9 @@ def hash_matches(stored: str, secret: str) -> bool:
 
 def agent_permissions(prefix: str, token_id: str) -> dict[str, Any]:
     """Publish only the public requests; receive only on the own inbox."""
-    publish = [f"{prefix}.cmd.{name}" for name in COMMANDS]
-    publish += [f"{prefix}.query.*", f"{prefix}.status.*"]
-    publish += [f"{prefix}.sub.{name}" for name in SUBSCRIPTION_CALLS]
+    publish = [command_subject(prefix, name) for name in COMMANDS]
+    publish += [query_subject(prefix, "*"), status_subject(prefix, "*")]
+    publish += [subscription_subject(prefix, name) for name in SUBSCRIPTION_CALLS]
     return {"publish": {"allow": publish}, "subscribe": {"allow": [f"{inbox_prefix(token_id)}.>"]}}
 
 

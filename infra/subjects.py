@@ -9,6 +9,8 @@ import base64
 COMMANDS = ("create", "update", "transition", "delete", "create_scope", "grant_delegation", "check_delegation",
             "revoke_delegation", "relate", "redact", "promote", "correct_provenance")
 QUERIES = ("read", "history", "query", "search", "whoami", "related", "events")
+# The Subscribe gateway's requests ({prefix}.sub.<call>): the gateway answers each, a credential may send each.
+SUBSCRIPTION_CALLS = ("open", "poll", "ack", "resume", "close", "status", "list")
 
 
 def scope_token(scope_id: str) -> str:
@@ -38,3 +40,22 @@ def ledger_subject(prefix: str, partition: int, scope_id: str, event_type: str) 
 
 def ledger_wildcard(prefix: str) -> str:
     return f"{prefix}.ledger.>"
+
+
+def partition_wildcard(prefix: str, partition: int) -> str:
+    """Every ledger event of one partition."""
+    return f"{prefix}.ledger.p{partition}.>"
+
+
+def scope_subject_base(prefix: str, partition: int, scope_id: str) -> str:
+    """The subjects of one scope's events are this base, a dot, and the event type."""
+    return f"{prefix}.ledger.p{partition}.{scope_token(scope_id)}"
+
+
+def subscription_subject(prefix: str, call: str) -> str:
+    return f"{prefix}.sub.{call}"
+
+
+def push_subject(prefix: str, subscription_id: str) -> str:
+    """Where a push subscription's events go when its request names no subject of its own."""
+    return f"{prefix}.sub.deliver.{scope_token(subscription_id)}"

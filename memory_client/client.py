@@ -14,7 +14,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from infra.requester import request_with_retries
-from infra.subjects import command_subject, query_subject, status_subject
+from infra.subjects import command_subject, query_subject, status_subject, subscription_subject
 from memory_client.connection import find_nats_url, find_token, message_size, open_nats
 from memory_client.errors import PamspecError
 from memory_client.objects import ObjectCommands
@@ -209,7 +209,7 @@ class MemoryClient(ObjectCommands):
     async def subscription_request(self, name: str, body: dict[str, Any],
                                    actor: dict[str, Any] | None = None) -> dict[str, Any]:
         """open | poll | ack | resume | close | status | list on the Subscribe gateway (docs/protocol.md)."""
-        return await self._request(f"{self.prefix}.sub.{name}", body, self.actor_header(actor),
+        return await self._request(subscription_subject(self.prefix, name), body, self.actor_header(actor),
                                    retry=name != "poll")
 
     def actor_header(self, actor: dict[str, Any] | None) -> dict[str, str]:

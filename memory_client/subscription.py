@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from infra.subjects import subscription_subject
+
 if TYPE_CHECKING:
     from memory_client.client import MemoryClient
 
@@ -103,7 +105,7 @@ class Subscription:
     async def _send_ack(self) -> None:
         if self._to_ack > self._acked:
             body = msgspec.json.encode({"subscription_id": self.subscription_id, "ledger_sequence": self._to_ack})
-            await self.client.nc.publish(f"{self.client.prefix}.sub.ack", body,
+            await self.client.nc.publish(subscription_subject(self.client.prefix, "ack"), body,
                                          headers=self.client.request_headers(self.client.actor_header(self.actor)) or None)
             self._acked = self._to_ack
 

@@ -36,6 +36,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from infra.settings import GatewaySettings
 from infra.stuck import StuckState, describe, traceback_text
+from infra.subjects import partition_wildcard
 from infra.tasks import reraise_if_cancelled
 from subscriptions.session import AccessRevoked, Session
 
@@ -61,7 +62,7 @@ class PartitionFeed:
         self.idle_wait = min(IDLE_WAIT_SECONDS, self.pause_after)
         self.js = nc.jetstream()
         self.stream = stream
-        self.subject = f"{prefix}.ledger.p{partition}.>"
+        self.subject = partition_wildcard(prefix, partition)
         self.on_revoked = on_revoked
         self.position = -1  # the last stream sequence handed out; -1 until the feed knows the tail
         self.by_scope: dict[str, set[Session]] = {}

@@ -32,7 +32,7 @@ from infra.request_shell import DenialSink, Deny, Policy, RequestContext, Reques
 from infra.requester import CommandRequester
 from infra.settings import Settings
 from infra.stuck import StuckState
-from infra.subjects import status_subject
+from infra.subjects import status_subject, subscription_subject
 from infra.tasks import stop_task
 from schemas.canonical import canonical_bytes
 from schemas.errors import DuplicateOperation, InvalidRequest, ScopeNotFound, ServiceUnavailable
@@ -86,7 +86,7 @@ class Gateway:
                 # wait_ms would hold up every other subscription's poll, so each poll gets its own task
                 # (polls of one subscription still take turns: Session.poll_lock).
                 handle = self._handle_in_task if name == "poll" else self._handle
-                self._subs.append(await self.nc.subscribe(f"{self.prefix}.sub.{name}",
+                self._subs.append(await self.nc.subscribe(subscription_subject(self.prefix, name),
                                                           queue="pamledger-subscriptions", cb=handle))
             # Last: `status.gateway` answering means requests are served.
             self._subs.append(await self.nc.subscribe(status_subject(self.prefix, "gateway"), cb=self._leader_status))

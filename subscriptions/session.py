@@ -37,7 +37,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from infra.settings import GatewaySettings
 from infra.stuck import StuckState
-from infra.subjects import scope_token
+from infra.subjects import push_subject, scope_subject_base, scope_token
 from infra.tasks import reraise_if_cancelled
 from schemas.canonical import canonical_bytes
 from schemas.errors import InvalidRequest
@@ -87,7 +87,7 @@ class Session:
         self.scope_token = scope_token(request.scope_id)
         self.actor: dict[str, Any] = msgspec.to_builtins(request.actor)  # once, not per event
         self._id_json = msgspec.json.encode(subscription_id)
-        self.deliver_subject = request.delivery.subject or f"{prefix}.sub.deliver.{scope_token(subscription_id)}"
+        self.deliver_subject = request.delivery.subject or push_subject(prefix, subscription_id)
         self.push_mode = request.delivery.mode == "push"
         self.max_unacked = request.delivery.max_unacked
         self.closing: str | None = None
@@ -231,7 +231,7 @@ class Session:
         return out, pending == 0
 
     async def _open_reader(self) -> None:
-        base = f"{self.prefix}.ledger.p{self.partition}.{self.scope_token}"
+        base = scope_subject_base(self.prefix, self.partition, self.request.scope_id)
         classes = self.request.filter.event_classes
         self.reader_name = f"{reader_prefix(self.id)}_{uuid.uuid4().hex[:8]}"
         config = ConsumerConfig(

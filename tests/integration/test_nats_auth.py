@@ -172,6 +172,7 @@ async def test_the_whole_service_works_for_an_agent_through_the_configuration(wo
     try:
         subscription = await alice.subscribe(SCOPE, ALICE)
         assert subscription.delivery_subject.startswith(f"_INBOX.{world.tokens['alice']['token_id']}.")
+        assert subscription.subscription_id in {s["subscription_id"] for s in await alice.subscriptions()}
         made = await alice.create(SCOPE, "claim", {"text": "through the locked transport"}, ALICE, prov(ALICE))
         read = await alice.read(SCOPE, made["object_id"])
         assert read["canonical_content"] == {"text": "through the locked transport"}

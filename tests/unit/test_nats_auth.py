@@ -77,3 +77,14 @@ def test_every_agent_command_is_publishable_by_a_credential_login() -> None:
 
     service_only = {name for name in COMMAND_TYPES if f"cmd.{name}" in SERVICE_REQUESTS} - {"check_delegation"}
     assert set(COMMANDS) == set(COMMAND_TYPES) - service_only
+
+
+def test_a_credential_may_send_every_request_the_gateway_answers() -> None:
+    """The gateway's requests and the NATS permission list come from one tuple: a new call (`sub.list`) cannot
+    be answered yet unreachable through the locked transport."""
+    from infra.subjects import SUBSCRIPTION_CALLS
+    from subscriptions.requests import DECODERS
+
+    assert set(DECODERS) == set(SUBSCRIPTION_CALLS)
+    allowed = set(agent_permissions("pam", "tok:x")["publish"]["allow"])
+    assert {f"pam.sub.{call}" for call in SUBSCRIPTION_CALLS} <= allowed

@@ -74,15 +74,16 @@ def cmd_subscriptions(settings: Settings, args: argparse.Namespace) -> int:
     if args.close:
         print_json({"closed": asyncio.run(_close(settings, args.close))})
         return 0
-    print_json({"subscriptions": asyncio.run(_list(settings, args.all))})
+    print_json(asyncio.run(_list(settings, args.all)))
     return 0
 
 
-async def _list(settings: Settings, everything: bool) -> list[dict[str, Any]]:
-    """Through the gateway's `sub.list`: the caller's own subscriptions, everyone's for an administrator."""
+async def _list(settings: Settings, everything: bool) -> dict[str, Any]:
+    """Through the gateway's `sub.list`: the caller's own subscriptions, everyone's for an administrator
+    ({"subscriptions": [...], "truncated": bool}: the oldest 2000 at most)."""
     client = await connect(settings)
     try:
-        return await client.subscriptions(include_closed=everything)
+        return await client.subscription_request("list", {"all": everything, "limit": 2000})
     finally:
         await client.close()
 

@@ -200,10 +200,11 @@ class MemoryClient(ObjectCommands):
         subscription.adopt(queue, listening)
         return subscription
 
-    async def subscriptions(self, include_closed: bool = False) -> list[dict[str, Any]]:
-        """This client's own subscriptions (an administrator's token: everyone's), open ones unless
-        `include_closed`: each with its scope, owner, status, positions and times (`sub.list`)."""
-        listed = await self.subscription_request("list", {"all": include_closed})
+    async def subscriptions(self, include_closed: bool = False, limit: int = 1000) -> list[dict[str, Any]]:
+        """This client's own subscriptions (an administrator's token: everyone's), oldest first, at most
+        `limit` (1..2000), open ones unless `include_closed`: each with its scope, owner, status, positions
+        and times (`sub.list`; its `truncated` flag: `subscription_request("list", ...)`)."""
+        listed = await self.subscription_request("list", {"all": include_closed, "limit": limit})
         return list(listed["subscriptions"])
 
     async def subscription_request(self, name: str, body: dict[str, Any],

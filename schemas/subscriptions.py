@@ -77,9 +77,11 @@ class ResumeRequest(msgspec.Struct, **_STRICT):
 
 
 class ListRequest(msgspec.Struct, **_STRICT):
-    """`sub.list`: the caller's subscriptions (an administrator's: everyone's); `all`: closed ones too."""
+    """`sub.list`: the caller's subscriptions (an administrator's: everyone's), oldest first; `all`: closed
+    ones too; at most `limit` (the reply says `truncated` when there were more: one NATS message holds them)."""
 
     all: bool = False
+    limit: Annotated[int, msgspec.Meta(ge=1, le=2000)] = 1000
 
 
 class CloseRequest(msgspec.Struct, **_STRICT):

@@ -228,7 +228,8 @@ class Gateway:
         """The caller's own subscriptions; an administrator's (and everyone's with auth off): all of them."""
         policy, actor_id = self.shell.policy, context.principal.actor_id
         mine = actor_id if context.authenticated and not policy.administers(actor_id) else None
-        return {"subscriptions": await self.store.listing(request.all, mine)}
+        rows = await self.store.listing(request.all, mine, request.limit + 1)
+        return {"subscriptions": rows[:request.limit], "truncated": len(rows) > request.limit}
 
     async def _ack(self, request: AckRequest) -> dict[str, Any]:
         session = self._get(request.subscription_id)

@@ -49,7 +49,8 @@ LIST_SQL = (
     " convert_from(request, 'UTF8')::jsonb -> 'actor' ->> 'actor_id' AS actor_id, status, close_reason,"
     " start_sequence, last_delivered_sequence, acked_sequence, created_at, closed_at FROM subscriptions"
     " WHERE %(all)s OR status = 'open') s"
-    " WHERE %(actor)s::text IS NULL OR s.actor_id = %(actor)s ORDER BY created_at, subscription_id")
+    " WHERE %(actor)s::text IS NULL OR s.actor_id = %(actor)s ORDER BY created_at, subscription_id"
+    " LIMIT %(limit)s")
 LIST_COLUMNS = ("subscription_id", "scope_id", "actor_id", "status", "close_reason", "start_sequence",
                 "last_delivered_sequence", "acknowledged_sequence", "created_at", "closed_at")
 OPEN_POSITIONS_SQL = "SELECT subscription_id, acked_sequence FROM subscriptions WHERE status = 'open'"
@@ -113,10 +114,10 @@ class SubscriptionStore:
         row = await cur.fetchone()
         return None if row is None else int(row[0])
 
-    async def listing(self, everything: bool, actor_id: str | None) -> list[dict[str, Any]]:
-        """Open subscriptions (`everything`: closed ones too), of `actor_id` only unless it is None; times in
-        RFC 3339."""
-        cur = await self.conn.execute(LIST_SQL, {"all": everything, "actor": actor_id})
+    async def listing(self, everything: bool, actor_id: str | None, limit: int) -> list[dict[str, Any]]:
+        """Up to `limit` open subscriptions (`everything`: closed ones too), oldest first, of `actor_id` only
+        unless it is None; times in RFC 3339."""
+        cur = await self.conn.execute(LIST_SQL, {"all": everything, "actor": actor_id, "limit": limit})
         return [{k: v.isoformat() if isinstance(v, datetime) else v for k, v in zip(LIST_COLUMNS, row)}
                 for row in await cur.fetchall()]
 

@@ -98,7 +98,8 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
     delegations: dict[str, DelegationState] = {}
     # Contents by digest: as loaded, then what this batch's own versions carry (a transition of an object the
     # batch created replies with its content; a partial redaction of it reads it).
-    contents: ChainMap[str, bytes] = ChainMap({}, inputs.contents)
+    batch_contents: dict[str, bytes] = {}
+    contents = ChainMap(batch_contents, inputs.contents)
 
     def context(batch_heads: dict[tuple[str, str], ObjectHead]) -> Context:
         """What a command may look at: heads as this batch left them, then as loaded; grants; contents."""
@@ -175,7 +176,7 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             if entry.head is not None:
                 heads[(entry.head.scope_id, entry.head.object_id)] = entry.head
                 if entry.content is not None and entry.head.content_digest is not None:
-                    contents.maps[0][entry.head.content_digest] = entry.content
+                    batch_contents[entry.head.content_digest] = entry.content
         decision = entries[0][0]
         if item.idempotency_key is not None:
             keys[(command.scope_id, item.idempotency_key)] = (item.request_digest, index)

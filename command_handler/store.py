@@ -152,7 +152,6 @@ def tail_problem(rows: list[tuple[int, bytes, bytes, bytes]]) -> str | None:
     return None
 
 
-
 class PostgresLedgerStore(LedgerReads):
     """LedgerStore on one psycopg AsyncConnection that holds the partition's writer lock."""
 

@@ -41,7 +41,6 @@ from schemas.embedding import encode_space, decode_space
 log = structlog.get_logger(__name__)
 
 
-
 @dataclass
 class Prepared:
     """What `prepare` made for one batch, keyed by its last ledger sequence."""

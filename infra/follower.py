@@ -39,6 +39,7 @@ import structlog
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from infra import locks
 from infra.ledger_identity import REBUILD_PROJECTION, follower_disagreement, wait_for_agreement
 from infra.nats_raw import RawClient, stream_sequence
 from infra.pg_pipeline import pipelined_transaction
@@ -83,7 +84,7 @@ class FollowerSpec:
         return f"pamledger-{self.name}-p{partition}"
 
     def lock_key(self, partition: int) -> int:
-        return self.lock_base + partition
+        return locks.partition_key(self.lock_base, partition)
 
 
 class StreamGap(Exception):

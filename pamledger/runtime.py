@@ -292,8 +292,6 @@ async def retention_forever(settings: Settings, nc: RawClient, database_url: str
             await asyncio.sleep(failures.failed(exc, expected=False))
 
 
-
-
 @contextlib.asynccontextmanager
 async def answering_status(nc: NATS, settings: Settings, role: str,
                            details: Callable[[], dict[str, Any]] | None = None) -> AsyncIterator[None]:
@@ -310,5 +308,3 @@ async def answering_status(nc: NATS, settings: Settings, role: str,
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
-
-

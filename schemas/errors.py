@@ -139,4 +139,3 @@ class AccessDenied(PamledgerError):
 
     def envelope(self, operation_id: str) -> ErrorEnvelope:
         return msgspec.structs.replace(super().envelope(operation_id), policy_rule_id=self.rule_id)
-

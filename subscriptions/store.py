@@ -13,7 +13,6 @@ import asyncio
 from datetime import datetime
 from typing import Any
 
-import msgspec
 import psycopg
 import structlog
 
@@ -44,9 +43,11 @@ CLOSING_ROWS_SQL = (
 ENDED_SQL = (
     "SELECT coalesce(last_delivered_sequence, acked_sequence, start_sequence) FROM subscriptions"
     " WHERE subscription_id = %s AND status IN ('closing', 'closed')")
+# Who opened a subscription: the actor of its stored request (what _check_owner and sub.list both go by).
+_OWNER = "convert_from(request, 'UTF8')::jsonb -> 'actor' ->> 'actor_id'"
+OWNER_SQL = f"SELECT {_OWNER} FROM subscriptions WHERE subscription_id = %s"
 LIST_SQL = (
-    "SELECT * FROM (SELECT subscription_id, scope_id,"
-    " convert_from(request, 'UTF8')::jsonb -> 'actor' ->> 'actor_id' AS actor_id, status, close_reason,"
+    f"SELECT * FROM (SELECT subscription_id, scope_id, {_OWNER} AS actor_id, status, close_reason,"
     " start_sequence, last_delivered_sequence, acked_sequence, created_at, closed_at FROM subscriptions"
     " WHERE %(all)s OR status = 'open') s"
     " WHERE %(actor)s::text IS NULL OR s.actor_id = %(actor)s ORDER BY created_at, subscription_id"
@@ -123,13 +124,9 @@ class SubscriptionStore:
 
     async def owner_of(self, subscription_id: str) -> str | None:
         """The actor_id that opened a stored subscription (open or closed); None for an unknown id."""
-        cur = await self.conn.execute("SELECT request FROM subscriptions WHERE subscription_id = %s",
-                                      (subscription_id,))
+        cur = await self.conn.execute(OWNER_SQL, (subscription_id,))
         row = await cur.fetchone()
-        if row is None:
-            return None
-        actor = msgspec.json.decode(bytes(row[0])).get("actor") or {}
-        return actor.get("actor_id") if isinstance(actor, dict) else None
+        return None if row is None else row[0]
 
     async def check(self) -> None:
         """One round trip: raises a LOST_CONNECTION error when the database session is gone."""

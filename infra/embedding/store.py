@@ -238,5 +238,3 @@ async def delete_object_vectors(conn: psycopg.AsyncConnection[Any], spaces: Sequ
         await conn.execute(sql.SQL(
             "DELETE FROM {} t USING unnest(%s::text[], %s::text[]) AS d(scope_id, object_id)"
             " WHERE t.scope_id = d.scope_id AND t.object_id = d.object_id").format(space.table), (scopes, ids))
-
-

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from psycopg.adapt import Dumper
+from psycopg.adapt import Dumper, PyFormat
 from psycopg.pq import Format
 from psycopg.types import TypeInfo
 
@@ -61,8 +61,8 @@ class _VectorDumper(Dumper):
 
 async def ensure_vector_adapters(conn: psycopg.AsyncConnection[Any]) -> None:
     """Teach this connection to send `VectorBytes` (and lists of them) as `vector` / `vector[]` (once)."""
-    if conn.adapters.types.get("vector") is not None:
-        return
+    if issubclass(conn.adapters.get_dumper(VectorBytes, PyFormat.BINARY), _VectorDumper):
+        return  # this connection knows already (a "vector" type registered by someone else is not enough)
     # One plain statement rather than TypeInfo.fetch, which wraps its catalog query in a savepoint: this runs
     # inside the indexer's pipelined transactions.
     cur = await conn.execute("SELECT 'vector'::regtype::oid, 'vector[]'::regtype::oid")

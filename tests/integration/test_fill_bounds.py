@@ -7,9 +7,9 @@ every version after the space's registration anyway).
 
 from __future__ import annotations
 
-import msgspec
 import psycopg
 from psycopg import sql
+from psycopg.types import TypeInfo
 
 from indexer.rebuild import fill_space
 from infra.embedding.embedders import FeatureHashingEmbedder
@@ -34,6 +34,11 @@ async def test_objects_current_after_the_fill_start_are_left_to_the_follower(env
             row = await create_space(conn, space, encode_space(space), space_digest(space), start)
             assert row is not None
             await advance_checkpoint(conn, INDEX_CHECKPOINT, start)  # the follower has reached the first object
+            # Another library on the same connection knowing the vector type must not stop ours from sending
+            # vectors in binary (infra.embedding.vector_wire checks its own dumper, not the type's name).
+            info = await TypeInfo.fetch(conn, "vector")
+            assert info is not None
+            info.register(conn)
             report = await fill_space(conn, row, embedder)
             assert (report.filled_sequence, report.total, report.embedded) == (start, 1, 1)
             cur = await conn.execute(sql.SQL("SELECT object_id FROM {}").format(row.table))

@@ -20,7 +20,8 @@ import psycopg
 from nats.js.errors import NotFoundError
 
 from command_handler.chain import GENESIS_HASH, row_hash
-from infra.ledger_identity import stream_ledger_id
+from infra.ledger import HEAD
+from infra.ledger_identity import IDENTITY, stream_ledger_id
 from infra.nats_log import ConnectionLog
 
 _decode = msgspec.json.Decoder()
@@ -249,8 +250,7 @@ def truncation_first(database_url: str, partition: int, result: dict[str, Any],
     """A failed pass, unless the stream shows the tail was truncated: then that is named first (it explains
     later findings, such as content erased by a delete that is gone), with the pass's finding under `also`."""
     with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT coalesce(max(ledger_sequence), 0), (SELECT ledger_id FROM ledger_identity"
-                           " WHERE partition = %s) FROM ledger WHERE partition = %s", (partition, partition)).fetchone()
+        row = conn.execute(f"SELECT {HEAD}, {IDENTITY}", (partition, partition)).fetchone()
     head, ledger_id = (int(row[0]), row[1]) if row else (0, None)
     last = anchor["last_sequence"]
     if last is None or last <= head or anchor["ledger_id"] not in (None, ledger_id):
@@ -296,7 +296,7 @@ def check_anchor(database_url: str, partition: int, result: dict[str, Any], anch
     if last is None:
         return bad(None, "the head is not anchored: the stream is missing (`pamledger stream rebuild`)")
     with psycopg.connect(database_url) as conn:
-        ident = conn.execute("SELECT ledger_id FROM ledger_identity WHERE partition = %s", (partition,)).fetchone()
+        ident = conn.execute(f"SELECT {IDENTITY}", (partition,)).fetchone()
         row = conn.execute("SELECT event_id, event, row_hash FROM ledger WHERE partition = %s"
                            " AND ledger_sequence = %s", (partition, last)).fetchone() if last else None
     ledger_id = ident[0] if ident else None

@@ -29,13 +29,6 @@ import msgspec
 from schemas.common import SYSTEM_SCOPE
 
 
-def live_objects(alias: str) -> str:
-    """SQL: the current_objects rows (as `alias`) that have vectors: with content, neither deleted nor redacted,
-    outside the system scope (actors and credentials are not memory)."""
-    return (f"{alias}.availability_state NOT IN ('deleted', 'redacted') AND {alias}.content_digest IS NOT NULL"
-            f" AND {alias}.scope_id <> '{SYSTEM_SCOPE}'")
-
-
 ERASING_EVENTS = frozenset({"object_deleted", "object_redacted"})
 ERASED_STATES = frozenset({"deleted", "redacted"})
 OWN_EVENTS = frozenset({"embedding_generated", "index_rebuilt"})

@@ -2,10 +2,10 @@
 
 Why it is safe beside the follower: the follower embeds every version after the space's registration into
 it; the fill covers what was current before. It starts from the indexer's checkpoint `start` (the space row
-exists there, so every later version reaches the space live) and first waits for the projection to reach
-`start`, so `current_objects` holds every version the live follower will not embed; an object whose current
-version came after `start` is left to the follower (a fill under load used to chase the objects being created,
-in key order, until the load ended, embedding each one twice). Writes never go back a
+exists there, so every later version reaches the space live) and reads the indexer's own catalog
+(indexer.catalog), written with that checkpoint, so it holds every version the live follower will not embed;
+an object whose current version came after `start` is left to the follower (a fill under load used to chase
+the objects being created, in key order, until the load ended, embedding each one twice). Writes never go back a
 version (`upsert_vectors`), so the two may write one object in any order; and each fill batch writes under
 the space's write lock, and only while the version's content still exists, so a fill racing a delete cannot
 put an erased object's vector back (the follower erases under the same lock).
@@ -18,7 +18,6 @@ stopped resumes cheaply. At the end the space is `ready` (with `filled_sequence`
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,23 +26,16 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from indexer.catalog import COUNT_UPTO_SQL, PAGE_UPTO_SQL
 from indexer.outbox import Entry, add_entries, entry_key
-from indexer.plan import live_objects
 from indexer.texts import embed, read_contents, text_of
 from infra.embedding.embedders import Embedder
 from infra.embedding.store import (
     INDEX_CHECKPOINT, SpaceRow, VectorRow, mark_ready, upsert_vectors,
 )
 from infra import locks
-from infra.projections import PROJECTION, checkpoint
+from infra.projections import checkpoint
 from schemas.common import SYSTEM_SCOPE
-
-_LIVE = live_objects("c")
-_BEFORE = f"{_LIVE} AND c.ledger_sequence <= %s"  # later versions reach the space through the live follower
-_COUNT = f"SELECT count(*) FROM current_objects c WHERE {_BEFORE}"
-_PAGE = (f"SELECT scope_id, object_id, version_id, sequence, ledger_sequence, object_type, content_digest"
-         f" FROM current_objects c WHERE {_BEFORE} AND (scope_id, object_id) > (%s, %s)"
-         f" ORDER BY scope_id, object_id LIMIT %s")
 
 
 @dataclass(frozen=True)
@@ -68,34 +60,28 @@ class FillBusy(Exception):
 
 
 async def fill_space(conn: psycopg.AsyncConnection[Any], space: SpaceRow, embedder: Embedder, batch: int = 64,
-                     progress: Callable[[Progress], None] | None = None,
-                     projection_wait_seconds: float = 60.0) -> FillReport:
+                     progress: Callable[[Progress], None] | None = None) -> FillReport:
     """Fill `space` (see the module docstring) on an autocommit connection; raises FillBusy when another
-    fill holds the space, TimeoutError when the projection does not reach the start in time."""
+    fill holds the space."""
     lock = locks.space_fill_key(space.space_key)
     got = await (await conn.execute("SELECT pg_try_advisory_lock(%s)", (lock,))).fetchone()
     if not (got and got[0]):
         raise FillBusy(space.embedding_space_id)
     try:
-        return await _fill(conn, space, embedder, batch, progress, projection_wait_seconds)
+        return await _fill(conn, space, embedder, batch, progress)
     finally:
         await conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
 
 
 async def _fill(conn: psycopg.AsyncConnection[Any], space: SpaceRow, embedder: Embedder, batch: int,
-                progress: Callable[[Progress], None] | None, wait_seconds: float) -> FillReport:
+                progress: Callable[[Progress], None] | None) -> FillReport:
     started = time.monotonic()
     start = max(await checkpoint(conn, INDEX_CHECKPOINT), space.registered_sequence)
-    deadline = started + wait_seconds
-    while await checkpoint(conn, PROJECTION) < start:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the projection has not reached ledger sequence {start}")
-        await asyncio.sleep(0.05)
-    total = int((await (await conn.execute(_COUNT, (start,))).fetchone() or (0,))[0])
+    total = int((await (await conn.execute(COUNT_UPTO_SQL, (start,))).fetchone() or (0,))[0])
     done = embedded = 0
     after = ("", "")
     while True:
-        rows = await (await conn.execute(_PAGE, (start, *after, batch))).fetchall()
+        rows = await (await conn.execute(PAGE_UPTO_SQL, (start, *after, batch))).fetchall()
         if not rows:
             break
         after = (rows[-1][0], rows[-1][1])

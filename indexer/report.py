@@ -13,14 +13,12 @@ import msgspec
 import psycopg
 from psycopg import sql
 
-from indexer.plan import live_objects
+from indexer.catalog import MISSING_SQL, STALE_SQL
 from infra.embedding.embedders import hashing_space, minilm_space
 from infra.embedding.store import INDEX_CHECKPOINT, SpaceRow, list_spaces
 from infra.ledger import ledger_head
 from infra.projections import checkpoint
 from schemas.embedding import same_space
-
-_LIVE = live_objects("c")
 
 
 def can_embed(space: SpaceRow) -> bool:
@@ -38,13 +36,8 @@ async def space_counts(conn: psycopg.AsyncConnection[Any], space: SpaceRow) -> d
     t = space.table
     return {
         "vectors": await _count(conn, sql.SQL("SELECT count(*) FROM {}").format(t)),
-        "stale": await _count(conn, sql.SQL(
-            "SELECT count(*) FROM {} t JOIN current_objects c USING (scope_id, object_id)"
-            " WHERE t.version_id <> c.version_id").format(t)),
-        "missing": await _count(conn, sql.SQL(
-            "SELECT count(*) FROM current_objects c WHERE " + _LIVE +
-            " AND NOT EXISTS (SELECT 1 FROM {} t WHERE t.scope_id = c.scope_id AND t.object_id = c.object_id)"
-        ).format(t)),
+        "stale": await _count(conn, sql.SQL(STALE_SQL).format(t)),
+        "missing": await _count(conn, sql.SQL(MISSING_SQL).format(t)),
     }
 
 

@@ -4,7 +4,8 @@ Why split in two: embedding is slow (milliseconds per text with the model), so i
 outside the follower's transaction and in a thread; `apply_prepared` then writes, in one transaction with the
 checkpoint: the registry rows of the batch, the erasures (under every space's write lock, in every space),
 the vectors (never over a newer version), the moves of vectors to versions with unchanged content (a
-transition), and one outbox entry per (scope, space) saying what was embedded.
+transition), one outbox entry per (scope, space) saying what was embedded, and the catalog of current
+versions a fill reads (indexer.catalog).
 
 What `prepare` read may change before `apply` commits: a vector written since is newer and wins
 (`upsert_vectors` and `move_vectors` only move forward); content erased since has its erasure still to come
@@ -25,6 +26,7 @@ import msgspec
 import psycopg
 import structlog
 
+from indexer.catalog import apply_catalog
 from indexer.outbox import Entry, add_entries, entry_key
 from indexer.plan import DefaultSwitch, Plan, Registration, Version, plan_batch
 from indexer.texts import embed, read_contents, text_of
@@ -128,6 +130,7 @@ class IndexerStep:
             await upsert_vectors(conn, space, rows)
             entries.extend(generated_entries(space, rows, plan.from_sequence, plan.through_sequence))
         await add_entries(conn, entries)
+        await apply_catalog(conn, plan)
 
 
 async def _registry(conn: psycopg.AsyncConnection[Any], item: Registration | DefaultSwitch) -> SpaceRow | None:

@@ -16,7 +16,9 @@ from schemas.canonical import canonical_bytes, decode_json
 from schemas.replies import entry_result_bytes, envelope_bytes, id_field
 
 # The ledger head through the (partition, ledger_sequence) key: one index probe, whatever the ledger size.
-HEAD_SQL = "SELECT coalesce(max(ledger_sequence), 0) FROM ledger WHERE partition = %s"
+# HEAD is the expression (one parameter: the partition), for statements that read it beside other positions.
+HEAD = "coalesce((SELECT max(ledger_sequence) FROM ledger WHERE partition = %s), 0)"
+HEAD_SQL = f"SELECT {HEAD}"
 
 
 class LedgerRow(msgspec.Struct, frozen=True, kw_only=True):

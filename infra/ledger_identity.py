@@ -21,6 +21,7 @@ import structlog
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from infra.ledger import ledger_head
 from infra.tasks import reraise_if_cancelled
 
 log = structlog.get_logger(__name__)
@@ -28,6 +29,8 @@ STREAM_KEY = "pamledger_ledger_id"  # the stream's metadata key that names its l
 REBUILD_STREAM = "pamledger stream rebuild"
 REBUILD_PROJECTION = "pamledger replay --swap"
 RETRY_SECONDS = 2.0
+# The partition's ledger id as an SQL expression (one parameter: the partition; NULL before it has one).
+IDENTITY = "(SELECT ledger_id FROM ledger_identity WHERE partition = %s)"
 
 
 class Disagreement(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,17 +55,9 @@ async def ledger_identity(conn: psycopg.AsyncConnection[Any], partition: int) ->
     agree, as the insert does nothing when another one won)."""
     await conn.execute("INSERT INTO ledger_identity (partition, ledger_id) VALUES (%s, %s)"
                        " ON CONFLICT (partition) DO NOTHING", (partition, f"ledger:{uuid.uuid4()}"))
-    row = await (await conn.execute("SELECT ledger_id FROM ledger_identity WHERE partition = %s",
-                                    (partition,))).fetchone()
-    assert row is not None
+    row = await (await conn.execute(f"SELECT {IDENTITY}", (partition,))).fetchone()
+    assert row is not None and row[0] is not None
     return str(row[0])
-
-
-async def ledger_head(conn: psycopg.AsyncConnection[Any], partition: int) -> int:
-    cur = await conn.execute("SELECT coalesce(max(ledger_sequence), 0) FROM ledger WHERE partition = %s",
-                             (partition,))
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
 
 
 def stream_ledger_id(info: Any) -> str | None:
@@ -204,41 +199,6 @@ async def checkpoint_disagreement(conn: psycopg.AsyncConnection[Any], projection
     return None
 
 
-_FOREIGN_SUBSCRIPTIONS = (
-    "SELECT subscription_id, coalesce(acked_sequence, start_sequence), ledger_id FROM subscriptions"
-    " WHERE status <> 'closed' AND (ledger_id <> %(id)s OR coalesce(acked_sequence, start_sequence) > %(head)s)"
-    " ORDER BY coalesce(acked_sequence, start_sequence) DESC")
-
-
-async def subscriptions_disagreement(conn: psycopg.AsyncConnection[Any], partition: int) -> Disagreement | None:
-    """None when every subscription not closed holds a position of this ledger, not ahead of its head."""
-    ledger_id = await ledger_identity(conn, partition)
-    head = await ledger_head(conn, partition)
-    await conn.execute("UPDATE subscriptions SET ledger_id = %s WHERE ledger_id IS NULL"
-                       " AND coalesce(acked_sequence, start_sequence) <= %s", (ledger_id, head))
-    rows = await (await conn.execute(_FOREIGN_SUBSCRIPTIONS, {"id": ledger_id, "head": head})).fetchall()
-    if not rows:
-        return None
-    found = rows[0][2]
-    return Disagreement(
-        what="subscriptions",
-        problem=f"positions of {len(rows)} open subscription(s) are not this ledger's (first: {rows[0][0]})",
-        ledger_id=ledger_id, found_ledger_id=found, ledger_head=head, found_sequence=int(rows[0][1]),
-        recovery=REBUILD_STREAM)
-
-
-async def close_foreign_subscriptions(conn: psycopg.AsyncConnection[Any], partition: int) -> list[str]:
-    """Close (reason `ledger_replaced`) every open subscription whose position is not this ledger's."""
-    ledger_id = await ledger_identity(conn, partition)
-    head = await ledger_head(conn, partition)
-    rows = await (await conn.execute(_FOREIGN_SUBSCRIPTIONS, {"id": ledger_id, "head": head})).fetchall()
-    ids = [str(r[0]) for r in rows]
-    if ids:
-        await conn.execute("UPDATE subscriptions SET status = 'closed', close_reason = 'ledger_replaced',"
-                           " closed_at = now() WHERE subscription_id = ANY(%s)", (ids,))
-    return ids
-
-
 async def follower_disagreement(conn: psycopg.AsyncConnection[Any], js: JetStreamContext, stream: str,
                                 checkpoint_name: str, partition: int,
                                 recovery: str = REBUILD_PROJECTION) -> Disagreement | None:
@@ -246,13 +206,6 @@ async def follower_disagreement(conn: psycopg.AsyncConnection[Any], js: JetStrea
     the follower's own way back when its checkpoint is another ledger's or ahead of this one)."""
     return (await stream_disagreement(conn, js, stream, partition)
             or await checkpoint_disagreement(conn, checkpoint_name, partition, recovery))
-
-
-async def gateway_disagreement(conn: psycopg.AsyncConnection[Any], js: JetStreamContext, stream: str,
-                               partition: int) -> Disagreement | None:
-    """What the Subscribe gateway checks before it serves: the stream, then the subscriptions' positions."""
-    return (await stream_disagreement(conn, js, stream, partition)
-            or await subscriptions_disagreement(conn, partition))
 
 
 class Refusal:

@@ -12,6 +12,9 @@ from typing import Any
 import psycopg
 
 PROJECTION = "current_objects"
+# A follower's checkpoint as an SQL expression (one parameter: its name; 0 before its first batch), for
+# statements that read it beside other positions in one round trip.
+CHECKPOINT = "coalesce((SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s), 0)"
 NOTIFY_CHANNEL = "pamledger_projection"
 # Which content counts for full text: every JSON string value in canonical_content, recursively (keys,
 # numbers, booleans and null are not indexed), with the 'english' configuration. Content that was erased
@@ -39,7 +42,5 @@ async def notify_checkpoint(conn: psycopg.AsyncConnection[Any], channel: str, th
 
 async def checkpoint(conn: psycopg.AsyncConnection[Any], projection: str = PROJECTION) -> int:
     """How far the projection has applied the ledger (0 before its first batch)."""
-    cur = await conn.execute("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s",
-                             (projection,))
-    row = await cur.fetchone()
+    row = await (await conn.execute(f"SELECT {CHECKPOINT}", (projection,))).fetchone()
     return int(row[0]) if row else 0

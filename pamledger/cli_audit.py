@@ -13,6 +13,7 @@ import psycopg
 from infra.authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.ledger import ledger_head
+from infra.scopes import scope_exists
 from infra.settings import Settings
 from memory_client.cli_common import invalid, pam_id, sequence
 
@@ -61,16 +62,13 @@ def cmd_audit(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-SCOPE_EXISTS_SQL = "SELECT 1 FROM scopes WHERE scope_id = %s"
-
-
 async def _check_replay_arguments(database_url: str, partition: int, scope_id: str | None,
                                   to_sequence: int | None) -> None:
     """Refuse an unknown scope or a sequence past the ledger head, as `audit` and `query` do."""
     from memory_client.errors import PamspecError
 
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
-        if scope_id is not None and await (await conn.execute(SCOPE_EXISTS_SQL, (scope_id,))).fetchone() is None:
+        if scope_id is not None and not await scope_exists(conn, scope_id):
             raise PamspecError.of("scope_not_found", "scope not found", {"scope_id": scope_id})
         head = await ledger_head(conn, partition)
         if to_sequence is not None and to_sequence > head:

@@ -60,9 +60,9 @@ async def rebuild_stream(settings: Settings, nats_url: str, database_url: str, f
     from nats.js.errors import NotFoundError
 
     from command_handler.relay import Relay
-    from infra.ledger_identity import (
-        close_foreign_subscriptions, ledger_head, ledger_identity, stream_ledger_id, stream_reuse,
-    )
+    from infra.ledger import ledger_head
+    from infra.ledger_identity import ledger_identity, stream_ledger_id, stream_reuse
+    from subscriptions.store import close_foreign_subscriptions
     from memory_client.connection import open_nats
     from pamledger.nats_users import operator_nats_options
 
@@ -116,9 +116,8 @@ async def identity_report(settings: Settings, nc: Any, database_url: str) -> dic
     import nats
     import psycopg
 
-    from infra.ledger_identity import (
-        checkpoint_disagreement, ledger_identity, stream_disagreement, subscriptions_disagreement,
-    )
+    from infra.ledger_identity import checkpoint_disagreement, ledger_identity, stream_disagreement
+    from subscriptions.store import subscriptions_disagreement
     from infra.projections import PROJECTION
 
     partition = settings.partition

@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 
 from infra.ledger import ledger_head
+from infra.scopes import scope_exists
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.errors import InvalidRequest, ScopeNotFound
 
@@ -23,7 +24,7 @@ async def audit(conn: psycopg.AsyncConnection[Any], scope_id: str, at: int, part
     head = await ledger_head(conn, partition)
     if at > head:
         raise InvalidRequest("--at is beyond the ledger head", details={"at": at, "ledger_head": head})
-    if await (await conn.execute("SELECT 1 FROM scopes WHERE scope_id = %s", (scope_id,))).fetchone() is None:
+    if not await scope_exists(conn, scope_id):
         raise ScopeNotFound("scope not found", details={"scope_id": scope_id})
     cur = await conn.execute(
         "SELECT DISTINCT ON (object_id) object_id, version_id, sequence, ledger_sequence, meta, content_digest"

@@ -21,8 +21,9 @@ import msgspec
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from infra.embedding.store import INDEX_CHECKPOINT, SpaceRow
-from infra.projections import PROJECTION
+from infra.embedding.store import INDEX_CHECKPOINT, SPACE_STATE, SpaceRow
+from infra.projections import CHECKPOINT, PROJECTION
+from infra.scopes import SCOPE_EXISTS
 from infra.settings import QuerySettings
 from query.plan import build
 from query.snapshot import snapshot
@@ -35,11 +36,7 @@ from schemas.replies import envelope_bytes
 from schemas.search import SearchRequest
 
 RRF_K = 60
-_STATE = sql.SQL(
-    "SELECT EXISTS (SELECT 1 FROM scopes WHERE scope_id = %s),"
-    " coalesce((SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s), 0),"
-    " coalesce((SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s), 0),"
-    " (SELECT state FROM embedding_spaces WHERE embedding_space_id = %s)")
+_STATE = sql.SQL(f"SELECT {SCOPE_EXISTS}, {CHECKPOINT}, {CHECKPOINT}, {SPACE_STATE}")
 TIE_BREAKS = {
     "hybrid": ["fused_score desc", "object_id asc", "version_id asc"],
     "semantic": ["semantic_score desc", "object_id asc", "version_id asc"],

@@ -12,6 +12,7 @@ import msgspec
 import psycopg
 
 from infra.ledger import HIDING_STATES
+from infra.scopes import scope_exists
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.errors import ObjectDeleted, ObjectNotFound, ObjectRedacted, ScopeNotFound
 from schemas.replies import envelope_bytes
@@ -95,6 +96,5 @@ async def scope_events(conn: psycopg.AsyncConnection[Any], scope_id: str, partit
 
 
 async def _require_scope(conn: psycopg.AsyncConnection[Any], scope_id: str) -> None:
-    cur = await conn.execute("SELECT 1 FROM scopes WHERE scope_id = %s", (scope_id,))
-    if await cur.fetchone() is None:
+    if not await scope_exists(conn, scope_id):
         raise ScopeNotFound("scope not found", details={"scope_id": scope_id})

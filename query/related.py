@@ -24,7 +24,8 @@ import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from infra.projections import PROJECTION, checkpoint
+from infra.projections import CHECKPOINT, PROJECTION, checkpoint
+from infra.scopes import SCOPE_EXISTS
 from query.search import CheckpointWatcher
 from query.snapshot import snapshot
 from schemas.canonical import canonical_bytes, decode_json
@@ -35,8 +36,7 @@ from schemas.replies import envelope_bytes
 MayRead = Callable[[str], bool]  # may the caller read this scope (the request's own is checked by the shell)
 Node = tuple[str, str]  # (scope_id, object_id)
 
-_START = ("SELECT EXISTS (SELECT 1 FROM scopes WHERE scope_id = %s),"
-          " coalesce((SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s), 0)")
+_START = f"SELECT {SCOPE_EXISTS}, {CHECKPOINT}"
 # The relationships that touch the frontier: those whose source is a frontier object (stored in its scope)
 # and those whose target is one (stored anywhere), filtered by the request's relationship filters, minus
 # those already shown.

@@ -16,7 +16,9 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from infra.pg_pipeline import pipelined_transaction
-from infra.projections import NOTIFY_CHANNEL, PROJECTION, checkpoint
+from infra.ledger import HEAD
+from infra.projections import CHECKPOINT, NOTIFY_CHANNEL, PROJECTION, checkpoint
+from infra.scopes import SCOPE_EXISTS
 from query.cursor import decode_cursor, encode_cursor
 from query.plan import build
 from query.snapshot import BEGIN_SNAPSHOT
@@ -27,11 +29,7 @@ from schemas.replies import envelope_bytes
 
 
 
-_STATE = (
-    "SELECT EXISTS (SELECT 1 FROM scopes WHERE scope_id = %s),"
-    " coalesce((SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s), 0),"
-    " coalesce((SELECT max(ledger_sequence) FROM ledger WHERE partition = %s), 0)"
-)
+_STATE = f"SELECT {SCOPE_EXISTS}, {CHECKPOINT}, {HEAD}"
 
 
 class CheckpointWatcher:

@@ -19,6 +19,7 @@ import psycopg
 import structlog
 
 from infra.authz.policy import RETENTION_ACTOR_ID
+from infra.scopes import scopes_with_policy
 from infra.settings import RetentionSettings
 from retention.plan import Candidate, Proposal, ScopeRules, plan, scope_rules, tally, transition_command
 from schemas.canonical import canonical_bytes
@@ -31,10 +32,6 @@ RETENTION_ACTOR: Mapping[str, str] = {"actor_id": RETENTION_ACTOR_ID, "actor_kin
 # Refusals that mean "the object moved since it was read": not a failure, the next round looks again.
 SKIPPED = frozenset({"version_conflict", "object_deleted", "object_not_found"})
 
-POLICIES_SQL = """
-SELECT scope_id, policy FROM scopes
-WHERE policy ? 'retention' AND scope_id <> %(system)s AND (%(scope)s::text IS NULL OR scope_id = %(scope)s)
-ORDER BY scope_id"""
 # An object once expired and brought back to retained (a person's decision) is never proposed again.
 # An object's age is its first version's commit (its ledger row's recorded_at). The candidates are found by
 # two index-friendly halves (a partial index on valid_until of retained objects, migration 014; and the objects
@@ -96,8 +93,7 @@ async def read_plan(conn: psycopg.AsyncConnection[Any], now: datetime, partition
                     limit: int = 10_000) -> tuple[list[Proposal], ScopeRules]:
     """The proposals as of `now` (at most `limit`), and the scope rules they were made with."""
     params: dict[str, Any] = {"system": SYSTEM_SCOPE, "scope": scope_id}
-    rows = await (await conn.execute(POLICIES_SQL, params)).fetchall()
-    rules = scope_rules((row[0], row[1]) for row in rows)
+    rules = scope_rules(await scopes_with_policy(conn, "retention", SYSTEM_SCOPE, scope_id))
     cutoffs = [{"scope_id": s, "cutoff": c.isoformat()} for s, c in rules.cutoffs(now).items()]
     params.update(partition=partition, cutoffs=canonical_bytes(cutoffs).decode(), now=now, limit=limit)
     rows = await (await conn.execute(CANDIDATES_SQL, params)).fetchall()

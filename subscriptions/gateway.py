@@ -27,7 +27,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from infra.authz.tokens import BadCredential, bearer_token, token_id_of
-from infra.ledger_identity import gateway_disagreement, wait_for_agreement
+from infra.ledger_identity import Disagreement, stream_disagreement, wait_for_agreement
 from infra.request_shell import DenialSink, Deny, Policy, RequestContext, RequestShell
 from infra.requester import CommandRequester
 from infra.settings import Settings
@@ -46,7 +46,7 @@ from subscriptions.poll import poll
 from subscriptions.pump import pump
 from subscriptions.requests import DECODERS, decode_request, decode_stored, result_body
 from subscriptions.session import Session
-from subscriptions.store import LOST_CONNECTION, SubscriptionStore
+from subscriptions.store import LOST_CONNECTION, SubscriptionStore, subscriptions_disagreement
 
 log = structlog.get_logger(__name__)
 
@@ -71,10 +71,15 @@ class Gateway:
         self._close_lock = asyncio.Lock()  # one close at a time: a retried close never races the first
         self.unreadable: dict[str, str] = {}  # stored subscriptions whose request does not decode: id -> why
 
+    async def _disagreement(self) -> Disagreement | None:
+        """What the gateway checks before it serves: the stream, then the subscriptions' positions."""
+        conn, partition = self.store.conn, self.settings.partition
+        return (await stream_disagreement(conn, self.nc.jetstream(), self.settings.stream_name, partition)
+                or await subscriptions_disagreement(conn, partition))
+
     async def serve(self) -> None:
         """Follow the partition, take over every open subscription, then answer requests until cancelled."""
-        await wait_for_agreement("gateway", lambda: gateway_disagreement(
-            self.store.conn, self.nc.jetstream(), self.settings.stream_name, self.settings.partition))
+        await wait_for_agreement("gateway", self._disagreement)
         feed_task = asyncio.create_task(self.feed.run())
         flusher = asyncio.create_task(self._flush_forever())
         try:

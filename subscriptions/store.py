@@ -16,7 +16,9 @@ from typing import Any
 import psycopg
 import structlog
 
-from infra.ledger import HEAD_SQL
+from infra.ledger import HEAD, ledger_head
+from infra.ledger_identity import REBUILD_STREAM, Disagreement, ledger_identity
+from infra.scopes import SCOPE_EXISTS
 
 log = structlog.get_logger(__name__)
 LOST_CONNECTION = (psycopg.OperationalError, psycopg.InterfaceError)
@@ -25,7 +27,7 @@ INSERT_SQL = (
     "INSERT INTO subscriptions (subscription_id, scope_id, request, start_sequence, acked_sequence, operation_id)"
     " VALUES (%s, %s, %s, %s, %s, %s)")
 OPENED_BY_SQL = "SELECT subscription_id, request, start_sequence FROM subscriptions WHERE operation_id = %s"
-HEAD_OF_SQL = f"SELECT EXISTS (SELECT 1 FROM scopes WHERE scope_id = %s), ({HEAD_SQL})"
+HEAD_OF_SQL = f"SELECT {SCOPE_EXISTS}, {HEAD}"
 POSITIONS_SQL = (
     "UPDATE subscriptions AS s SET acked_sequence = v.acked, last_delivered_sequence = v.delivered"
     " FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS v(id, acked, delivered)"
@@ -170,3 +172,38 @@ class SubscriptionStore:
         """Close the sessions this store opened itself (the first one belongs to its caller)."""
         for conn in self._replaced[1:] + ([self.conn] if self._replaced else []):
             await conn.close()
+
+
+_FOREIGN_SUBSCRIPTIONS = (
+    "SELECT subscription_id, coalesce(acked_sequence, start_sequence), ledger_id FROM subscriptions"
+    " WHERE status <> 'closed' AND (ledger_id <> %(id)s OR coalesce(acked_sequence, start_sequence) > %(head)s)"
+    " ORDER BY coalesce(acked_sequence, start_sequence) DESC")
+
+
+async def subscriptions_disagreement(conn: psycopg.AsyncConnection[Any], partition: int) -> Disagreement | None:
+    """None when every subscription not closed holds a position of this ledger, not ahead of its head."""
+    ledger_id = await ledger_identity(conn, partition)
+    head = await ledger_head(conn, partition)
+    await conn.execute("UPDATE subscriptions SET ledger_id = %s WHERE ledger_id IS NULL"
+                       " AND coalesce(acked_sequence, start_sequence) <= %s", (ledger_id, head))
+    rows = await (await conn.execute(_FOREIGN_SUBSCRIPTIONS, {"id": ledger_id, "head": head})).fetchall()
+    if not rows:
+        return None
+    found = rows[0][2]
+    return Disagreement(
+        what="subscriptions",
+        problem=f"positions of {len(rows)} open subscription(s) are not this ledger's (first: {rows[0][0]})",
+        ledger_id=ledger_id, found_ledger_id=found, ledger_head=head, found_sequence=int(rows[0][1]),
+        recovery=REBUILD_STREAM)
+
+
+async def close_foreign_subscriptions(conn: psycopg.AsyncConnection[Any], partition: int) -> list[str]:
+    """Close (reason `ledger_replaced`) every open subscription whose position is not this ledger's."""
+    ledger_id = await ledger_identity(conn, partition)
+    head = await ledger_head(conn, partition)
+    rows = await (await conn.execute(_FOREIGN_SUBSCRIPTIONS, {"id": ledger_id, "head": head})).fetchall()
+    ids = [str(r[0]) for r in rows]
+    if ids:
+        await conn.execute("UPDATE subscriptions SET status = 'closed', close_reason = 'ledger_replaced',"
+                           " closed_at = now() WHERE subscription_id = ANY(%s)", (ids,))
+    return ids

@@ -27,6 +27,8 @@ from schemas.embedding import EmbeddingSpace, decode_space
 __all__ = ["SYSTEM_SCOPE"]  # re-exported: the services name the system scope through here or schemas.common
 
 INDEX_CHECKPOINT = "indexer"
+# A space's state as an SQL expression (one parameter: its id; NULL for an unknown space).
+SPACE_STATE = "(SELECT state FROM embedding_spaces WHERE embedding_space_id = %s)"
 INDEX_NOTIFY_CHANNEL = "pamledger_indexer"
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 64

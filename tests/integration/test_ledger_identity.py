@@ -7,10 +7,9 @@ from typing import Any
 
 import psycopg
 
-from infra.ledger_identity import (
-    STREAM_KEY, checkpoint_disagreement, ledger_identity, subscriptions_disagreement,
-)
+from infra.ledger_identity import STREAM_KEY, checkpoint_disagreement, ledger_identity
 from pamledger.cli_ledger import identity_report, rebuild_stream
+from subscriptions.store import subscriptions_disagreement
 from memory_client.client import MemoryClient
 from projector.replay import ReplayOptions, replay
 from infra.projections import PROJECTION, checkpoint

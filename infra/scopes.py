@@ -1,0 +1,33 @@
+"""The kernel's reads of the scope registry (the writer owns `scopes`; `infra.tables` declares this reader).
+
+Why in the kernel: the query service, the Subscribe gateway, retention, audits and the CLI all ask whether a
+scope exists, and retention asks which scopes set a policy; each used to write its own SQL for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+# An SQL expression (one parameter: the scope id): true when the scope exists. For statements that read it
+# in the same round trip as other positions.
+SCOPE_EXISTS = "EXISTS (SELECT 1 FROM scopes WHERE scope_id = %s)"
+SCOPE_EXISTS_SQL = f"SELECT {SCOPE_EXISTS}"
+# Scopes whose policy sets `key` (other than the system scope), one or all: (scope_id, policy) in id order.
+_POLICIES_SQL = (
+    "SELECT scope_id, policy FROM scopes WHERE policy ? %(key)s AND scope_id <> %(system)s"
+    " AND (%(scope)s::text IS NULL OR scope_id = %(scope)s) ORDER BY scope_id")
+
+
+async def scope_exists(conn: psycopg.AsyncConnection[Any], scope_id: str) -> bool:
+    row = await (await conn.execute(SCOPE_EXISTS_SQL, (scope_id,))).fetchone()
+    return bool(row and row[0])
+
+
+async def scopes_with_policy(conn: psycopg.AsyncConnection[Any], key: str, system_scope: str,
+                             scope_id: str | None = None) -> list[tuple[str, Any]]:
+    """(scope_id, policy) of every scope whose policy names `key`, the system scope aside; `scope_id` narrows
+    the answer to that scope."""
+    cur = await conn.execute(_POLICIES_SQL, {"key": key, "system": system_scope, "scope": scope_id})
+    return [(str(r[0]), r[1]) for r in await cur.fetchall()]

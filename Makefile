@@ -7,7 +7,7 @@ PAMLEDGER   := $(VENV)/bin/pamledger
 STATE_DIR   ?= .pamledger
 PYTEST_ARGS ?=
 BENCH_ARGS  ?=
-PACKAGES    := schemas command_handler projector indexer subscriptions query retention memory_client mcp_binding pamledger infra bench
+PACKAGES    := schemas command_handler projector indexer subscriptions query retention memory_client mcp_binding pamledger infra authz embedding local_servers bench
 
 .PHONY: help venv run test bench up down status lint clean
 

@@ -15,8 +15,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from infra.embedding.embedders import Embedder, FeatureHashingEmbedder, MiniLMEmbedder
-from infra.embedding.text_profile import prepare
+from embedding.embedders import Embedder, FeatureHashingEmbedder, MiniLMEmbedder
+from embedding.text_profile import prepare
 
 SUBJECTS = ("The deployment", "Our agent", "The ledger", "A customer", "The planner", "The nightly job",
             "The search index", "The finance team", "A reviewer", "The cache")

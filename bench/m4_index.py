@@ -51,7 +51,7 @@ from bench.m4_embed import corpus
 from bench.procs import Child, python_child, wait_answering
 from bench.servers import Servers, bench_servers
 from bench.service import connect, service_names
-from infra.embedding.known import descriptor_for, embedder_for
+from embedding.known import descriptor_for, embedder_for
 from infra.settings import FollowerSettings
 from infra.subjects import command_subject, status_subject
 

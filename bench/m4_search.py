@@ -1,6 +1,6 @@
 """`python -m bench.m4_search`: scoped vector search, exact vs HNSW with iterative scans (issue #13, Search).
 
-200,000 vectors of 384 dims in ONE space table (`infra.embedding.store.create_space`) on a private
+200,000 vectors of 384 dims in ONE space table (`embedding.store.create_space`) on a private
 Postgres: one scope of 100,000 and 100 scopes of 1,000. A share are real MiniLM vectors of generated
 texts, the rest clustered around them (bench/m4_search_data.py). ~200 queries (held-out texts and noisy
 copies) run against the big scope and against random small scopes; ground truth is the exact top-10 in
@@ -33,9 +33,9 @@ from bench.m4_search_report import Row, percentile, render
 from bench.m4_search_sql import (EXACT_SETTINGS, GROUND_TRUTH_SETTINGS, HnswSetting, exact_query,
                                  ground_truth_query, hnsw_query, plan_uses, search, timed_searches)
 from bench.servers import bench_servers
-from infra.embedding.embedders import MiniLMEmbedder
-from infra.embedding.store import vector_literal
-from infra.embedding.text_profile import prepare
+from embedding.embedders import MiniLMEmbedder
+from embedding.store import vector_literal
+from embedding.text_profile import prepare
 from infra.settings import QuerySettings
 
 K = 10

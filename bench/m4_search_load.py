@@ -18,8 +18,8 @@ import psycopg
 from psycopg import sql
 
 from bench.m4_search_data import copy_chunks
-from infra.embedding.embedders import minilm_space
-from infra.embedding.store import create_space
+from embedding.embedders import minilm_space
+from embedding.store import create_space
 from schemas.embedding import encode_space, space_digest
 
 COPY_COLUMNS = "(scope_id, object_id, version_id, version_sequence, ledger_sequence, truncated, embedding)"

@@ -56,9 +56,9 @@ from bench.m4_search_sql import (EXACT_SETTINGS, GROUND_TRUTH_SETTINGS, HnswSett
                                  hnsw_query, search, timed_searches)
 from bench.servers import bench_servers
 from bench.service import connect
-from infra.embedding.known import descriptor_for, embedder_for
-from infra.embedding.store import find_space, vector_literal
-from infra.embedding.text_profile import clean
+from embedding.known import descriptor_for, embedder_for
+from embedding.store import find_space, vector_literal
+from embedding.text_profile import clean
 from infra.settings import QuerySettings
 from infra.subjects import query_subject, status_subject
 from query.hybrid import lexical_request

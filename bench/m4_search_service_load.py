@@ -20,8 +20,8 @@ from psycopg import sql
 
 from bench.load import ACTOR, PROVENANCE, check_result
 from bench.pgcopy import HEADER, TRAILER
-from infra.embedding.known import descriptor_for
-from infra.embedding.store import create_space
+from embedding.known import descriptor_for
+from embedding.store import create_space
 from infra.requester import CommandRequester
 from infra.subjects import command_subject
 from schemas.common import SYSTEM_SCOPE

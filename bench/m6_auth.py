@@ -41,7 +41,7 @@ from bench.procs import Child
 from bench.scenarios import other_cpu, writer_status
 from bench.servers import Servers, bench_servers
 from bench.service import echo_service, service_process
-from infra.authz.bootstrap import read_token
+from authz.bootstrap import read_token
 from infra.logging import configure_logging
 from infra.subjects import command_subject
 from memory_client.admin import issue_token, parse_grant, put_actor

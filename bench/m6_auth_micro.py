@@ -20,11 +20,12 @@ from typing import Any
 from bench.load import ACTOR, create_payload
 from command_handler.denials import admit
 from command_handler.intake import parse
-from infra.authz.audit import DenialLimiter
-from infra.authz.enforce import TokenPolicy
-from infra.authz.policy import Claim, authenticate, decide
-from infra.authz.registry import GrantsRegistry, grants_of
-from infra.authz.tokens import bearer_token, digest_matches, new_token, token_digest, token_id_of
+from authz.audit import DenialLimiter
+from authz.enforce import TokenPolicy
+from authz.policy import authenticate, decide
+from schemas.auth import Claim
+from authz.registry import GrantsRegistry, grants_of
+from authz.tokens import bearer_token, digest_matches, new_token, token_digest, token_id_of
 from infra.request_shell import AllowAll, context_of
 from schemas.auth import AUTHORIZATION_HEADER, ActorRecord, CredentialRecord, ScopeGrant
 

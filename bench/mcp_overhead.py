@@ -33,7 +33,7 @@ import psutil  # type: ignore[import-untyped]
 from bench.load import SCOPE_ID
 from bench.servers import Servers, bench_servers
 from bench.service import service_process
-from infra.authz.bootstrap import read_token
+from authz.bootstrap import read_token
 from infra.logging import configure_logging
 from memory_client.admin import issue_token, parse_grant, put_actor
 from mcp_binding.launch import HttpProcess, http_session

@@ -19,7 +19,7 @@ from nats.aio.client import Client as NATS
 import psutil  # type: ignore[import-untyped]
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
-from infra.processes import die_with_parent
+from local_servers.processes import die_with_parent
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

@@ -76,7 +76,7 @@ def bench_servers() -> Iterator[Servers]:
         if nats_url and admin_url:
             found = Servers(nats_url, admin_url, root, private=False)
         else:
-            from infra.local_servers import start_nats, start_postgres
+            from local_servers.launch import start_nats, start_postgres
 
             handles.append(start_nats(root / "nats"))
             handles.append(start_postgres(root / "postgres"))
@@ -94,7 +94,7 @@ def bench_servers() -> Iterator[Servers]:
             with contextlib.suppress(Exception):
                 handle.stop()
             if hasattr(handle, "layout"):  # Postgres: also remove its data and any mirror
-                from infra.local_postgres import remove_postgres_data
+                from local_servers.postgres_server import remove_postgres_data
 
                 remove_postgres_data(handle.layout)
         shutil.rmtree(root, ignore_errors=True)

@@ -29,7 +29,7 @@ from command_handler.versions import (
     version_event,
     with_optionals,
 )
-from infra.authz.policy import RETENTION_ACTOR_ID
+from authz.policy import RETENTION_ACTOR_ID
 from schemas.canonical import canonical_bytes
 from schemas.commands import (
     CloseSubscription,

@@ -20,7 +20,7 @@ import msgspec
 
 from command_handler.state import Authority, Decision, Stamp
 from command_handler.versions import timestamp_text
-from infra.authz.policy import REQUEST_OPERATIONS
+from authz.policy import REQUEST_OPERATIONS
 from schemas.common import SYSTEM_SCOPE
 from schemas.delegation import (
     DELEGATION_SPEC_VERSION,

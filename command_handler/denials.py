@@ -16,8 +16,8 @@ import msgspec
 
 from command_handler.intake import Parsed
 from command_handler.state import EVERYTHING, Authority
-from infra.authz.audit import DenialLimiter, denial_entry
-from infra.authz.enforce import entry_for
+from authz.audit import DenialLimiter, denial_entry
+from authz.enforce import entry_for
 from infra.request_shell import Deny, Policy, authorize, context_of
 from schemas.commands import RecordAccessDenied
 from schemas.errors import AccessDenied, PamledgerError

@@ -30,7 +30,7 @@ from infra.db_errors import map_db_error
 from infra.ledger import IdempotencyRow, LedgerRow, fetch_replay
 from infra.lru import LRU
 from infra.nats_raw import RawClient, parse_headers
-from infra.authz.audit import DenialLimiter
+from authz.audit import DenialLimiter
 from infra.request_shell import AllowAll, Policy, error_body, to_error
 from infra.settings import Settings
 from infra.subjects import command_subject, status_subject
@@ -58,7 +58,7 @@ class Writer:
         # After COMMIT the rows go to `committed` (the relay's queue, command_handler.relay); the writer never
         # waits for replication. `relay_status` says how far replication got, for the writer's status reply.
         self.committed = committed
-        # Asked once per command, after it decoded and before it is planned (infra.authz.enforce.TokenPolicy,
+        # Asked once per command, after it decoded and before it is planned (authz.enforce.TokenPolicy,
         # or AllowAll where auth is off); refusals are recorded in the batch (command_handler.denials).
         self.policy: Policy = policy or AllowAll()
         self.denial_limiter = DenialLimiter(settings.auth.denial_burst, settings.auth.denial_every_seconds)

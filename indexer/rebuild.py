@@ -29,8 +29,8 @@ from psycopg import sql
 from indexer.catalog import COUNT_UPTO_SQL, PAGE_UPTO_SQL
 from indexer.outbox import Entry, add_entries, entry_key
 from indexer.texts import embed, read_contents, text_of
-from infra.embedding.embedders import Embedder
-from infra.embedding.store import (
+from embedding.embedders import Embedder
+from embedding.store import (
     INDEX_CHECKPOINT, SpaceRow, VectorRow, mark_ready, upsert_vectors,
 )
 from infra import locks

@@ -14,8 +14,8 @@ import psycopg
 from psycopg import sql
 
 from indexer.catalog import MISSING_SQL, STALE_SQL
-from infra.embedding.embedders import hashing_space, minilm_space
-from infra.embedding.store import INDEX_CHECKPOINT, SpaceRow, list_spaces
+from embedding.embedders import hashing_space, minilm_space
+from embedding.store import INDEX_CHECKPOINT, SpaceRow, list_spaces
 from infra.ledger import ledger_head
 from infra.projections import checkpoint
 from schemas.embedding import same_space

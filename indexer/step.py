@@ -30,8 +30,8 @@ from indexer.catalog import apply_catalog
 from indexer.outbox import Entry, add_entries, entry_key
 from indexer.plan import DefaultSwitch, Plan, Registration, Version, plan_batch
 from indexer.texts import embed, read_contents, text_of
-from infra.embedding.known import embedder_for, loaded_embedder
-from infra.embedding.store import (
+from embedding.known import embedder_for, loaded_embedder
+from embedding.store import (
     INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL, MovedRow, SpaceRow, VectorRow, create_space, delete_object_vectors,
     list_spaces, make_default, move_vectors, upsert_vectors, vector_digests,
 )

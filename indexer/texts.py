@@ -15,8 +15,8 @@ from typing import Any
 import msgspec
 import psycopg
 
-from infra.embedding.embedders import Embedder
-from infra.embedding.text_profile import Prepared, prepare
+from embedding.embedders import Embedder
+from embedding.text_profile import Prepared, prepare
 
 _CONTENTS = ("SELECT v.version_id, c.content FROM memory_versions v"
              " JOIN content_store c ON c.content_digest = v.content_digest WHERE v.version_id = ANY(%s)")

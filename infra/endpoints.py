@@ -1,6 +1,6 @@
 """Where the servers are: explicit settings win; otherwise the servers `pamledger up`/`run` recorded.
 
-Why apart from infra.local_servers: the SDK and the CLI's client commands read servers.json through here
+Why apart from local_servers.launch: the SDK and the CLI's client commands read servers.json through here
 and so import no server code (Postgres layout, supervisor) just to find a URL.
 """
 

@@ -4,7 +4,7 @@ Why one: the query service, the Subscribe gateway and the writer each had their 
 failure could answer differently depending on where it happened, and authorization would have had three
 places to go. Here every request gets a RequestContext (who asks, for what operation, in which scope, by
 when) from the NATS message, the policy port decides on it before any handler runs ([M6] plugs real
-decisions in at this single point: infra.authz.enforce.TokenPolicy, or AllowAll where auth is off), a denial
+decisions in at this single point: authz.enforce.TokenPolicy, or AllowAll where auth is off), a denial
 is recorded (`DenialSink`) before it is answered, and every failure becomes the PAMSPEC error envelope through
 `to_error`. Concurrency stays with the caller (per-request tasks, in-flight limits, batching).
 """
@@ -21,13 +21,12 @@ import nats.js.errors
 import psycopg
 import structlog
 
-from infra.authz.policy import Claim
 from infra.db_errors import map_db_error
 from infra.tasks import reraise_if_cancelled
 from schemas.common import Id
 from schemas.errors import AccessDenied, InvalidRequest, PamledgerError, ServiceUnavailable
 from schemas.headers import header_operation_id
-from schemas.auth import AUTHORIZATION_HEADER
+from schemas.auth import AUTHORIZATION_HEADER, Claim
 from schemas.replies import ACTOR_HEADER, error_reply
 from schemas.values import BadValue, check_text
 
@@ -137,13 +136,13 @@ class AllowAll:
 
 
 class DenialSink(Protocol):
-    """Where a denial is recorded before it is answered (infra.authz.audit); raises to fail the request."""
+    """Where a denial is recorded before it is answered (authz.audit); raises to fail the request."""
 
     async def denied(self, context: RequestContext, operation: str, decision: Deny) -> None: ...
 
 
 class DelegationGate(Protocol):
-    """Exercises the delegation a request is made under (infra.authz.exercise): returns once the writer has
+    """Exercises the delegation a request is made under (authz.exercise): returns once the writer has
     counted the use, raises AccessDenied (recorded by the writer) when the delegation does not allow it."""
 
     async def exercise(self, context: RequestContext, operation: str, request: Any, delegation_id: str) -> None: ...

@@ -29,7 +29,7 @@ class CommandRequester:
     """Sends writer commands by name and returns their `result`, or raises the error they answered."""
 
     def __init__(self, nc: NATS, prefix: str, timeout: float = 10.0, retries: int = 5, token: str | None = None):
-        """`token`: the service credential its commands carry (infra.authz.bootstrap), None where auth is off."""
+        """`token`: the service credential its commands carry (authz.bootstrap), None where auth is off."""
         self.nc = nc
         self.prefix = prefix
         self.timeout = timeout

@@ -27,8 +27,8 @@ _WRITER_READS = {
 _VERSION_STORE = {
     "query": "read, history and every answer's envelope and content come from the version store",
     "indexer.texts": "the text an embedding is made of",
-    "infra.authz.registry": "actors and credentials are versioned objects of the system scope",
-    "infra.embedding.store": "a vector is written only while its version's content still exists",
+    "authz.registry": "actors and credentials are versioned objects of the system scope",
+    "embedding.store": "a vector is written only while its version's content still exists",
 }
 _VACUUM = {"pamledger.cli_scrub": "scrub vacuums the tables erased content passed through (names only)"}
 _PROJECTION_READERS = {
@@ -73,10 +73,10 @@ TABLES: dict[str, Table] = {
         **{k: v for k, v in _PROJECTION_READERS.items() if k != "retention.evaluator"}, **_VACUUM,
     }),
     "subscriptions": Table("subscriptions.store"),
-    "embedding_spaces": Table("infra.embedding.store"),
+    "embedding_spaces": Table("embedding.store"),
     "index_outbox": Table("indexer.outbox", _VACUUM),
     "index_catalog": Table("indexer.catalog"),
 }
 # Tables made at run time, one per Embedding Space: `embedding_vectors_<space_key>`.
 VECTOR_TABLE_PREFIX = "embedding_vectors_"
-VECTOR_TABLES = Table("infra.embedding.store")  # others name a space's table by SpaceRow.table
+VECTOR_TABLES = Table("embedding.store")  # others name a space's table by SpaceRow.table

@@ -16,7 +16,7 @@ from typing import Any
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from infra.authz.tokens import token_id_or_none
+from authz.tokens import token_id_or_none
 from mcp_binding.callers import Caller, CallerPool
 from memory_client.errors import PamspecError
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import msgspec
 
-from infra.authz.policy import ADMIN_ACTOR_ID
-from infra.authz.tokens import new_token, token_digest
-from infra.nats_auth import password_hash
+from authz.policy import ADMIN_ACTOR_ID
+from authz.tokens import new_token, token_digest
+from authz.nats_auth import password_hash
 from memory_client.connection import open_nats
 from memory_client.errors import PamspecError
 from schemas.auth import (

@@ -55,7 +55,7 @@ def find_nats_url(settings: Any = None) -> str:
 
 def find_token(settings: Any = None) -> str | None:
     """PAMLEDGER_TOKEN, else the administrative token `pamledger up`/`run` wrote in the state dir, else None."""
-    from infra.authz.bootstrap import admin_token_path, read_token
+    from authz.bootstrap import admin_token_path, read_token
     from infra.settings import Settings
 
     settings = settings or Settings()
@@ -71,7 +71,7 @@ def login_options(token: str | None, tls_ca: Path | None = None) -> dict[str, An
     """nats.connect options for a pamledger token: user = its token id, password = the token, and replies on
     `_INBOX.<token_id>`, the only subjects a NATS pamledger runs lets it receive on (docs/protocol.md).
     A NATS without users ignores the login. `tls_ca`: verify the server's certificate against it."""
-    from infra.nats_auth import agent_login, tls_options
+    from authz.nats_auth import agent_login, tls_options
 
     login = agent_login(token) if token is not None else None
     return {**(login.options() if login is not None else {}), **tls_options(tls_ca)}

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from nats.aio.client import Client as NATS
 
-from infra.authz.audit import DenialLimiter, DenialRecorder
-from infra.authz.bootstrap import admin_token_path, bootstrap_credentials, ensure_token, service_token_path
-from infra.authz.enforce import GrantsAuthorizer, RecordedDenials, TokenPolicy
-from infra.authz.registry import GrantsRegistry
-from infra.authz.exercise import DelegatedReads
+from authz.audit import DenialLimiter, DenialRecorder
+from authz.bootstrap import admin_token_path, bootstrap_credentials, ensure_token, service_token_path
+from authz.enforce import GrantsAuthorizer, RecordedDenials, TokenPolicy
+from authz.registry import GrantsRegistry
+from authz.exercise import DelegatedReads
 from infra.request_shell import AllowAll, DelegationGate, DenialSink, Policy
 from infra.requester import CommandRequester
 from infra.settings import Settings

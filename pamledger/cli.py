@@ -32,7 +32,7 @@ _print = print_json
 
 
 def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
-    from infra.local_servers import LocalStack
+    from local_servers.launch import LocalStack
     from infra.migrations import migrate
 
     from pamledger.auth import prepare_credentials
@@ -49,7 +49,7 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
-    from infra.local_servers import stop_from_file
+    from local_servers.launch import stop_from_file
 
     stop_from_file(settings.state_dir)
     _print({"stopped": True, "state_dir": str(settings.state_dir)})
@@ -58,7 +58,7 @@ def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_clean(settings: Settings, args: argparse.Namespace) -> int:
     """Stop the local servers and delete the state dir and its Postgres data: the only command that does."""
-    from infra.local_servers import clean
+    from local_servers.launch import clean
 
     clean(settings.state_dir)
     _print({"cleaned": True, "state_dir": str(settings.state_dir)})
@@ -76,7 +76,7 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     stack = None
     credentials = prepare_credentials(settings)
     if not (settings.nats_url and settings.database_url):
-        from infra.local_servers import LocalStack
+        from local_servers.launch import LocalStack
         from pamledger.nats_users import prepare_nats_config
 
         prepare_nats_config(settings)  # NATS users and permissions (docs/security.md, "Transport")

@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from infra.authz.operator import require_operator
+from authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.ledger import ledger_head
 from infra.scopes import scope_exists

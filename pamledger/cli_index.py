@@ -18,8 +18,8 @@ from typing import Any
 
 import psycopg
 
-from infra.embedding.store import SpaceRow, find_space
-from infra.authz.operator import require_operator
+from embedding.store import SpaceRow, find_space
+from authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.settings import Settings
 from memory_client.cli_common import invalid
@@ -63,7 +63,7 @@ def cmd_index(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _requester(settings: Settings, nats_url: str) -> Any:
-    from infra.authz.bootstrap import service_token
+    from authz.bootstrap import service_token
     from infra.requester import CommandRequester
     from pamledger.runtime import connect_nats
 
@@ -91,7 +91,7 @@ async def _projected(conn: psycopg.AsyncConnection[Any], space_id: str, ok: Any 
 async def _rebuild(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     from indexer.rebuild import FillBusy, fill_space
     from indexer.role import register_space, usable_embedder
-    from infra.embedding.known import descriptor_for
+    from embedding.known import descriptor_for
 
     descriptor = None
     if args.model is not None:  # checked before any server is looked for

@@ -11,7 +11,7 @@ import asyncio
 import json
 from typing import Any
 
-from infra.authz.operator import require_operator
+from authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.settings import Settings
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import psycopg
 
-from infra.authz.bootstrap import service_token
-from infra.authz.operator import require_operator
+from authz.bootstrap import service_token
+from authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.requester import CommandRequester
 from infra.settings import Settings

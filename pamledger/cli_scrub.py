@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from infra.authz.operator import require_operator
+from authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.settings import Settings
 from projector.replay import drop_leftovers

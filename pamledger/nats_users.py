@@ -1,4 +1,4 @@
-"""The NATS users of a NATS server pamledger runs itself (infra.nats_auth), wired from the settings: written
+"""The NATS users of a NATS server pamledger runs itself (authz.nats_auth), wired from the settings: written
 before `up`/`run --local` start the server, completed from the ledger once it is migrated, and kept current
 by the writer's process while it serves (docs/security.md, "Transport")."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.authz.bootstrap import admin_token_path, bootstrap_from, read_token
-from infra.authz.registry import GrantsRegistry
+from authz.bootstrap import admin_token_path, bootstrap_from, read_token
+from authz.registry import GrantsRegistry
 from infra.endpoints import read_servers_file
-from infra.nats_auth import (
+from authz.nats_auth import (
     NatsLogin,
     TlsFiles,
     config_path,
@@ -18,7 +18,7 @@ from infra.nats_auth import (
     read_service_login,
     tls_options,
 )
-from infra.nats_users_sync import NatsUsers
+from authz.nats_users_sync import NatsUsers
 from infra.settings import Settings
 
 
@@ -44,7 +44,7 @@ def tls_files(settings: Settings) -> TlsFiles | None:
 
 def nats_users(settings: Settings) -> NatsUsers:
     """The state dir's NATS users as the settings say (none at all when auth is off)."""
-    from infra.local_servers import reload_nats
+    from local_servers.launch import reload_nats
 
     state_dir = settings.state_dir
     if settings.auth.mode == "off":

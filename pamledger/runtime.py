@@ -40,7 +40,7 @@ from pamledger.auth import auth_for, delegated_reads
 from pamledger.followers import FOLLOWERS
 from pamledger.nats_users import nats_is_ours, nats_users, operator_nats_options
 from pamledger.supervisor import ROLES
-from infra.embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
+from embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from query.search import CheckpointWatcher
 from retention.evaluator import run_rounds
 from query.service import QueryService

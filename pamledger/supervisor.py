@@ -21,7 +21,7 @@ from types import FrameType
 
 import structlog
 
-from infra.processes import ServerWatch, die_with_parent
+from local_servers.processes import ServerWatch, die_with_parent
 from pamledger.followers import FOLLOWERS
 
 log = structlog.get_logger(__name__)

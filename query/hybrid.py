@@ -21,7 +21,7 @@ import msgspec
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from infra.embedding.store import INDEX_CHECKPOINT, SPACE_STATE, SpaceRow
+from embedding.store import INDEX_CHECKPOINT, SPACE_STATE, SpaceRow
 from infra.projections import CHECKPOINT, PROJECTION
 from infra.scopes import SCOPE_EXISTS
 from infra.settings import QuerySettings

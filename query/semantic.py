@@ -1,9 +1,9 @@
 """Semantic search: nearest vectors of ONE space within ONE scope, structured filters applied in SQL.
 
 Why this shape:
-- A statement names exactly one space's table (infra.embedding.store), so no search can compare vectors of
+- A statement names exactly one space's table (embedding.store), so no search can compare vectors of
   two spaces; the query vector is checked against the space's dimensions, and text is embedded only by an
-  embedder of exactly that space (infra.embedding.known.embedder_for), else embedding_space_mismatch.
+  embedder of exactly that space (embedding.known.embedder_for), else embedding_space_mismatch.
 - The scope and the structured filters are joined in SQL (current_objects) before anything is returned,
   so a row the caller may not see never leaves Postgres and never takes a place in the top k.
 - Small scopes are searched exactly: a MATERIALIZED CTE holds the scope's rows, so the planner cannot use the
@@ -26,9 +26,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from infra.embedding.known import embedder_for
-from infra.embedding.store import SpaceRow, find_space, vector_literal
-from infra.embedding.text_profile import clean
+from embedding.known import embedder_for
+from embedding.store import SpaceRow, find_space, vector_literal
+from embedding.text_profile import clean
 from infra.settings import QuerySettings
 from query.plan import filter_clauses
 from schemas.errors import InvalidRequest

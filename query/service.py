@@ -17,7 +17,7 @@ import structlog
 from nats.aio.msg import Msg
 from psycopg_pool import AsyncConnectionPool
 
-from infra.embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
+from embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from infra.nats_raw import RawClient, parse_headers
 from infra.request_shell import DelegationGate, DenialSink, Policy, RequestContext, RequestShell
 from infra.settings import QuerySettings

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import psycopg
 import structlog
 
-from infra.authz.policy import RETENTION_ACTOR_ID
+from authz.policy import RETENTION_ACTOR_ID
 from infra.scopes import scopes_with_policy
 from infra.settings import RetentionSettings
 from retention.plan import Candidate, Proposal, ScopeRules, plan, scope_rules, tally, transition_command

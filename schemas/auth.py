@@ -14,6 +14,7 @@ the system scope, which is only ever granted by its exact id).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import msgspec
@@ -37,7 +38,7 @@ ALL_SCOPES = "*"
 ScopePattern = Annotated[str, msgspec.Meta(pattern=r"^[^\s\x00*]{0,511}\*?\Z", min_length=1, max_length=512)]
 TokenId = Annotated[str, msgspec.Meta(pattern=r"^[a-f0-9]{16}\Z")]
 TokenDigest = Annotated[str, msgspec.Meta(pattern=r"^sha256:[a-f0-9]{64}\Z")]
-# bcrypt of the whole token: the password a NATS server pamledger runs checks (infra/nats_auth.py).
+# bcrypt of the whole token: the password a NATS server pamledger runs checks (authz/nats_auth.py).
 BcryptHash = Annotated[str, msgspec.Meta(pattern=r"^\$2[abxy]\$\d{2}\$[./A-Za-z0-9]{53}\Z")]
 ActorKind = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 
@@ -87,3 +88,12 @@ def scope_matches(pattern: str, scope_id: str) -> bool:
     if pattern == ALL_SCOPES:
         return True
     return pattern.endswith("*") and scope_id.startswith(pattern[:-1])
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the request itself says about who acts: the command's actor, or the Pam-Actor header."""
+
+    actor_id: str
+    on_behalf_of_actor_id: str | None = None
+    delegation_id: str | None = None

@@ -155,7 +155,7 @@ class RelatedRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     objects reached are shown whatever their state (a deleted one as `deleted`, never hidden). The start is
     named `from_object_id`, not `object_id`, on purpose: a read under a delegation restricted to some objects
     is checked per named object, and a traversal reaches objects the request does not name, so it is checked
-    like a query over the whole scope (infra.authz.exercise's `whole_scope`)."""
+    like a query over the whole scope (authz.exercise's `whole_scope`)."""
 
     scope_id: Id
     from_object_id: Id

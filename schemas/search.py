@@ -25,7 +25,7 @@ from schemas.queries import MAX_WAIT_MS, Filters, check_ranges, decode_request
 Mode = Literal["hybrid", "semantic", "lexical"]
 MODES: tuple[str, ...] = Mode.__args__  # type: ignore[attr-defined]
 MAX_LIMIT = 100
-# The preprocessing profile's MAX_CHARS (infra.embedding.text_profile; a unit test keeps them equal): a
+# The preprocessing profile's MAX_CHARS (embedding.text_profile; a unit test keeps them equal): a
 # query text the profile would cut is refused rather than searched for in part.
 MAX_TEXT_CHARS = 4096
 TIE_BREAK = ("score desc", "object_id asc", "version_id asc")

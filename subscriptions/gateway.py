@@ -26,7 +26,7 @@ import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from infra.authz.tokens import BadCredential, bearer_token, token_id_of
+from authz.tokens import BadCredential, bearer_token, token_id_of
 from infra.ledger_identity import Disagreement, stream_disagreement, wait_for_agreement
 from infra.request_shell import DenialSink, Deny, Policy, RequestContext, RequestShell
 from infra.requester import CommandRequester

@@ -44,7 +44,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     admin_url = os.environ.get("PAMLEDGER_TEST_DATABASE_URL")
     handles: list[Any] = []
     if not (nats_url and admin_url):
-        from infra.local_servers import start_nats, start_postgres
+        from local_servers.launch import start_nats, start_postgres
 
         root = tmp_path_factory.mktemp("servers")
         nats = start_nats(root / "nats")
@@ -227,7 +227,7 @@ async def locked_env(servers: Servers, state: Path, label: str) -> AsyncIterator
     import json
 
     from infra.endpoints import SERVERS_FILE
-    from infra.local_servers import start_nats
+    from local_servers.launch import start_nats
     from pamledger.auth import prepare_credentials
     from pamledger.nats_users import prepare_nats_config, sync_nats_users
 
@@ -271,7 +271,7 @@ async def token_client(env: Env, token: str | None) -> Any:
 
 async def admin_client(env: Env) -> Any:
     """A client with the module's administrative token, once the service answers it."""
-    from infra.authz.bootstrap import admin_token_path, read_token
+    from authz.bootstrap import admin_token_path, read_token
 
     token = read_token(admin_token_path(env.settings))
     assert token is not None, "no admin token: is the service serving this env?"
@@ -295,7 +295,7 @@ async def can_query(client: Any, scope_id: str) -> bool:
 def pamledger_run(tmp_path: Path, **env: str) -> Iterator[tuple[subprocess.Popen[bytes], Path, Path]]:
     """A real `pamledger run` on a state dir of its own (no PAMLEDGER_ variable of ours leaks in; `env` adds
     some): (process, state dir, log). Interrupted at the end, then its state dir cleaned."""
-    from infra.local_servers import clean
+    from local_servers.launch import clean
 
     state, log_path = tmp_path / "state", tmp_path / "run.log"
     environment = {key: value for key, value in os.environ.items() if not key.startswith("PAMLEDGER_")}

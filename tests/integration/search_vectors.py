@@ -12,11 +12,11 @@ from typing import Any
 
 import psycopg
 
-from infra.embedding.embedders import Embedder
-from infra.embedding.store import (
+from embedding.embedders import Embedder
+from embedding.store import (
     INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL, SpaceRow, VectorRow, create_space, find_space, upsert_vectors,
 )
-from infra.embedding.text_profile import prepare
+from embedding.text_profile import prepare
 from infra.projections import PROJECTION, advance_checkpoint, checkpoint, notify_checkpoint
 from schemas.canonical import decode_json
 from schemas.embedding import EmbeddingSpace, encode_space, space_digest

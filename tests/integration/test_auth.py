@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from infra.authz.bootstrap import read_token
+from authz.bootstrap import read_token
 from infra.settings import AuthSettings
 from memory_client.admin import issue_token, parse_grant, put_actor, revoke_actor, revoke_token
 from memory_client.client import MemoryClient

@@ -10,7 +10,7 @@ How: one service for the module (auth enforced), a few scopes each holding objec
 marker word unique to the scope. Each example registers a fresh actor with generated grants, issues it a
 token, and makes generated requests (read, history, query, lexical search, subscribe + receive pushes, and
 reads of another scope's object ids through a readable scope). The oracle is written here from the
-documented rules (docs/protocol.md "Authorization"), not taken from infra.authz.
+documented rules (docs/protocol.md "Authorization"), not taken from authz.
 """
 
 from __future__ import annotations

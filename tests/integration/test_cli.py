@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from infra.local_servers import free_port
+from local_servers.launch import free_port
 from memory_client.client import MemoryClient
 from tests.conftest import Env, wait_for
 

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from referencing import Registry, Resource
 
-from infra.authz.bootstrap import admin_token_path, read_token
+from authz.bootstrap import admin_token_path, read_token
 from memory_client.admin import issue_token, parse_grant, put_actor
 from memory_client.client import MemoryClient
 from memory_client.delegation import check_delegation, grant_delegation, revoke_delegation

@@ -31,8 +31,8 @@ import pytest
 from psycopg import sql
 
 from indexer.texts import text_of
-from infra.embedding.known import embedder_for
-from infra.embedding.store import INDEX_CHECKPOINT, find_space, list_spaces
+from embedding.known import embedder_for
+from embedding.store import INDEX_CHECKPOINT, find_space, list_spaces
 from infra.projections import checkpoint
 from memory_client.client import MemoryClient, PamspecError
 from pamledger.runtime import connect_nats
@@ -400,7 +400,7 @@ def test_a_partial_redaction_replaces_the_vector_by_the_projections(world: World
 
 def _check_projection_vector(world: World) -> None:
     """The stored vector is the projection's text embedded (hashing spaces: no model to load)."""
-    from infra.embedding.known import descriptor_for
+    from embedding.known import descriptor_for
     from tests.conftest import TEST_SPACE
 
     descriptor = descriptor_for(TEST_SPACE)

@@ -51,7 +51,7 @@ class ServiceProcess:
 @pytest.fixture(scope="module")
 def nats_private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A NATS of this module's own, so restarting it disturbs no other module."""
-    from infra.local_servers import start_nats
+    from local_servers.launch import start_nats
 
     server = start_nats(tmp_path_factory.mktemp("faults-nats"))
     yield server

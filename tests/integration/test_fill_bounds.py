@@ -15,8 +15,8 @@ from psycopg.types import TypeInfo
 from indexer.catalog import apply_catalog
 from indexer.plan import plan_batch
 from indexer.rebuild import fill_space
-from infra.embedding.embedders import FeatureHashingEmbedder
-from infra.embedding.store import INDEX_CHECKPOINT, create_space
+from embedding.embedders import FeatureHashingEmbedder
+from embedding.store import INDEX_CHECKPOINT, create_space
 from infra.projections import advance_checkpoint
 from schemas.embedding import encode_space, space_digest
 from tests.conftest import ACTOR, PROVENANCE, Env, serving
@@ -43,7 +43,7 @@ async def test_objects_current_after_the_fill_start_are_left_to_the_follower(env
                 await advance_checkpoint(conn, INDEX_CHECKPOINT, start)
             assert last > start  # two objects current only after the start: left to the follower
             # Another library on the same connection knowing the vector type must not stop ours from sending
-            # vectors in binary (infra.embedding.vector_wire checks its own dumper, not the type's name).
+            # vectors in binary (embedding.vector_wire checks its own dumper, not the type's name).
             info = await TypeInfo.fetch(conn, "vector")
             assert info is not None
             info.register(conn)

@@ -13,7 +13,7 @@ import msgspec
 import psycopg
 import pytest
 
-from infra.embedding.embedders import hashing_space
+from embedding.embedders import hashing_space
 from infra.requester import CommandRequester
 from pamledger.runtime import connect_nats
 from schemas.common import SYSTEM_SCOPE

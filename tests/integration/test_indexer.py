@@ -16,8 +16,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from infra.embedding.embedders import hashing_space
-from infra.embedding.store import INDEX_CHECKPOINT, find_space, list_spaces
+from embedding.embedders import hashing_space
+from embedding.store import INDEX_CHECKPOINT, find_space, list_spaces
 from infra.projections import checkpoint
 from infra.requester import CommandRequester
 from pamledger.runtime import connect_nats

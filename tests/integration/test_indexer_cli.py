@@ -17,8 +17,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from infra.embedding.embedders import hashing_space
-from infra.embedding.store import find_space
+from embedding.embedders import hashing_space
+from embedding.store import find_space
 from pamledger.supervisor import ROLES as ALL_ROLES
 from schemas.common import SYSTEM_SCOPE
 from tests.conftest import ACTOR, PROVENANCE, TEST_SPACE, Env, run_cli, serving, wait_for

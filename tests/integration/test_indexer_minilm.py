@@ -13,8 +13,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from infra.embedding.embedders import minilm_space
-from infra.embedding.store import find_space
+from embedding.embedders import minilm_space
+from embedding.store import find_space
 from infra.settings import IndexerSettings
 from pamledger.supervisor import ROLES as ALL_ROLES
 from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, serving, wait_for

@@ -19,7 +19,7 @@ import msgspec
 import psycopg
 
 from indexer.outbox import Entry, add_entries, send_some
-from infra.embedding.store import INDEX_CHECKPOINT, list_spaces
+from embedding.store import INDEX_CHECKPOINT, list_spaces
 from infra.projections import checkpoint
 from infra.requester import CommandRequester
 from pamledger.supervisor import ROLES as ALL_ROLES

@@ -1,4 +1,4 @@
-"""Real NATS and PostgreSQL started by infra.local_servers on free ports under a temp dir."""
+"""Real NATS and PostgreSQL started by local_servers.launch on free ports under a temp dir."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import nats
 import psycopg
 import pytest
 
-from infra.local_nats import NatsServer, pid_alive
-from infra.local_postgres import PostgresServer
-from infra.local_servers import (
+from local_servers.nats_server import NatsServer, pid_alive
+from local_servers.postgres_server import PostgresServer
+from local_servers.launch import (
     LocalStack,
     clean,
     free_port,
@@ -291,7 +291,7 @@ def test_only_clean_deletes_the_ledger_and_its_mirror(state_dir: Path, monkeypat
 def test_a_mirror_recorded_by_an_earlier_version_under_var_tmp_is_still_found(tmp_path: Path) -> None:
     """Mirrors now live under /var/lib/pamledger (systemd-tmpfiles may age /var/tmp); a state dir whose
     MIRROR file names an older /var/tmp mirror keeps using it, and anything else is refused."""
-    from infra.pg_layout import MIRROR_FILE, MIRROR_ROOT, recorded_mirror
+    from local_servers.pg_layout import MIRROR_FILE, MIRROR_ROOT, recorded_mirror
 
     (tmp_path / MIRROR_FILE).write_text("/var/tmp/pamledger-0123456789abcdef\n")
     assert recorded_mirror(tmp_path) == Path("/var/tmp/pamledger-0123456789abcdef")

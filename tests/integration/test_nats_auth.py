@@ -1,4 +1,4 @@
-"""The transport: a NATS server running the configuration pamledger writes (infra/nats_auth.py) lets an agent
+"""The transport: a NATS server running the configuration pamledger writes (authz/nats_auth.py) lets an agent
 publish only the public requests and receive only on its own inbox; the service works through it; a token
 issued or revoked at run time gains or loses its NATS login within seconds.
 
@@ -20,10 +20,10 @@ from typing import Any
 import nats
 import pytest
 
-from infra.authz.bootstrap import read_token
+from authz.bootstrap import read_token
 from infra.endpoints import SERVERS_FILE
-from infra.local_nats import NatsServer
-from infra.nats_auth import SERVICE_USER, agent_login, config_path, read_service_login
+from local_servers.nats_server import NatsServer
+from authz.nats_auth import SERVICE_USER, agent_login, config_path, read_service_login
 from memory_client.admin import issue_token, parse_grant, put_actor, revoke_token
 from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError

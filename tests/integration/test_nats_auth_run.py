@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from infra.authz.bootstrap import read_token
-from infra.local_servers import read_servers_file
+from authz.bootstrap import read_token
+from local_servers.launch import read_servers_file
 from memory_client.admin import issue_token, parse_grant, put_actor, revoke_token
 from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError

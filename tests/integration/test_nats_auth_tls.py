@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.authz.bootstrap import read_token
-from infra.local_nats import nats_info
-from infra.local_servers import start_nats
-from infra.nats_auth import config_path
+from authz.bootstrap import read_token
+from local_servers.nats_server import nats_info
+from local_servers.launch import start_nats
+from authz.nats_auth import config_path
 from infra.settings import AuthSettings, Settings
 from memory_client.connection import open_nats
 from memory_client.errors import PamspecError

@@ -18,9 +18,9 @@ from typing import Any
 import nats
 import pytest
 
-from infra.authz.bootstrap import read_token
-from infra.nats_auth import SERVICE_USER, agent_login, config_path
-from infra.authz.tokens import token_id_of
+from authz.bootstrap import read_token
+from authz.nats_auth import SERVICE_USER, agent_login, config_path
+from authz.tokens import token_id_of
 from tests.conftest import ROOT
 
 

@@ -21,8 +21,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from infra.authz.bootstrap import read_token
-from infra.authz.policy import RETENTION_ACTOR_ID
+from authz.bootstrap import read_token
+from authz.policy import RETENTION_ACTOR_ID
 from infra.ledger import ledger_head
 from infra.projections import checkpoint
 from infra.requester import CommandRequester

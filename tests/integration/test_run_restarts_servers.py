@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from infra.authz.bootstrap import read_token
-from infra.local_nats import nats_info
-from infra.local_postgres import postgres_answers
-from infra.local_servers import clean, read_servers_file
+from authz.bootstrap import read_token
+from local_servers.nats_server import nats_info
+from local_servers.postgres_server import postgres_answers
+from local_servers.launch import clean, read_servers_file
 from memory_client.client import MemoryClient
 from tests.conftest import ACTOR, PROVENANCE, pamledger_run, wait_for
 

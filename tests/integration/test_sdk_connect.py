@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from infra.local_servers import free_port
+from local_servers.launch import free_port
 from memory_client.client import MemoryClient, PamspecError, SyncMemoryClient
 from tests.conftest import ACTOR, PROVENANCE, Env
 
@@ -156,7 +156,7 @@ async def test_headers_count_toward_max_payload_at_the_exact_boundary(service: E
 
 
 async def test_the_sdk_finds_the_service_without_importing_server_code(service: Env, tmp_path: Path) -> None:
-    """Connecting through servers.json loads neither infra.local_servers nor the Postgres or supervisor code."""
+    """Connecting through servers.json loads neither local_servers.launch nor the Postgres or supervisor code."""
     (tmp_path / "servers.json").write_text(json.dumps({"nats_url": service.nats_url}))
     script = textwrap.dedent("""
         import asyncio, json, sys
@@ -167,7 +167,7 @@ async def test_the_sdk_finds_the_service_without_importing_server_code(service: 
                 await client.status("writer")
 
         asyncio.run(main())
-        server_code = ("infra.local_servers", "infra.local_postgres", "infra.local_nats", "pamledger.supervisor",
+        server_code = ("local_servers.launch", "local_servers.postgres_server", "local_servers.nats_server", "pamledger.supervisor",
                        "pamledger.runtime", "psycopg")
         print(json.dumps(sorted(name for name in server_code if name in sys.modules)))
     """)
@@ -186,8 +186,8 @@ async def test_a_refused_login_is_access_denied_every_time(tmp_path: Path) -> No
     -ERR (a connection reset). The SDK asks again instead of calling a refused login unreachable."""
     import json as _json
 
-    from infra.local_nats import launch_nats
-    from infra.local_servers import free_port
+    from local_servers.nats_server import launch_nats
+    from local_servers.launch import free_port
     from memory_client.connection import open_nats
 
     (tmp_path / "nats").mkdir()

@@ -14,7 +14,7 @@ import msgspec
 import psycopg
 import pytest
 
-from infra.embedding.embedders import FeatureHashingEmbedder, hashing_space
+from embedding.embedders import FeatureHashingEmbedder, hashing_space
 from memory_client.client import MemoryClient, PamspecError, SyncMemoryClient
 from tests.conftest import ACTOR, PROVENANCE, Env, run_cli
 from tests.integration.search_vectors import write_vectors

@@ -16,8 +16,8 @@ from psycopg import sql
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from infra.embedding.embedders import hashing_space
-from infra.embedding.store import find_space, vector_literal
+from embedding.embedders import hashing_space
+from embedding.store import find_space, vector_literal
 from infra.settings import QuerySettings
 from memory_client.client import MemoryClient
 from query.hybrid import run_search

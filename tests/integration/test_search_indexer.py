@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from infra.embedding.known import descriptor_for
+from embedding.known import descriptor_for
 from pamledger.supervisor import ROLES as ALL_ROLES
 from tests.conftest import ACTOR, PROVENANCE, Env, serving, wait_for
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import pytest
 
-from infra.embedding.embedders import minilm_space
-from infra.embedding.known import embedder_for
+from embedding.embedders import minilm_space
+from embedding.known import embedder_for
 from memory_client.client import MemoryClient
 from tests.conftest import ACTOR, PROVENANCE, Env
 from tests.integration.search_vectors import write_vectors

@@ -34,7 +34,7 @@ class PrivatePostgres:
     """A Postgres of this module's own, so killing it disturbs no other module."""
 
     def __init__(self, data_dir: Path):
-        from infra.local_servers import start_postgres
+        from local_servers.launch import start_postgres
 
         self.data_dir = data_dir
         self.server = start_postgres(data_dir)
@@ -53,7 +53,7 @@ class PrivatePostgres:
 
     def restart(self) -> None:
         """Start it again on the same port and data; retries while the killed one's backends still exit."""
-        from infra.local_servers import start_postgres
+        from local_servers.launch import start_postgres
 
         # Until the killed postmaster is reaped (this machine's init reaps orphans late) its zombie's pid
         # still looks alive in postmaster.pid, and Postgres refuses to start: try again until it is gone.

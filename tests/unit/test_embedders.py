@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from infra.embedding.embedders import Embedder, FeatureHashingEmbedder, hashing_space, token_bucket
+from embedding.embedders import Embedder, FeatureHashingEmbedder, hashing_space, token_bucket
 from schemas.canonical import decode_json
 from schemas.embedding import encode_space, same_space
 from tests.integration.test_pamspec_conformance import schema_errors
@@ -67,7 +67,7 @@ def test_descriptor_is_an_official_embedding_space_per_dimension() -> None:
 def test_an_embedder_is_handed_out_only_for_its_exact_space() -> None:
     import msgspec
 
-    from infra.embedding.known import descriptor_for, embedder_for
+    from embedding.known import descriptor_for, embedder_for
 
     space = descriptor_for("hashing-16")
     embedder = embedder_for(space)

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from infra.authz.enforce import TokenPolicy
-from infra.authz.registry import STALE_AFTER_REFRESHES, GrantsRegistry
+from authz.enforce import TokenPolicy
+from authz.registry import STALE_AFTER_REFRESHES, GrantsRegistry
 from infra.request_shell import context_of
 from schemas.errors import ServiceUnavailable
 

@@ -12,8 +12,8 @@ import msgspec
 
 from indexer.plan import DefaultSwitch, Registration, plan_batch
 from indexer.step import generated_entries
-from infra.embedding.embedders import hashing_space
-from infra.embedding.store import SpaceRow, VectorRow
+from embedding.embedders import hashing_space
+from embedding.store import SpaceRow, VectorRow
 from schemas.common import SYSTEM_SCOPE
 
 

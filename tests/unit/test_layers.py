@@ -12,17 +12,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = frozenset({"command_handler", "projector", "indexer", "query", "subscriptions", "retention"})
-KERNEL = frozenset({"schemas", "infra"})
+# The kernel's rooms: schemas (the vocabulary), infra (ledger, followers, requests, settings: the base),
+# authz (policy, tokens, the grants read model, NATS users) and embedding (spaces, embedders, vectors).
+KERNEL = frozenset({"schemas", "infra", "authz", "embedding"})
+LOCAL_SERVERS = "local_servers"  # development NATS and Postgres: only the composition root starts servers
 SDK = "memory_client"
 BINDING = "mcp_binding"  # the MCP binding: a client of the service through the SDK, like the CLI
 COMPOSITION_ROOT = "pamledger"
 # What each layer may import among our own packages (third-party packages are not ruled here).
 ALLOWED: dict[str, frozenset[str]] = {
     "schemas": frozenset({"schemas"}),
-    "infra": KERNEL,
+    "infra": frozenset({"schemas", "infra"}),
+    "authz": frozenset({"schemas", "infra", "authz"}),
+    "embedding": frozenset({"schemas", "infra", "embedding"}),
+    LOCAL_SERVERS: KERNEL | {LOCAL_SERVERS},
     SDK: KERNEL | {SDK},
     BINDING: KERNEL | {SDK, BINDING},
-    COMPOSITION_ROOT: KERNEL | SERVICES | {SDK, BINDING, COMPOSITION_ROOT},
+    COMPOSITION_ROOT: KERNEL | SERVICES | {SDK, BINDING, COMPOSITION_ROOT, LOCAL_SERVERS},
     **{service: KERNEL | {service} for service in SERVICES},
 }
 OURS = frozenset(ALLOWED) | {"bench", "tests"}
@@ -153,3 +159,26 @@ def test_the_sdk_reads_no_table() -> None:
         assert not reached & {"psycopg", "psycopg_pool", "infra.ledger"}, (path.name, reached)
     subscribe_cli = (ROOT / "memory_client" / "cli_subscribe.py").read_text()
     assert "psycopg" not in subscribe_cli and "FROM subscriptions" not in subscribe_cli
+
+
+def test_the_checker_keeps_the_kernel_rooms_and_the_local_servers_apart(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "infra/shell.py": "from authz.policy import decide\nfrom embedding.store import SpaceRow\n",
+        "authz/p.py": "from infra.settings import Settings\nfrom embedding.known import embedder_for\n",
+        "embedding/k.py": "from infra.settings import Settings\nfrom schemas.embedding import same_space\n",
+        "query/s.py": "from authz.policy import decide\nfrom local_servers.launch import up\n",
+        "memory_client/c.py": "from local_servers.launch import up\n",
+        "pamledger/r.py": "from local_servers.launch import up\n",
+    })
+    assert crossings(root) == [
+        "authz/p.py:2 -> embedding", "infra/shell.py:1 -> authz", "infra/shell.py:2 -> embedding",
+        "memory_client/c.py:1 -> local_servers", "query/s.py:2 -> local_servers",
+    ]
+
+
+def test_only_the_composition_root_starts_local_servers() -> None:
+    """A deployed service connects to the servers it is given; starting them is the composition root's."""
+    importers = {path.relative_to(ROOT).parts[0] for package in ALLOWED if package != LOCAL_SERVERS
+                 for path in (ROOT / package).rglob("*.py")
+                 if any(target == LOCAL_SERVERS for _, target in imports_of(path.read_text()))}
+    assert importers == {COMPOSITION_ROOT}

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from infra.embedding.embedders import MINILM_WINDOW, Embedder, MiniLMEmbedder, minilm_space
+from embedding.embedders import MINILM_WINDOW, Embedder, MiniLMEmbedder, minilm_space
 from schemas.canonical import decode_json
 from schemas.embedding import encode_space, same_space
 from tests.integration.test_pamspec_conformance import schema_errors

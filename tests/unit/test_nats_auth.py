@@ -1,4 +1,4 @@
-"""The NATS users pamledger renders (infra/nats_auth.py, infra/nats_users_sync.py): who is a user, with what
+"""The NATS users pamledger renders (authz/nats_auth.py, authz/nats_users_sync.py): who is a user, with what
 permissions, and that processes writing one file agree on it (no reload ping-pong)."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from infra.authz.bootstrap import bootstrap_credentials
-from infra.authz.policy import Grants
-from infra.authz.tokens import new_token, token_digest
-from infra.nats_auth import SERVICE_USER, agent_permissions, hash_matches, password_hash
-from infra.nats_users_sync import NatsUsers
+from authz.bootstrap import bootstrap_credentials
+from authz.policy import Grants
+from authz.tokens import new_token, token_digest
+from authz.nats_auth import SERVICE_USER, agent_permissions, hash_matches, password_hash
+from authz.nats_users_sync import NatsUsers
 from schemas.auth import ActorRecord, CredentialRecord
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -71,7 +71,7 @@ def test_every_agent_command_is_publishable_by_a_credential_login() -> None:
     """A command the writer knows that is not the service's own must be in infra.subjects.COMMANDS, else a
     credential's NATS login cannot publish it where pamledger runs NATS with users (the [M5] commands were
     missing once)."""
-    from infra.authz.policy import SERVICE_REQUESTS
+    from authz.policy import SERVICE_REQUESTS
     from infra.subjects import COMMANDS
     from schemas.commands import COMMAND_TYPES
 

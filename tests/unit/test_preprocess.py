@@ -1,6 +1,6 @@
 """The preprocessing profile pamledger-text-v1: which text each object contributes, normalised and bounded.
 
-Why a table: the profile is part of every space's descriptor; each rule of infra.embedding.text_profile's docstring
+Why a table: the profile is part of every space's descriptor; each rule of embedding.text_profile's docstring
 has a row here, so a change to a rule is a visible change to a test.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from infra.embedding.text_profile import MAX_CHARS, MAX_DEPTH, MAX_LEAVES, Prepared, prepare
+from embedding.text_profile import MAX_CHARS, MAX_DEPTH, MAX_LEAVES, Prepared, prepare
 
 CASES: list[tuple[str, str, Any, str]] = [
     ("claim", "claim", {"statement": "Memory persists.", "confidence": 0.9}, "Memory persists."),

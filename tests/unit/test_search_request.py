@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from infra.embedding import text_profile
+from embedding import text_profile
 from schemas.errors import InvalidRequest
 from schemas.queries import Filters, QueryRequest
 from schemas.search import MAX_TEXT_CHARS, SearchRequest, decode_search

@@ -7,7 +7,7 @@ import time
 import pytest
 from structlog.testing import capture_logs
 
-from infra.processes import ServerWatch
+from local_servers.processes import ServerWatch
 from pamledger.supervisor import ROLES, _revive_if_dead, parse_roles
 
 

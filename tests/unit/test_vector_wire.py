@@ -6,7 +6,7 @@ import struct
 import numpy as np
 import pytest
 
-from infra.embedding.vector_wire import MAX_DIMENSIONS, vector_bytes, vector_from_bytes
+from embedding.vector_wire import MAX_DIMENSIONS, vector_bytes, vector_from_bytes
 
 
 def test_header_and_values_are_pgvectors_binary_form():

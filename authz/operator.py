@@ -4,7 +4,7 @@ subscriptions listing) go through the same decisions as the service's requests, 
 They run where the state dir and the database credentials are; the database credentials remain the real
 boundary (anyone holding them can read the tables without this tool). What this adds: the tool asks for the
 caller's token (PAMLEDGER_TOKEN, else the state dir's admin.token), authenticates it against the grants of
-the ledger (infra.authz.policy, the same snapshot the service reads) and refuses what the actor does not
+the ledger (authz.policy, the same snapshot the service reads) and refuses what the actor does not
 hold: `audit --scope S` needs `inspect_history` on S; the rest administer the whole service (a grant on the
 system scope). A refusal is answered with the access_denied envelope; it is not recorded in the ledger (the
 tool has no writer of its own; docs/security.md).
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from infra.authz.bootstrap import admin_token_path, bootstrap_from, read_token
-from infra.authz.policy import Denied, authenticate, holds
-from infra.authz.registry import GrantsRegistry
+from authz.bootstrap import admin_token_path, bootstrap_from, read_token
+from authz.policy import Denied, authenticate, holds
+from authz.registry import GrantsRegistry
 from infra.settings import Settings
 from schemas.common import SYSTEM_SCOPE
 from schemas.errors import AccessDenied

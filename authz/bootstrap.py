@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infra.authz.policy import ADMIN_ACTOR_ID, SERVICE_ACTOR_ID
-from infra.authz.tokens import BadCredential, new_token, token_digest, token_id_of
+from authz.policy import ADMIN_ACTOR_ID, SERVICE_ACTOR_ID
+from authz.tokens import BadCredential, new_token, token_digest, token_id_of
 from infra.private_files import ensure_private
 from infra.settings import Settings
 from schemas.auth import ALL_SCOPES, ActorRecord, CredentialRecord, ScopeGrant

@@ -28,7 +28,7 @@ log = structlog.get_logger(__name__)
 READY_TIMEOUT_SECONDS = 20.0
 STOP_TIMEOUT_SECONDS = 10.0
 LOCK_FILE = "nats.lock"
-CONFIG_FILE = "nats.conf"  # users, permissions, TLS (infra.nats_auth): passed with -c when present
+CONFIG_FILE = "nats.conf"  # users, permissions, TLS (authz.nats_auth): passed with -c when present
 HOLDER_READ_SECONDS = 2.0
 
 

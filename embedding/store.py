@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from infra.embedding.vector_wire import ensure_vector_adapters, vector_bytes
+from embedding.vector_wire import ensure_vector_adapters, vector_bytes
 from schemas.common import SYSTEM_SCOPE
 from schemas.embedding import EmbeddingSpace, decode_space
 
@@ -164,7 +164,7 @@ async def upsert_vectors(conn: psycopg.AsyncConnection[Any], space: SpaceRow, ro
         " SELECT r.scope_id, r.object_id, r.version_id, r.version_sequence, r.ledger_sequence, r.truncated,"
         " r.content_digest, r.embedding"
         " FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::bigint[], %s::bool[], %s::text[],"
-        " %b::vector[])"  # %b: vectors go in binary (infra.embedding.vector_wire)
+        " %b::vector[])"  # %b: vectors go in binary (embedding.vector_wire)
         " AS r(scope_id, object_id, version_id, version_sequence, ledger_sequence, truncated, content_digest,"
         " embedding)"
         "{guard}"

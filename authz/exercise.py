@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.authz.policy import REQUEST_OPERATIONS
+from authz.policy import REQUEST_OPERATIONS
 from infra.request_shell import RequestContext
 from infra.requester import CommandRequester
 from schemas.errors import PamledgerError, ServiceUnavailable

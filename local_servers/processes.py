@@ -1,6 +1,6 @@
 """Process plumbing the local servers and the supervisor share: dying with the parent, watching a server.
 
-Why in the kernel: infra.local_servers hands the supervisor (composition root) one watch per server it
+Why in the kernel: local_servers.launch hands the supervisor (composition root) one watch per server it
 started, and a child must not outlive a SIGKILLed parent whoever spawned it (supervisor, bench).
 """
 

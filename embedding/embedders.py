@@ -3,7 +3,7 @@
 Why two: MiniLMEmbedder is the real offline model (all-MiniLM-L6-v2, int8 ONNX, 384 dims) the service uses
 by default; FeatureHashingEmbedder is deterministic, instant and needs no model, for tests and baselines.
 Each carries the descriptor of the only space its vectors belong to. Texts come from the preprocessing
-profile (infra.embedding.text_profile); an empty or all-space text has no meaning to embed and is refused.
+profile (embedding.text_profile); an empty or all-space text has no meaning to embed and is refused.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from infra.embedding.text_profile import PROFILE_ID
+from embedding.text_profile import PROFILE_ID
 from schemas.embedding import EmbeddingSpace
 
 DATA = Path(__file__).parent / "data"

@@ -22,8 +22,8 @@ from typing import Any, Protocol
 import structlog
 
 from infra.endpoints import SERVERS_FILE, read_servers_file
-from infra.local_nats import NatsServer, StoreInUse, is_nats_process, launch_nats, nats_info, store_holder
-from infra.local_postgres import (
+from local_servers.nats_server import NatsServer, StoreInUse, is_nats_process, launch_nats, nats_info, store_holder
+from local_servers.postgres_server import (
     PostgresServer,
     attach_postgres,
     claimed_postgres,
@@ -32,7 +32,7 @@ from infra.local_postgres import (
     postgres_answers,
     remove_postgres_data,
 )
-from infra.processes import ServerWatch
+from local_servers.processes import ServerWatch
 from schemas.errors import PamledgerError
 
 __all__ = [

@@ -19,7 +19,7 @@ import msgspec
 import psycopg
 import structlog
 
-from infra.authz.policy import Grants
+from authz.policy import Grants
 from schemas.auth import ACTOR_TYPE, CREDENTIAL_TYPE, ActorRecord, CredentialRecord, credential_object_id
 from schemas.common import SYSTEM_SCOPE
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import threading
 
-from infra.embedding.embedders import Embedder, FeatureHashingEmbedder, MiniLMEmbedder, hashing_space, minilm_space
+from embedding.embedders import Embedder, FeatureHashingEmbedder, MiniLMEmbedder, hashing_space, minilm_space
 from schemas.embedding import EmbeddingSpace, same_space
 
 _HASHING = re.compile(r"hashing-([1-9][0-9]{0,3})\Z")

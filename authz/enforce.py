@@ -1,13 +1,13 @@
-"""The policy port filled: TokenPolicy decides each request from the grants snapshot (infra.authz.policy), and
+"""The policy port filled: TokenPolicy decides each request from the grants snapshot (authz.policy), and
 RecordedDenials records each denial of the query service and the gateway before it is answered."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from infra.authz.audit import DenialRecorder, denial_entry
-from infra.authz.policy import DELEGABLE_READS, Denied, decide, holds
-from infra.authz.registry import GrantsRegistry
+from authz.audit import DenialRecorder, denial_entry
+from authz.policy import DELEGABLE_READS, Denied, decide, holds
+from authz.registry import GrantsRegistry
 from infra.request_shell import Allow, Decision, Deny, Principal, RequestContext
 from schemas.common import SYSTEM_SCOPE
 from schemas.errors import ServiceUnavailable

@@ -19,7 +19,7 @@ keeps only a SHA-256 digest of a token and cannot derive one from the other. A b
 secret needs no work factor against guessing, so a low cost keeps every NATS connect cheap.
 
 Pure rendering here, plus the file writes; the runtime loop that keeps it current is NatsUsersSync
-(infra/nats_users_sync.py).
+(authz/nats_users_sync.py).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Any
 
 import bcrypt
 
-from infra.authz.policy import Grants, refusal_of
-from infra.authz.tokens import token_id_or_none
+from authz.policy import Grants, refusal_of
+from authz.tokens import token_id_or_none
 from infra.private_files import ensure_private
 from infra.subjects import (
     COMMANDS, SUBSCRIPTION_CALLS, command_subject, query_subject, status_subject, subscription_subject,

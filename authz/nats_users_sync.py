@@ -1,7 +1,7 @@
 """Keep a local NATS server's users in step with the live credentials: rewrite its configuration and make it
 reload (SIGHUP) when they change, so `pamledger tokens issue/revoke` takes effect on the transport too.
 
-Why a poll of the grants snapshot: it is what every deciding process already holds (infra.authz.registry),
+Why a poll of the grants snapshot: it is what every deciding process already holds (authz.registry),
 refreshed every `auth.refresh_seconds`; a revoked token loses its NATS user within about that plus one
 reload. Only for a NATS pamledger started itself (the state dir's servers.json names it): a NATS run by
 someone else is configured by them. Several processes may run this at once: each compares against the file
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import structlog
 
-from infra.authz.policy import SERVICE_ACTOR_ID, Grants
-from infra.authz.tokens import token_id_or_none
-from infra.nats_auth import (
+from authz.policy import SERVICE_ACTOR_ID, Grants
+from authz.tokens import token_id_or_none
+from authz.nats_auth import (
     SERVICE_USER,
     AgentUser,
     TlsFiles,

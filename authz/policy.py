@@ -2,7 +2,7 @@
 
 Pure (no I/O, no clock of its own: `now` is an argument), so every rule is tested as a table and the
 writer, the query service and the Subscribe gateway decide the same way. The grants snapshot it reads
-comes from infra.authz.registry; recording denials is infra.authz.audit's.
+comes from authz.registry; recording denials is authz.audit's.
 
 Rules, in the order they are checked (the first that fails names the denial):
   auth.missing_credential / auth.malformed_credential   no or a malformed `Authorization: Bearer` header
@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from infra.authz.tokens import BadCredential, bearer_token, digest_matches
-from schemas.auth import ALL_OPERATIONS, ActorRecord, CredentialRecord, scope_matches
+from authz.tokens import BadCredential, bearer_token, digest_matches
+from schemas.auth import ALL_OPERATIONS, ActorRecord, Claim, CredentialRecord, scope_matches
 
 _NO_DIGEST = "sha256:" + "0" * 64
 ADMIN_ACTOR_ID = "actor:pamledger:admin"
@@ -59,7 +59,7 @@ SCOPELESS = frozenset({"sub.poll", "sub.ack", "sub.resume", "sub.status", "sub.c
 DELEGABLE = frozenset({"cmd.create", "cmd.update", "cmd.transition", "cmd.delete", "cmd.relate", "cmd.redact",
                        "cmd.promote", "cmd.correct_provenance"})
 # Reads that may be made under one (the Pam-Actor header's delegation_id): the shell has the writer exercise it
-# (infra.authz.exercise) before the handler runs.
+# (authz.exercise) before the handler runs.
 DELEGABLE_READS = frozenset({"query.read", "query.history", "query.query", "query.search", "query.related"})
 # Delegation commands: the caller must be the command's actor; who may grant, check or revoke what is the
 # writer's core's to decide (command_handler/delegations.py), against the grantor's grants.
@@ -87,15 +87,6 @@ class Grants:
     actors: Mapping[str, ActorRecord] = field(default_factory=dict)
     internal_actor_ids: frozenset[str] = frozenset({SERVICE_ACTOR_ID})
     through_sequence: int = 0  # the ledger sequence these grants reflect (0: bootstrap credentials only)
-
-
-@dataclass(frozen=True)
-class Claim:
-    """What the request itself says about who acts: the command's actor, or the Pam-Actor header."""
-
-    actor_id: str
-    on_behalf_of_actor_id: str | None = None
-    delegation_id: str | None = None
 
 
 @dataclass(frozen=True)

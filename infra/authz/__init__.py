@@ -1,1 +1,0 @@
-"""Authorization: credentials, grants, the one decision function and the denial audit (docs/security.md)."""

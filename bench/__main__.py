@@ -22,7 +22,7 @@ from typing import Any
 from bench.append_floor import run_append_floor
 from bench.baselines import run_commit_floor, run_eventsourcing
 from bench.load import Result
-from bench.report import as_json, render
+from bench.write_path_report import as_json, render
 from bench.scenarios import MODEL_FREE_SPACE, Config, scenario_a, scenario_b, scenario_c, scenario_e
 from bench.servers import Servers, bench_servers
 from infra.logging import configure_logging
@@ -41,11 +41,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--mem-creates", type=int, default=None,
                         help="creates in the memory run e (default 100000, 20000 with --quick)")
     parser.add_argument("--m2", action="store_true",
-                        help="run the M2 suite instead (loader, replay, query, projector lag; see bench/m2.py)")
+                        help="run the M2 suite instead (loader, replay, query, projector lag; see bench/projection.py)")
     parser.add_argument("--m2-events", type=int, default=None,
                         help="ledger events for --m2 (default 1300000, ~1M objects; 65000 with --quick)")
     parser.add_argument("--m3", action="store_true",
-                        help="run the M3 suite instead (Subscribe: catch-up, live latency, fan-out; see bench/m3.py)")
+                        help="run the M3 suite instead (Subscribe: catch-up, live latency, fan-out; see bench/subscribe.py)")
     parser.add_argument("--m3-events", type=int, default=None,
                         help="catch-up ledger events for --m3 (default 200000; 20000 with --quick)")
     parser.add_argument("--m3-subscriptions", type=int, default=None,
@@ -126,10 +126,10 @@ def _terminate(signum: int, frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "--m4-search" in argv:  # `make bench BENCH_ARGS="--m4-search --quick"`: bench/m4_search.py, its own flags
-        from bench import m4_search
+    if "--m4-search" in argv:  # `make bench BENCH_ARGS="--m4-search --quick"`: bench/search.py, its own flags
+        from bench import search
 
-        return m4_search.main([a for a in argv if a != "--m4-search"])
+        return search.main([a for a in argv if a != "--m4-search"])
     args = parse_args(argv)
     cfg = make_config(args)
     configure_logging("console", os.environ.get("PAMLEDGER_BENCH_LOG_LEVEL", "warning"))
@@ -172,17 +172,17 @@ def _run(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def _run_m2(args: argparse.Namespace) -> int:
-    """The M2 suite (bench/m2.py): its own table and JSON."""
-    from bench import m2, m2_report
+    """The M2 suite (bench/projection.py): its own table and JSON."""
+    from bench import projection, projection_report
 
-    cfg = m2.m2_config(args.quick, args.m2_events, _steps(args.m2_steps, m2.STEPS, "--m2-steps"))
+    cfg = projection.projection_config(args.quick, args.m2_events, _steps(args.m2_steps, projection.STEPS, "--m2-steps"))
     began = time.perf_counter()
     load_before = os.getloadavg()[0]
     with bench_servers() as servers:
         source = "private servers" if servers.private else "servers from PAMLEDGER_NATS_URL/PAMLEDGER_DATABASE_URL"
-        m2.log(f"{source}; {cfg.events:,} events; query {cfg.query_seconds:g} s per kind;"
+        projection.log(f"{source}; {cfg.events:,} events; query {cfg.query_seconds:g} s per kind;"
                f" lag {cfg.lag.duration:g} s per attempt")
-        results = m2.run_suite(servers, cfg)
+        results = projection.run_suite(servers, cfg)
     load = results.get("load")
     ledger = (f"{load['events']:,} ledger events ({load['objects']:,} objects, {load['scopes']} scopes)" if load
               else "no ledger step")
@@ -190,37 +190,37 @@ def _run_m2(args: argparse.Namespace) -> int:
               f" {os.cpu_count()} cores; {source};"
               f" {time.perf_counter() - began:.0f} s wall; 1-min load average {load_before:.1f} at start,"
               f" {os.getloadavg()[0]:.1f} at end")
-    print(m2_report.render(results, header))
+    print(projection_report.render(results, header))
     if args.json is not None:
         meta = {"suite": "m2", "quick": args.quick, "events": cfg.events, "source": source, "cores": os.cpu_count(),
                 "python": platform.python_version(), "wall_seconds": round(time.perf_counter() - began, 1),
                 "time": time.time(), "loadavg_start": load_before, "loadavg_end": os.getloadavg()[0]}
-        args.json.write_text(json.dumps(m2_report.as_json(results, meta, m2.to_jsonable), indent=2, default=str) + "\n")
+        args.json.write_text(json.dumps(projection_report.as_json(results, meta, projection.to_jsonable), indent=2, default=str) + "\n")
     return 0
 
 
 def _run_m3(args: argparse.Namespace) -> int:
-    """The M3 suite (bench/m3.py): its own table and JSON."""
-    from bench import m3, m3_report
+    """The M3 suite (bench/subscribe.py): its own table and JSON."""
+    from bench import subscribe, subscribe_report
 
-    cfg = m3.m3_config(args.quick, args.m3_events, args.m3_subscriptions,
-                       _steps(args.m3_steps, m3.STEPS, "--m3-steps"))
+    cfg = subscribe.subscribe_config(args.quick, args.m3_events, args.m3_subscriptions,
+                       _steps(args.m3_steps, subscribe.STEPS, "--m3-steps"))
     began = time.perf_counter()
     load_before = os.getloadavg()[0]
     with bench_servers() as servers:
         source = "private servers" if servers.private else "servers from PAMLEDGER_NATS_URL/PAMLEDGER_DATABASE_URL"
-        m3.log(f"{source}; catch-up {cfg.events:,} events; live {cfg.live_rate:g}/s for {cfg.live_seconds:g} s;"
+        subscribe.log(f"{source}; catch-up {cfg.events:,} events; live {cfg.live_rate:g}/s for {cfg.live_seconds:g} s;"
                f" fan-out {cfg.fan_scopes * cfg.fan_per_scope} subscriptions, {cfg.fan_rate:g}/s for {cfg.fan_seconds:g} s")
-        results = m3.run_suite(servers, cfg)
+        results = subscribe.run_suite(servers, cfg)
     header = (f"pamledger bench --m3{' --quick' if args.quick else ''}: {os.cpu_count()} cores; {source};"
               f" {time.perf_counter() - began:.0f} s wall; 1-min load average {load_before:.1f} at start,"
               f" {os.getloadavg()[0]:.1f} at end")
-    print(m3_report.render(results, header))
+    print(subscribe_report.render(results, header))
     if args.json is not None:
         meta = {"suite": "m3", "quick": args.quick, "config": vars(cfg), "source": source, "cores": os.cpu_count(),
                 "python": platform.python_version(), "wall_seconds": round(time.perf_counter() - began, 1),
                 "time": time.time(), "loadavg_start": load_before, "loadavg_end": os.getloadavg()[0]}
-        args.json.write_text(json.dumps(m3_report.as_json(results, meta, m3.to_jsonable), indent=2, default=str) + "\n")
+        args.json.write_text(json.dumps(subscribe_report.as_json(results, meta, subscribe.to_jsonable), indent=2, default=str) + "\n")
     return 0
 
 

@@ -11,11 +11,11 @@ Only the Stamp differs from the live writer: ids are fresh uuids like the writer
 follows a synthetic clock spread over `span_days` up to now, so time windows select something.
 
 Mix: `object_created` for new objects (types, validation and lifecycle states varied; content a few
-English sentences, bench.m2_content), and for a share of objects a later `object_updated` and/or a
+English sentences, bench.ledger_content), and for a share of objects a later `object_updated` and/or a
 `validation_transitioned` (a move the section 9.5 table allows), due 1..`follow_up_window` events
 later. Chunks of exactly `chunk` events are self-contained (follow-ups stay in their chunk), so worker
 processes decide chunks in parallel; this process chains the hashes in ledger order and COPYs (binary).
-The database is migrated inside the loading transaction (bench.m2_schema), so the tables take
+The database is migrated inside the loading transaction (bench.ledger_schema), so the tables take
 `COPY ... FREEZE`; keys and indexes are dropped for the load and rebuilt from their catalogued
 definitions afterwards (as pg_restore does). Both are part of the measured time.
 """
@@ -35,8 +35,8 @@ import psycopg
 from psycopg import sql
 
 from bench import pgcopy
-from bench.m2_commands import Key, LoadSpec, chunk_commands, scope_ids
-from bench.m2_schema import BulkIndexes, migrate_in_transaction
+from bench.ledger_commands import Key, LoadSpec, chunk_commands, scope_ids
+from bench.ledger_schema import BulkIndexes, migrate_in_transaction
 from command_handler.chain import GENESIS_HASH, row_hash
 from command_handler.core import decide
 from command_handler.intake import Parsed

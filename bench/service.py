@@ -1,7 +1,7 @@
 """The one way benchmarks run the real service: `python -m pamledger run` in its own process.
 
-Every suite (writer, M2, M3) starts it here, with private subject prefix and stream names, waits until
-it answers, and always stops it and deletes its stream afterwards.
+Every benchmark (write_path, projection, subscribe, ...) starts it here, with private subject prefix and
+stream names, waits until it answers, and always stops it and deletes its stream afterwards.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ async def service_process(servers: Servers, database_url: str, label: str, extra
     child = python_child(f"pamledger-{label}", "pamledger", {
         "PAMLEDGER_NATS_URL": servers.nats_url, "PAMLEDGER_DATABASE_URL": database_url,
         "PAMLEDGER_SUBJECT_PREFIX": prefix, "PAMLEDGER_STREAM_NAME": stream, "PAMLEDGER_LOG_FORMAT": "json",
-        # The bench's load carries no credential: auth is off unless a suite turns it on (bench/m6_auth.py);
+        # The bench's load carries no credential: auth is off unless a suite turns it on (bench/auth.py);
         # the bootstrap tokens `run` makes go to the scratch dir, never the project's .pamledger/.
         "PAMLEDGER_AUTH__MODE": "off", "PAMLEDGER_STATE_DIR": str(servers.work_dir / f"state-{prefix}"),
         **(extra_env or {}),

@@ -1,6 +1,6 @@
-"""M2 projector lag at the target rate, with the writer's work done beforehand.
+"""Projection lag of the projector alone at the target rate, with the writer's work done beforehand.
 
-On these 2-core machines the whole service cannot take 5,000 creates/s (bench.m2_lag measures its
+On these 2-core machines the whole service cannot take 5,000 creates/s (bench.projection_lag measures its
 capacity and the lag at what it sustains), so that step cannot tell whether the projector could. This
 step answers that part alone: the ledger rows of `rate x (warmup + duration)` creates are committed in
 bulk first (bench.ledger_loader, creates only), then the real relay (`command_handler.relay.Relay.follow`,
@@ -9,7 +9,7 @@ TICK seconds; the real projector (`pamledger run --roles projector`, its own pro
 stream into `current_objects`. A row's "commit" time is its scheduled time.
 
 Per event of the measured window: in stream = when the relay's acknowledged publish covering it
-returned; queryable = the first checkpoint NOTIFY covering it (bench.m2_listen, its own process). The
+returned; queryable = the first checkpoint NOTIFY covering it (bench.projection_listen, its own process). The
 writer's CPU and Postgres work are absent, so this is the projector's (and relay's) capability at the
 rate, not the service's: the same machine gives the projector both cores here.
 """
@@ -25,9 +25,9 @@ from nats.aio.client import Client as NATS
 
 from bench.ledger_loader import LoadSpec, load_ledger
 from bench.load import Result
-from bench.m2_explain import commit_stats
-from bench.m2_lag import TARGET_RATE, covered_at, read_checkpoints, wait_for_file
 from bench.procs import python_child
+from bench.projection_explain import commit_stats
+from bench.projection_lag import TARGET_RATE, covered_at, read_checkpoints, wait_for_file
 from bench.scenarios import Config, other_cpu
 from bench.servers import Servers
 from bench.service import service_process
@@ -106,7 +106,8 @@ async def _attempt(servers: Servers, cfg: Config, log: Any, rate: float) -> dict
                                    roles="projector") as (nc, prefix, stream, child):
             relay = TimedRelay(nc, url, stream, prefix, 0)
             rows = await _all_rows(relay, url)
-            listener = python_child("m2-projector-listen", "bench.m2_listen", {}, servers.work_dir, url, str(out_path))
+            listener = python_child("m2-projector-listen", "bench.projection_listen", {}, servers.work_dir, url,
+                                    str(out_path))
             follow = asyncio.create_task(relay.follow())
             try:
                 listener.start()

@@ -1,8 +1,8 @@
-"""M3 live latency: one SDK push subscriber, creates paced open loop; reply (after COMMIT) -> delivered.
+"""Subscribe live latency: one SDK push subscriber, creates paced open loop; reply (after COMMIT) -> delivered.
 
 A fresh service on a fresh database; one scope; `MemoryClient.subscribe(scope, actor)` without
 `after_sequence` (new events only) on its own NATS connection, iterated by a task that notes the
-monotonic time each event is handed out. Creates are sent at `rate`/s (bench.m3_pace) on another
+monotonic time each event is handed out. Creates are sent at `rate`/s (bench.pace) on another
 connection; per create in the measured window, lag = time the subscriber got its event (matched by
 ledger_sequence) - time its reply arrived. The NATS echo round trip (bench.echo, serial, create-sized
 payload) is measured in the same run as the floor.
@@ -19,10 +19,10 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from bench.load import ACTOR, create_payload, create_scope
-from bench.m3_pace import Paced, create_bodies, lag_stats, paced_creates
-from bench.m3_service import Log, log_signs, log_watches, sdk_events, service_on, stop_task
+from bench.pace import Paced, create_bodies, lag_stats, paced_creates
 from bench.servers import Servers
 from bench.service import serial_echo
+from bench.subscribe_service import Log, log_signs, log_watches, sdk_events, service_on, stop_task
 from memory_client.client import MemoryClient
 from memory_client.subscription import Subscription
 

@@ -1,12 +1,12 @@
-"""M3 fan-out: many open push subscriptions on one gateway while creates flow into their scopes.
+"""Subscribe fan-out: many open push subscriptions on one gateway while creates flow into their scopes.
 
 A fresh service; `scopes` scopes with `per_scope` push subscriptions each, opened with raw
 `{prefix}.sub.open` requests (a bounded number in flight). The subscribers are raw nats-py protocol
-clients (bench.m3_fleet: one wildcard subscription for all, gap -> resume, cumulative plain-publish acks
+clients (bench.subscribe_fleet: one wildcard subscription for all, gap -> resume, cumulative plain-publish acks
 every 50 ms), not SDK iterators: one iterator task per subscriber would make the bench, not the
 gateway, the bottleneck.
 
-Creates go out at `rate`/s open loop, round-robin over the scopes (bench.m3_pace; sending stops early only
+Creates go out at `rate`/s open loop, round-robin over the scopes (bench.pace; sending stops early only
 past five seconds of unanswered creates, so a service that falls behind shows it). Verdicts: every
 subscriber received every create of its scope (no gap, no close); "without falling behind": deliveries
 per second during the window >= 95% of what the create rate needs (rate x subscriptions per scope) and
@@ -26,10 +26,10 @@ import psycopg
 from nats.aio.client import Client as NATS
 
 from bench.load import ACTOR, REQUEST_TIMEOUT, BadReply, create_scope
-from bench.m3_fleet import Fleet, Subscriber
-from bench.m3_pace import Paced, create_bodies, lag_stats, paced_creates, quantile
-from bench.m3_service import Log, connect, idle_cpu, listener_pid, log_signs, log_watches, service_on
+from bench.pace import Paced, create_bodies, lag_stats, paced_creates, quantile
 from bench.servers import Servers
+from bench.subscribe_fleet import Fleet, Subscriber
+from bench.subscribe_service import Log, connect, idle_cpu, listener_pid, log_signs, log_watches, service_on
 
 GROWTH_FACTOR, GROWTH_SLACK_MS = 1.5, 10.0
 KEEP_UP = 0.95  # deliveries per second during the window, as a share of what the create rate needs
@@ -150,8 +150,8 @@ async def fanout_benchmark(servers: Servers, scopes: int, per_scope: int, rate: 
     names = [f"workspace:m3-fan-{i:03d}" for i in range(scopes)]
     db_name, url = servers.fresh_database("m3fan")
     out: dict[str, Any] = {"scopes": scopes, "per_scope": per_scope, "rate": rate,
-                           "subscriber": "raw nats-py protocol clients (bench.m3_fleet: one wildcard subscription,"
-                                         " resume on gap, plain-publish acks every 50 ms)"}
+                           "subscriber": "raw nats-py protocol clients (bench.subscribe_fleet: one wildcard"
+                                         " subscription, resume on gap, plain-publish acks every 50 ms)"}
     try:
         async with service_on(servers, url, "m3fan") as (nc, prefix, stream, child):
             await asyncio.gather(*(create_scope(nc, prefix, s) for s in names))

@@ -1,4 +1,4 @@
-"""The synthetic command stream of the M2 ledger loader: what each chunk of the ledger says, in order.
+"""The synthetic command stream of bench.ledger_loader: what each chunk of the ledger says, in order.
 
 A chunk is exactly `LoadSpec.chunk` events (the last may be shorter) and self-contained: objects created
 in it get their follow-ups (an update and/or a validation transition) inside it, so chunks can be
@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from bench.m2_content import ContentMaker
+from bench.ledger_content import ContentMaker
 from command_handler.state import Stamp
 from schemas.commands import CreateObject, ObjectCommand, TransitionState, UpdateObject
 from schemas.envelope import Actor, Provenance

@@ -1,12 +1,12 @@
 """`python -m bench --m3`: the M3 suite (Subscribe) on private servers, baselines in the same run.
 
 1. catch-up: a bulk-loaded one-scope ledger, replicated by the service's relay; one SDK subscriber from
-   after_sequence=0 vs a raw JetStream pull consumer on the same stream and subject (bench.m3_catchup).
+   after_sequence=0 vs a raw JetStream pull consumer on the same stream and subject (bench.subscribe_catchup).
 2. live: one SDK push subscriber, 1,000 creates/s open loop; reply -> delivered p50/p99, split at the
    relay's publish; NATS echo round trip as the floor; the same at 100/s as a light-load reference
-   (bench.m3_live).
+   (bench.subscribe_live).
 3. fan-out: 1,000 push subscriptions (100 scopes x 10) on one gateway, 1,000 creates/s over the
-   scopes; every delivery checked, lag per third of the window (bench.m3_fanout).
+   scopes; every delivery checked, lag per third of the window (bench.subscribe_fanout).
 Every database is dropped, every service stopped and every stream deleted at the end, also on error or
 Ctrl-C. Each step also records how much CPU other processes on the machine used meanwhile: the
 numbers are only comparable on an otherwise idle machine.
@@ -25,15 +25,15 @@ from typing import Any
 import psutil  # type: ignore[import-untyped]
 
 from bench.load import Result
-from bench.m3_catchup import catchup_benchmark
-from bench.m3_fanout import fanout_benchmark
-from bench.m3_live import live_benchmark
-from bench.m3_service import listener_pid
 from bench.servers import Servers
+from bench.subscribe_catchup import catchup_benchmark
+from bench.subscribe_fanout import fanout_benchmark
+from bench.subscribe_live import live_benchmark
+from bench.subscribe_service import listener_pid
 
 
 @dataclass(frozen=True)
-class M3Config:
+class SubscribeConfig:
     events: int
     live_rate: float
     light_rate: float
@@ -49,18 +49,18 @@ class M3Config:
 STEPS = ("catchup", "live", "light", "fanout")
 
 
-def m3_config(quick: bool, events: int | None = None, subscriptions: int | None = None,
-              steps: tuple[str, ...] = STEPS) -> M3Config:
+def subscribe_config(quick: bool, events: int | None = None, subscriptions: int | None = None,
+              steps: tuple[str, ...] = STEPS) -> SubscribeConfig:
     """Full: 200k events, 15 s live, 1,000 subscriptions; quick: 20k events, 5 s, 200 subscriptions."""
     subs = subscriptions or (200 if quick else 1000)
-    return M3Config(events=events or (20_000 if quick else 200_000), live_rate=1000.0, light_rate=100.0,
+    return SubscribeConfig(events=events or (20_000 if quick else 200_000), live_rate=1000.0, light_rate=100.0,
                     live_seconds=5.0 if quick else 15.0, warmup=1.0 if quick else 2.0,
                     fan_scopes=max(1, subs // 10), fan_per_scope=10, fan_rate=1000.0,
                     fan_seconds=5.0 if quick else 15.0, steps=steps)
 
 
 def log(text: str) -> None:
-    print(f"bench m3: {text}", file=sys.stderr, flush=True)
+    print(f"bench subscribe: {text}", file=sys.stderr, flush=True)
 
 
 class ForeignLoad:
@@ -107,8 +107,8 @@ def _step(out: dict[str, Any], name: str, run: Callable[[], dict[str, Any]], roo
             " its numbers are not those of an idle machine")
 
 
-def run_suite(servers: Servers, cfg: M3Config) -> dict[str, Any]:
-    """Run the three benchmarks; returns their raw results (see bench.m3_report for the table)."""
+def run_suite(servers: Servers, cfg: SubscribeConfig) -> dict[str, Any]:
+    """Run the three benchmarks; returns their raw results (see bench.subscribe_report for the table)."""
     out: dict[str, Any] = {"cores": os.cpu_count()}
     postgres = listener_pid(servers.admin_url) if servers.private else None
     roots = (postgres,) if postgres else ()

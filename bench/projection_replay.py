@@ -1,4 +1,4 @@
-"""M2 replay benchmark: `projector.replay.replay` against the raw rate of reading and decoding the ledger.
+"""Projection's replay step: `projector.replay.replay` against the raw rate of reading and decoding the ledger.
 
 The baseline is the floor any rebuild has to pay: `COPY (SELECT ledger_sequence, event FROM ledger ORDER
 BY ledger_sequence) TO STDOUT (FORMAT BINARY)` through the same async psycopg API replay uses, decoding

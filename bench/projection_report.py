@@ -1,4 +1,4 @@
-"""The M2 table (values, targets, PASS/MISS), the details under it, and the JSON form."""
+"""The projection benchmark's table (values, targets, PASS/MISS), the details under it, and the JSON form."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def _details(res: dict[str, Any]) -> list[str]:
 
 
 def _projector_details(p: dict[str, Any]) -> list[str]:
-    """The projector-alone step (bench.m2_projector)."""
+    """The projector-alone step (bench.projection_projector)."""
     parts = "; ".join(f"{p[k].name} p50/p99 {_fmt(_ms(p[k], 0.5))}/{_fmt(_ms(p[k], 0.99))} ms"
                       for k in ("relay", "projector"))
     return [f"projector alone: {p['events']:,} creates committed in bulk ({p['load']['seconds']} s), then the relay"

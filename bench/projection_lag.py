@@ -1,9 +1,9 @@
-"""M2 projector lag: open-loop paced creates through the real service; reply-to-queryable time per create.
+"""Projection lag: open-loop paced creates through the real service; reply-to-queryable time per create.
 
 The service (`python -m pamledger run`: writer + relay + projector + query) runs in its own process
 on a fresh database (bench.scenarios.pamledger_service). The bench sends creates on a fixed schedule
 (open loop: a slow reply never delays the next send) and records, per create, the monotonic time its
-reply arrived (after COMMIT) and its ledger_sequence. A separate process (bench.m2_listen) LISTENs on
+reply arrived (after COMMIT) and its ledger_sequence. A separate process (bench.projection_listen) LISTENs on
 `pamledger_projection`, where the projector NOTIFYs each new checkpoint at COMMIT, and logs arrival
 times. An object is queryable from the first checkpoint >= its ledger_sequence; lag = that time minus
 the reply time (0 when the projection was already there). If 5,000/s cannot be sustained (backlog over
@@ -23,8 +23,8 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from bench.load import Result, check_result, create_requests, created_sequence, drive
-from bench.m2_explain import commit_stats, explain_projector_batch
 from bench.procs import python_child
+from bench.projection_explain import commit_stats, explain_projector_batch
 from bench.scenarios import Config, pamledger_service, writer_status
 from bench.servers import Servers
 from infra.subjects import command_subject
@@ -145,7 +145,7 @@ async def lag_benchmark(servers: Servers, cfg: Config, log: Any) -> dict[str, An
     async with pamledger_service(servers, "m2lag") as (nc, prefix, child, _db):
         await nc.subscribe(f"{prefix}.ledger.>", cb=on_ledger, pending_msgs_limit=1_000_000,
                            pending_bytes_limit=1 << 30)
-        listener = python_child("m2-listen", "bench.m2_listen", {}, servers.work_dir,
+        listener = python_child("m2-listen", "bench.projection_listen", {}, servers.work_dir,
                                 child.env["PAMLEDGER_DATABASE_URL"], str(out_path))
         try:
             database_url = child.env["PAMLEDGER_DATABASE_URL"]

@@ -1,6 +1,6 @@
 """Projection checkpoint listener for the lag benchmark: LISTEN pamledger_projection, log arrivals.
 
-    python -m bench.m2_listen DATABASE_URL OUT_PATH
+    python -m bench.projection_listen DATABASE_URL OUT_PATH
 
 Writes one line per notification, `<time.monotonic()> <checkpoint>`, to OUT_PATH (the first line is the
 checkpoint read at start). time.monotonic is CLOCK_MONOTONIC, shared by every process on the machine,

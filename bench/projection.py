@@ -2,11 +2,11 @@
 
 1. loader: a synthetic, hash-chained ledger COPYed into a fresh database (bench.ledger_loader); with
    --quick the whole chain is checked with command_handler.verify.verify_tables.
-2. replay: projector.replay.replay vs. raw binary COPY + msgspec decode of the same ledger (bench.m2_replay).
+2. replay: projector.replay.replay vs. raw binary COPY + msgspec decode of the same ledger (bench.projection_replay).
 3. query: replay --swap builds current_objects, the real service answers structured and full-text
-   queries through NATS; baselines NATS echo and SQL only; EXPLAIN of the slowest variants (bench.m2_query);
+   queries through NATS; baselines NATS echo and SQL only; EXPLAIN of the slowest variants (bench.projection_query);
    a writer probe then appends to the loaded ledger through NATS and waits for the projection.
-4. lag: open-loop creates on a fresh service, reply -> queryable via LISTEN (bench.m2_lag).
+4. lag: open-loop creates on a fresh service, reply -> queryable via LISTEN (bench.projection_lag).
 Every database is dropped and every service stopped at the end, also on error or Ctrl-C.
 """
 
@@ -25,11 +25,11 @@ import psycopg
 
 from bench.ledger_loader import LoadSpec, load_ledger, scope_ids
 from bench.load import Result
-from bench.m2_lag import lag_benchmark
-from bench.m2_projector import projector_lag
-from bench.m2_query import as_result, explain_variants, fulltext_maker, run_kind, sql_only, structured_maker
-from bench.m2_replay import build_projection, replay_benchmark
-from bench.m2_service import service_on, writer_probe
+from bench.projection_lag import lag_benchmark
+from bench.projection_projector import projector_lag
+from bench.projection_query import as_result, explain_variants, fulltext_maker, run_kind, sql_only, structured_maker
+from bench.projection_replay import build_projection, replay_benchmark
+from bench.projection_service import service_on, writer_probe
 from bench.scenarios import Config
 from bench.servers import Servers
 from bench.service import serial_echo
@@ -37,7 +37,7 @@ from command_handler.verify import verify_tables
 
 
 @dataclass(frozen=True)
-class M2Config:
+class ProjectionConfig:
     events: int
     scopes: int
     query_seconds: float
@@ -48,20 +48,20 @@ class M2Config:
 
 
 # ledger: loader, replay, query (they share the loaded ledger); lag: the service's commit -> queryable lag;
-# projector: the same lag at 5,000/s with the writer's work done beforehand (bench.m2_projector)
+# projector: the same lag at 5,000/s with the writer's work done beforehand (bench.projection_projector)
 STEPS = ("ledger", "lag", "projector")
 
 
-def m2_config(quick: bool, events: int | None, steps: tuple[str, ...] = STEPS) -> M2Config:
+def projection_config(quick: bool, events: int | None, steps: tuple[str, ...] = STEPS) -> ProjectionConfig:
     """Full: 1.3M events (~1M objects) in 100 scopes; quick: 65k events (~50k objects)."""
-    return M2Config(events=events or (65_000 if quick else 1_300_000), scopes=100,
+    return ProjectionConfig(events=events or (65_000 if quick else 1_300_000), scopes=100,
                     query_seconds=4.0 if quick else 12.0, query_warmup=1.0 if quick else 3.0,
                     lag=Config(duration=5.0 if quick else 15.0, warmup=1.0 if quick else 2.0), verify=quick,
                     steps=steps)
 
 
 def log(text: str) -> None:
-    print(f"bench m2: {text}", file=sys.stderr, flush=True)
+    print(f"bench projection: {text}", file=sys.stderr, flush=True)
 
 
 def _progress(note: dict[str, Any], last: list[float]) -> None:
@@ -70,8 +70,8 @@ def _progress(note: dict[str, Any], last: list[float]) -> None:
         log(f"loader: {note['events']:,} of {note['of']:,} events")
 
 
-def run_suite(servers: Servers, cfg: M2Config) -> dict[str, Any]:
-    """Run all four benchmarks; returns their raw results (see bench.m2_report for the table)."""
+def run_suite(servers: Servers, cfg: ProjectionConfig) -> dict[str, Any]:
+    """Run all four benchmarks; returns their raw results (see bench.projection_report for the table)."""
     out: dict[str, Any] = {}
     if "ledger" in cfg.steps:
         _ledger_steps(servers, cfg, out)
@@ -84,7 +84,7 @@ def run_suite(servers: Servers, cfg: M2Config) -> dict[str, Any]:
     return out
 
 
-def _ledger_steps(servers: Servers, cfg: M2Config, out: dict[str, Any]) -> None:
+def _ledger_steps(servers: Servers, cfg: ProjectionConfig, out: dict[str, Any]) -> None:
     """Loader, replay, projection and query over one bulk-loaded ledger."""
     db_name, url = servers.fresh_database("m2", migrated=False)
     try:
@@ -121,7 +121,7 @@ def _verify(url: str, head: int) -> dict[str, Any]:
     return report
 
 
-async def query_benchmark(servers: Servers, url: str, load: dict[str, Any], cfg: M2Config) -> dict[str, Any]:
+async def query_benchmark(servers: Servers, url: str, load: dict[str, Any], cfg: ProjectionConfig) -> dict[str, Any]:
     """Structured, second-page and full-text latency through the service; echo and SQL-only baselines."""
     rng = random.Random(7)
     scopes = scope_ids(cfg.scopes)

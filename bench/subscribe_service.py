@@ -1,4 +1,4 @@
-"""M3 plumbing: the real service on a given database, waiting for relay and projector, the echo baseline.
+"""Subscribe plumbing: the real service on a given database, waiting for relay and projector, the echo baseline.
 
 `service_on` starts `python -m pamledger run` (writer + relay + projector + query + Subscribe gateway)
 on a database that may already hold a bulk-loaded ledger and has no JetStream replica yet: the relay

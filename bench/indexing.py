@@ -1,4 +1,4 @@
-"""`python -m bench.m4_index`: the indexer against its embedder, its freshness, and its memory (issue #13).
+"""`python -m bench.indexing`: the indexer against its embedder, its freshness, and its memory (issue #13).
 
 Three measurements, each with its baseline from the same run, on a fresh database and private servers:
 
@@ -45,9 +45,9 @@ import psutil  # type: ignore[import-untyped]
 import psycopg
 from psycopg import sql
 
+from bench.embedding import corpus
 from bench.load import ACTOR, PROVENANCE, check_result, drive_count
-from bench.m3_pace import lag_stats, paced_creates
-from bench.m4_embed import corpus
+from bench.pace import lag_stats, paced_creates
 from bench.procs import Child, python_child, wait_answering
 from bench.servers import Servers, bench_servers
 from bench.service import connect, service_names
@@ -398,7 +398,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.m4_index", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.indexing", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="minilm", help="space of the throughput and freshness runs")
     parser.add_argument("--objects", type=int, default=2000, help="creates the throughput run indexes")

@@ -1,4 +1,4 @@
-"""Smoke test of `python -m bench.m4_search --mid`: mid-size scopes get their own rows (exact, every HNSW
+"""Smoke test of `python -m bench.search --mid`: mid-size scopes get their own rows (exact, every HNSW
 setting, the service's own setting) and a verdict line each; the default layout is unchanged by the option.
 Not a timed test: the numbers themselves are not checked."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.m4_search import parse_args, run, service_setting
-from bench.m4_search_data import Layout
-from bench.m4_search_report import render
+from bench.search import parse_args, run, service_setting
+from bench.search_data import Layout
+from bench.search_report import render
 
 
 def test_mid_layout_carves_mid_scopes_out_of_the_big_one() -> None:
@@ -40,8 +40,8 @@ def test_search_bench_measures_mid_scopes_with_the_service_setting(env: Any) -> 
 def test_mid_only_keeps_hnsw_rows_for_mid_scopes_and_exact_baselines() -> None:
     from psycopg import sql
 
-    from bench.m4_search import methods, parse_settings
-    from bench.m4_search_load import Loaded, Timings
+    from bench.search import methods, parse_settings
+    from bench.search_load import Loaded, Timings
 
     loaded = Loaded(sql.Identifier("t"), "t_hnsw", Timings(1))
     found = [(m[0], m[1], m[2]) for m in methods(loaded, parse_settings("40,100"), ["big", "small", "mid:5000"], True)]

@@ -1,4 +1,4 @@
-"""The M3 results table: values, targets, same-run baselines and PASS/MISS; and the JSON form."""
+"""The subscribe benchmark's table: values, targets, same-run baselines and PASS/MISS; and the JSON form."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from bench.m4_search_data import copy_chunks
+from bench.search_data import copy_chunks
 from embedding.embedders import minilm_space
 from embedding.store import create_space
 from schemas.embedding import encode_space, space_digest

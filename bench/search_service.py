@@ -1,8 +1,8 @@
-"""`python -m bench.m4_search_service`: semantic search THROUGH THE SERVICE at 200,000 vectors (issue #13).
+"""`python -m bench.search_service`: semantic search THROUGH THE SERVICE at 200,000 vectors (issue #13).
 
-bench/m4_search measured the search SQL alone. This measures `{prefix}.query.search` (query/semantic.py):
+bench/search measured the search SQL alone. This measures `{prefix}.query.search` (query/semantic.py):
 NATS, the join with `current_objects` inside the HNSW scan, the filters, content and envelopes, on the same
-layout (one scope of N/2, 100 scopes of N/200) and the same clustered vectors (bench/m4_search_data).
+layout (one scope of N/2, 100 scopes of N/200) and the same clustered vectors (bench/search_data).
 
 How: private servers, a fresh database, the service as a process with roles writer,query,projector,gateway
 (no indexer). N claims are created THROUGH THE WRITER (64 in flight); the run waits until the projection
@@ -13,22 +13,22 @@ THE INDEXER IS BYPASSED: without an indexer role nobody projects the registry ro
 table, so this bench does it itself: `create_space` (registered_sequence = the registration's ledger
 sequence), the row set ready + default, the HNSW index dropped, one COPY of a vector per object
 (version_sequence 1, content_digest from current_objects), the index rebuilt, VACUUM ANALYZE. The vectors
-are m4_search_data's (real MiniLM + noisy copies), not the indexer's embeddings of the claims' text
+are search_data's (real MiniLM + noisy copies), not the indexer's embeddings of the claims' text
 (each claim's text is its vector's cluster source, so close to what MiniLM would make of it, not equal).
 
 Objects are created `unverified`, which the default search filters hide: every request passes
 `validation_states: ["unverified"]`. Requests are serial, one at a time after a warm-up, each timed wall
 clock at the client. Ground truth: exact top-10 within the scope from SQL (enable_indexscan off).
 Baselines from the same run: a `status.query` NATS round trip (no work), and the bench SQL alone
-(bench/m4_search_sql: HNSW ef 400 / 40 candidates for the big scope, the exact CTE for small ones).
+(bench/search_sql: HNSW ef 400 / 40 candidates for the big scope, the exact CTE for small ones).
 Targets: recall@10 >= 0.95 in both kinds of scope, p50 <= 20 ms.
 
 Text modes (`--text-modes`, default semantic-text, lexical, hybrid): the same scopes searched by text, the
 held-out sentence behind each query vector and a short phrase of it (`--query-texts`), with the space
 MiniLM's (the service embeds the text) and each claim's statement the text of its vector's cluster
 source, so the lexical and semantic lists look at the same neighbourhoods. Baselines for them: MiniLM on
-one text in this process, the lexical list's SQL alone, and `query.query` full text (M2's path). `--mid`
-adds mid-size scopes (bench.m4_search --mid), searched by vector.
+one text in this process, the lexical list's SQL alone, and `query.query` full text (projection's query
+path). `--mid` adds mid-size scopes (bench.search --mid), searched by vector.
 """
 
 from __future__ import annotations
@@ -46,14 +46,14 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from bench.indexing import Bench, create_all, wait_until
 from bench.load import check_result
-from bench.m4_index import Bench, create_all, wait_until
-from bench.m4_search import embed_corpus
-from bench.m4_search_data import BIG_SCOPE, DOMAINS, Layout, assemble, mid_scope, small_scope, texts
-from bench.m4_search_report import percentile
-from bench.m4_search_service_load import create_bodies, load_vectors, make_scopes, register_default
-from bench.m4_search_sql import (EXACT_SETTINGS, GROUND_TRUTH_SETTINGS, HnswSetting, exact_query, ground_truth_query,
-                                 hnsw_query, search, timed_searches)
+from bench.search import embed_corpus
+from bench.search_data import BIG_SCOPE, DOMAINS, Layout, assemble, mid_scope, small_scope, texts
+from bench.search_report import percentile
+from bench.search_service_load import create_bodies, load_vectors, make_scopes, register_default
+from bench.search_sql import (EXACT_SETTINGS, GROUND_TRUTH_SETTINGS, HnswSetting, exact_query, ground_truth_query,
+                              hnsw_query, search, timed_searches)
 from bench.servers import bench_servers
 from bench.service import connect
 from embedding.known import descriptor_for, embedder_for
@@ -70,7 +70,7 @@ K = 10
 
 
 def log(message: str) -> None:
-    print(f"m4_search_service [{time.strftime('%H:%M:%S')}]: {message}", file=sys.stderr, flush=True)
+    print(f"search_service [{time.strftime('%H:%M:%S')}]: {message}", file=sys.stderr, flush=True)
 
 
 def stats(times: list[float], recalls: list[float] | None = None) -> dict[str, Any]:
@@ -366,7 +366,7 @@ def _line(kind: str, label: str, s: dict[str, Any]) -> str:
 
 
 def render(out: dict[str, Any]) -> str:
-    lines = [f"m4_search_service: {out['objects']:,} objects through the writer ({out['creates_per_s']}/s),"
+    lines = [f"search_service: {out['objects']:,} objects through the writer ({out['creates_per_s']}/s),"
              f" vectors: {out['indexer']}; {out['queries']} queries per kind; loadavg {out['loadavg_start'][0]:.1f}"
              f" -> {out['loadavg_end'][0]:.1f}",
              f"baseline status.query NATS round trip: p50 {out['status_query_baseline']['p50_ms']} ms,"
@@ -404,7 +404,7 @@ def render(out: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.m4_search_service", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.search_service", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--objects", type=int, default=None, help="objects created (default 200000)")
     parser.add_argument("--queries", type=int, default=None, help="query vectors per kind (default 200)")
@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="texts of the text modes: 'sentence' (the held-out text behind each query vector) and/or"
                              " 'phrase' (its first vocabulary phrase, e.g. 'the quarterly revenue report')")
     parser.add_argument("--mid", default="", metavar="N,N,...",
-                        help="also one scope of each of these sizes, carved out of the big one (bench.m4_search"
+                        help="also one scope of each of these sizes, carved out of the big one (bench.search"
                              " --mid), searched by vector only")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)

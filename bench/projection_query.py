@@ -1,4 +1,4 @@
-"""M2 query benchmark: structured and full-text Query latency through NATS and the real query service.
+"""Projection's query step: structured and full-text Query latency through NATS and the real query service.
 
 One request in flight (latency, not throughput), random scope per request, `limit` 50. Structured
 variants mix the default filters, object_types, validation_states, committed_at windows and the
@@ -23,8 +23,8 @@ import msgspec
 import psycopg
 from nats.aio.client import Client as NATS
 
+from bench.ledger_content import search_text
 from bench.load import REQUEST_TIMEOUT, BadReply, Result
-from bench.m2_content import search_text
 from query.cursor import decode_cursor
 from query.plan import build
 from schemas.queries import decode_query

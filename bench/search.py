@@ -1,10 +1,10 @@
-"""`python -m bench.m4_search`: scoped vector search, exact vs HNSW with iterative scans (issue #13, Search).
+"""`python -m bench.search`: scoped vector search, exact vs HNSW with iterative scans (issue #13, Search).
 
 200,000 vectors of 384 dims in ONE space table (`embedding.store.create_space`) on a private
 Postgres: one scope of 100,000 and 100 scopes of 1,000. A share are real MiniLM vectors of generated
-texts, the rest clustered around them (bench/m4_search_data.py). ~200 queries (held-out texts and noisy
+texts, the rest clustered around them (bench/search_data.py). ~200 queries (held-out texts and noisy
 copies) run against the big scope and against random small scopes; ground truth is the exact top-10 in
-the scope (no index scan). Each method (bench/m4_search_sql.py) reports recall@10 against it and wall
+the scope (no index scan). Each method (bench/search_sql.py) reports recall@10 against it and wall
 clock latency p50/p95 per query on one warm connection, next to the same run's baselines: a `SELECT 1`
 round trip and the exact search of a 1,000-vector scope. Targets: recall@10 >= 0.95 in both kinds of
 scope with p50 <= 20 ms. `--mid 5000,10000,30000` adds one scope of each size (carved out of the big
@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from bench.m4_search_data import (BIG_SCOPE, Layout, assemble, mid_scope, nearest_neighbour_cosine, noisy_copies,
-                                  small_scope, texts)
-from bench.m4_search_load import Loaded, load
-from bench.m4_search_report import Row, percentile, render
-from bench.m4_search_sql import (EXACT_SETTINGS, GROUND_TRUTH_SETTINGS, HnswSetting, exact_query,
-                                 ground_truth_query, hnsw_query, plan_uses, search, timed_searches)
+from bench.search_data import (BIG_SCOPE, Layout, assemble, mid_scope, nearest_neighbour_cosine, noisy_copies,
+                               small_scope, texts)
+from bench.search_load import Loaded, load
+from bench.search_report import Row, percentile, render
+from bench.search_sql import (EXACT_SETTINGS, GROUND_TRUTH_SETTINGS, HnswSetting, exact_query,
+                              ground_truth_query, hnsw_query, plan_uses, search, timed_searches)
 from bench.servers import bench_servers
 from embedding.embedders import MiniLMEmbedder
 from embedding.store import vector_literal
@@ -42,7 +42,7 @@ K = 10
 
 
 def log(message: str) -> None:
-    print(f"m4_search: {message}", file=sys.stderr, flush=True)
+    print(f"search: {message}", file=sys.stderr, flush=True)
 
 
 def parse_settings(text: str) -> list[HnswSetting]:
@@ -57,7 +57,7 @@ def parse_settings(text: str) -> list[HnswSetting]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.m4_search", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.search", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vectors", type=int, default=None, help="vectors in the table (default 200000)")
     parser.add_argument("--real", type=int, default=None, help="real MiniLM vectors among them (default 2500)")

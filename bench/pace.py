@@ -1,4 +1,4 @@
-"""Open-loop paced creates for the M3 live and fan-out benchmarks.
+"""Open-loop paced creates for the subscribe (live, fan-out) and indexing (freshness) benchmarks.
 
 Creates go out on a fixed schedule (`rate` per second; a slow reply never delays the next send), each
 to the scope `scope_of(i)` with a unique idempotency key. Per create the bench records the monotonic

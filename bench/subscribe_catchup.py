@@ -1,4 +1,4 @@
-"""M3 catch-up: one subscriber reads a whole scope's history from `after_sequence=0`, SDK vs raw JetStream.
+"""Subscribe catch-up: one subscriber reads a whole scope's history from `after_sequence=0`, SDK vs raw JetStream.
 
 The ledger (one scope) is bulk-loaded into a fresh database (bench.ledger_loader, the writer's own core
 decides every event); the real service then starts on it with no stream, so its relay republishes every
@@ -29,8 +29,8 @@ from nats.js.errors import NotFoundError
 
 from bench.ledger_loader import LoadSpec, load_ledger, scope_ids
 from bench.load import ACTOR
-from bench.m3_service import Log, connect, sdk_events, service_on, stop_task, wait_settled
 from bench.servers import Servers
+from bench.subscribe_service import Log, connect, sdk_events, service_on, stop_task, wait_settled
 from infra.subjects import scope_token
 from memory_client.client import MemoryClient
 

@@ -1,12 +1,12 @@
-"""Smoke test of `python -m bench.m4_search` at a tiny size: every path runs the plan it claims, exact is
+"""Smoke test of `python -m bench.search` at a tiny size: every path runs the plan it claims, exact is
 exact, and the table prints a verdict per target. Not a timed test: the numbers themselves are not checked."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bench.m4_search import parse_args, run
-from bench.m4_search_report import render
+from bench.search import parse_args, run
+from bench.search_report import render
 
 
 def test_search_bench_runs_each_path_on_its_intended_plan_and_exact_is_exact(env: Any) -> None:

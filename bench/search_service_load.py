@@ -1,9 +1,9 @@
-"""Getting bench.m4_search_service's objects and vectors in: claims through the writer, a space registered
+"""Getting bench.search_service's objects and vectors in: claims through the writer, a space registered
 through the writer, and then the indexer's job done by the bench (it runs without an indexer role).
 
 Why bypass the indexer: it would embed each claim's text with the space's model; the search benchmark needs
-m4_search_data's clustered vectors (real MiniLM neighbourhoods) at 200,000 rows, loaded in seconds by
-one COPY with the HNSW index built once afterwards, as bench/m4_search_load does.
+search_data's clustered vectors (real MiniLM neighbourhoods) at 200,000 rows, loaded in seconds by
+one COPY with the HNSW index built once afterwards, as bench/search_load does.
 """
 
 from __future__ import annotations

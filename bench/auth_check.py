@@ -1,6 +1,6 @@
-"""`python -m bench.m6_auth_micro`: where the writer's per-command authorization time goes, in-process.
+"""`python -m bench.auth_check`: where the writer's per-command authorization time goes, in-process.
 
-The end-to-end pairs (bench.m6_auth) are noisy on a shared 2-core machine; this times the exact code the
+The end-to-end pairs (bench.auth) are noisy on a shared 2-core machine; this times the exact code the
 writer runs per create (command_handler.writer: `parse`, then `denials.admit`), with auth off (AllowAll)
 and enforced (TokenPolicy over a grants snapshot of 1,000 actors and credentials), and its parts: the
 header parse of nats-py with and without the Authorization header, the token's sha256 + constant-time
@@ -62,7 +62,7 @@ def best_us(fn: Any, number: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.m6_auth_micro", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.auth_check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--number", type=int, default=20_000)
     parser.add_argument("--actors", type=int, default=1_000)
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         ("nats-py header parse, with the token", _nats_headers(_raw_headers(signed))),
     ]
     base = best_us(rows[0][1], n)
-    print(f"bench.m6_auth_micro: best of 5 x {n:,} calls; snapshot of {args.actors:,} actors; us per call"
+    print(f"bench.auth_check: best of 5 x {n:,} calls; snapshot of {args.actors:,} actors; us per call"
           f" (and as a share of parse(create) = {base:.2f} us)")
     for name, fn in rows:
         us = base if fn is rows[0][1] else best_us(fn, n)

@@ -1,4 +1,4 @@
-"""Synthetic memory content for the M2 benchmarks: short English sentences from a fixed vocabulary.
+"""Synthetic memory content of the bulk-loaded ledger: short English sentences from a fixed vocabulary.
 
 The loader writes claims, observations, decisions … whose content is a few varied sentences, so full
 text has something to find; the query benchmark draws its search words from the same vocabulary

@@ -16,7 +16,7 @@ help:  ## list the targets
 	@echo "  venv    create .venv and install pamledger[test,bench] (only when pyproject.toml changed)"
 	@echo "  run     start local NATS + Postgres, migrate and serve in the foreground until Ctrl-C"
 	@echo "  test    run the test suite (PYTEST_ARGS=... passes extra pytest arguments)"
-	@echo "  bench   run the benchmarks (BENCH_ARGS=... passes extra arguments)"
+	@echo "  bench   run a benchmark: BENCH_ARGS='NAME ARGS' (default write_path; BENCH_ARGS=--list names them)"
 	@echo "  up      start local NATS + Postgres in the background (state in $(STATE_DIR))"
 	@echo "  down    stop the servers started by up"
 	@echo "  status  report whether the local servers answer"

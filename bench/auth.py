@@ -1,4 +1,4 @@
-"""`python -m bench.auth`: what authorization costs the write path (issue 14, "Speed").
+"""`python -m bench auth`: what authorization costs the write path (issue 14, "Speed").
 
 Scenario (a) of `python -m bench` (bench/README.md), run in pairs in ONE run: the real service with
 `PAMLEDGER_AUTH__MODE=off` (the load carries no credential, exactly bench (a)) and with
@@ -11,10 +11,10 @@ shared machine does not always fall on the same side. Baselines of the same run:
 (bench.echo) with the enforce load's payload and headers, 64 in flight and serial, and the durable-commit
 floor. Target: enforce/off throughput >= 0.90 (the check costs the write path at most 10%).
 
-    .venv/bin/python -m bench.auth                  # 3 pairs, 10 s measured each (~5 min)
-    .venv/bin/python -m bench.auth --pairs 2 --duration 5
-    .venv/bin/python -m bench.auth --quick          # 1 pair, 2.5 s: a smoke test
-    .venv/bin/python -m bench.auth --json m6.json
+    .venv/bin/python -m bench auth                  # 3 pairs, 10 s measured each (~5 min)
+    .venv/bin/python -m bench auth --pairs 2 --duration 5
+    .venv/bin/python -m bench auth --quick          # 1 pair, 2.5 s: a smoke test
+    .venv/bin/python -m bench auth --json m6.json
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ GRANT = f"{SCOPE_ID}=create"
 
 
 def log(text: str) -> None:
-    print(f"bench.auth: {text}", file=sys.stderr, flush=True)
+    print(f"bench auth: {text}", file=sys.stderr, flush=True)
 
 
 def requests(tag: str, token: str | None) -> Maker:
@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
                                                                  args.roles))
             runs.append(run_)
 
-    header = (f"pamledger bench.auth: scenario (a) with auth off and enforced; {pairs} pair(s); {duration:g} s"
+    header = (f"pamledger bench auth: scenario (a) with auth off and enforced; {pairs} pair(s); {duration:g} s"
               f" measured after {warmup:g} s warm-up; roles {args.roles}; {os.cpu_count()} cores;"
               f" {time.perf_counter() - began:.0f} s wall; 1-min load average {load_before:.1f} at start,"
               f" {os.getloadavg()[0]:.1f} at end")
@@ -254,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.auth", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench auth", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=3, help="off/enforce pairs (default 3)")
     parser.add_argument("--duration", type=float, default=10.0, help="measured seconds per run (default 10)")
@@ -279,7 +279,3 @@ def main(argv: list[str] | None = None) -> int:
     except PamspecError as exc:
         log(f"FAILED: {exc.envelope()}")
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""`python -m bench.auth_check`: where the writer's per-command authorization time goes, in-process.
+"""`python -m bench auth_check`: where the writer's per-command authorization time goes, in-process.
 
 The end-to-end pairs (bench.auth) are noisy on a shared 2-core machine; this times the exact code the
 writer runs per create (command_handler.writer: `parse`, then `denials.admit`), with auth off (AllowAll)
@@ -11,8 +11,6 @@ call; the baseline of the same run is the writer's `parse` of the same create (t
 from __future__ import annotations
 
 import argparse
-import asyncio
-import sys
 import timeit
 from datetime import datetime, timezone
 from typing import Any
@@ -62,7 +60,7 @@ def best_us(fn: Any, number: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.auth_check", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench auth_check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--number", type=int, default=20_000)
     parser.add_argument("--actors", type=int, default=1_000)
@@ -99,14 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         ("nats-py header parse, with the token", _nats_headers(_raw_headers(signed))),
     ]
     base = best_us(rows[0][1], n)
-    print(f"bench.auth_check: best of 5 x {n:,} calls; snapshot of {args.actors:,} actors; us per call"
+    print(f"bench auth_check: best of 5 x {n:,} calls; snapshot of {args.actors:,} actors; us per call"
           f" (and as a share of parse(create) = {base:.2f} us)")
     for name, fn in rows:
         us = base if fn is rows[0][1] else best_us(fn, n)
         print(f"{name:<52} {us:8.2f} us  {us / base:6.1%}")
     return 0
-
-
-if __name__ == "__main__":
-    asyncio.set_event_loop(asyncio.new_event_loop())
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Where a create's CPU goes: every process of scenario (a) under load, Postgres split by the role it serves.
 
-    .venv/bin/python -m bench.cpu [--seconds 10] [--space hashing-384|minilm] [--in-flight 64]
+    .venv/bin/python -m bench cpu [--seconds 10] [--space hashing-384|minilm] [--in-flight 64]
 
 Runs the real service (`pamledger run`, one process per role) on private servers, drives creates as scenario
 (a) does, and prints CPU microseconds per create for each role process, for the Postgres backends each role
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from typing import Any
 
 import psutil  # type: ignore[import-untyped]
@@ -118,7 +117,7 @@ def render(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.cpu", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench cpu", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--space", default=MODEL_FREE_SPACE, help="hashing-N or minilm (the service default)")
     parser.add_argument("--in-flight", type=int, default=64)
@@ -127,7 +126,3 @@ def main(argv: list[str] | None = None) -> int:
         report = asyncio.run(measure(servers, args.seconds, args.space, args.in_flight))
     print(render(report))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

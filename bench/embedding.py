@@ -1,4 +1,4 @@
-"""`python -m bench.embedding`: embeddings/s of the embedders on the same texts, batched, in one run.
+"""`python -m bench embedding`: embeddings/s of the embedders on the same texts, batched, in one run.
 
 Why: the indexer's throughput target (issue #13) is a ratio against the raw embedder's batch throughput;
 this measures that raw figure for MiniLM (int8 ONNX) at a few batch sizes, with the feature-hashing
@@ -51,8 +51,8 @@ def rate(embedder: Embedder, texts: Sequence[str], min_seconds: float) -> tuple[
             return done / elapsed, done
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.embedding", description=__doc__)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench embedding", description=__doc__)
     parser.add_argument("--texts", type=int, default=512, help="distinct texts per pass (default 512)")
     parser.add_argument("--seconds", type=float, default=5.0, help="minimum measured seconds per row (default 5)")
     parser.add_argument("--batches", default="1,16,32,64", help="MiniLM batch sizes (default 1,16,32,64)")
@@ -81,7 +81,4 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         with open(args.json, "w") as out:
             json.dump(rows, out, indent=2)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

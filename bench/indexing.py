@@ -1,4 +1,4 @@
-"""`python -m bench.indexing`: the indexer against its embedder, its freshness, and its memory (issue #13).
+"""`python -m bench indexing`: the indexer against its embedder, its freshness, and its memory (issue #13).
 
 Three measurements, each with its baseline from the same run, on a fresh database and private servers:
 
@@ -397,8 +397,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.indexing", description=__doc__,
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench indexing", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="minilm", help="space of the throughput and freshness runs")
     parser.add_argument("--objects", type=int, default=2000, help="creates the throughput run indexes")
@@ -430,7 +430,4 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         with open(args.json, "w") as out:
             json.dump(result, out, indent=2)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,4 +1,4 @@
-"""`python -m bench.mcp`: what the MCP binding costs over the SDK it is built on (issue [B1], "Speed").
+"""`python -m bench mcp`: what the MCP binding costs over the SDK it is built on (issue [B1], "Speed").
 
 One run, one real service (`pamledger run`, auth enforced, a bench actor with its own token), and in that run:
 - read p50, serial: the SDK's `read` against `pamspec.read` through `pamledger mcp` over stdio (a subprocess
@@ -8,9 +8,9 @@ One run, one real service (`pamledger run`, auth enforced, a bench actor with it
 - memory per idle HTTP session: the HTTP server's RSS before and after opening N sessions that then sit idle.
 Both sides of each ratio run in the same process tree within seconds of each other; the machine's noise cancels.
 
-    .venv/bin/python -m bench.mcp                 # 10 s per throughput window, 2,000 reads
-    .venv/bin/python -m bench.mcp --quick         # a smoke test
-    .venv/bin/python -m bench.mcp --json mcp.json
+    .venv/bin/python -m bench mcp                 # 10 s per throughput window, 2,000 reads
+    .venv/bin/python -m bench mcp --quick         # a smoke test
+    .venv/bin/python -m bench mcp --json mcp.json
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ TARGETS = {"read_p50_ratio": 1.5, "create_rate_ratio": 0.5}
 
 
 def log(text: str) -> None:
-    print(f"bench.mcp: {text}", file=sys.stderr, flush=True)
+    print(f"bench mcp: {text}", file=sys.stderr, flush=True)
 
 
 @contextlib.asynccontextmanager
@@ -238,7 +238,7 @@ def report(out: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.mcp", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench mcp", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="300 reads, 2.5 s windows, 20 idle sessions")
     parser.add_argument("--duration", type=float, default=10.0)
@@ -252,12 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     with bench_servers() as servers:
         out = asyncio.run(measure(servers, reads, min(2.0, duration / 5), duration, idle))
     text, summary = report(out)
-    print(f"pamledger bench.mcp: {os.cpu_count()} cores; {time.perf_counter() - began:.0f} s wall;"
+    print(f"pamledger bench mcp: {os.cpu_count()} cores; {time.perf_counter() - began:.0f} s wall;"
           f" 1-min load average {os.getloadavg()[0]:.1f}\n{text}")
     if args.json is not None:
         args.json.write_text(json.dumps(summary, indent=2) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

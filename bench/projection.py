@@ -1,37 +1,47 @@
-"""`python -m bench --m2`: the M2 suite (projection and Query) on private servers, baselines in the same run.
+"""`python -m bench projection`: the projection and Query on private servers, baselines in the same run.
 
 1. loader: a synthetic, hash-chained ledger COPYed into a fresh database (bench.ledger_loader); with
    --quick the whole chain is checked with command_handler.verify.verify_tables.
-2. replay: projector.replay.replay vs. raw binary COPY + msgspec decode of the same ledger (bench.projection_replay).
+2. replay: projector.replay.replay vs. raw binary COPY + msgspec decode of the same ledger
+   (bench.projection_replay).
 3. query: replay --swap builds current_objects, the real service answers structured and full-text
-   queries through NATS; baselines NATS echo and SQL only; EXPLAIN of the slowest variants (bench.projection_query);
-   a writer probe then appends to the loaded ledger through NATS and waits for the projection.
+   queries through NATS; baselines NATS echo and SQL only; EXPLAIN of the slowest variants
+   (bench.projection_query); a writer probe then appends to the loaded ledger through NATS and waits for
+   the projection.
 4. lag: open-loop creates on a fresh service, reply -> queryable via LISTEN (bench.projection_lag).
+5. projector: the same lag at 5,000/s with the writer's work done beforehand (bench.projection_projector).
 Every database is dropped and every service stopped at the end, also on error or Ctrl-C.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import json
+import os
+import platform
 import random
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import psycopg
 
+from bench.cli import interruptible, parse_steps
 from bench.ledger_loader import LoadSpec, load_ledger, scope_ids
 from bench.load import Result
 from bench.projection_lag import lag_benchmark
 from bench.projection_projector import projector_lag
 from bench.projection_query import as_result, explain_variants, fulltext_maker, run_kind, sql_only, structured_maker
 from bench.projection_replay import build_projection, replay_benchmark
+from bench.projection_report import as_json, render
 from bench.projection_service import service_on, writer_probe
 from bench.scenarios import Config
-from bench.servers import Servers
+from bench.servers import Servers, bench_servers
 from bench.service import serial_echo
 from command_handler.verify import verify_tables
 
@@ -162,3 +172,47 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, msgspec.Struct):
         return msgspec.to_builtins(value)
     return value
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench projection", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="65k events (~50k objects), shorter query and lag runs")
+    parser.add_argument("--events", type=int, default=None,
+                        help="ledger events (default 1300000, ~1M objects; 65000 with --quick)")
+    parser.add_argument("--steps", default=",".join(STEPS),
+                        help="ledger (loader, replay, query), lag (the service), projector (the projector alone at"
+                             " 5,000/s); default all three")
+    parser.add_argument("--json", type=Path, default=None, help="also write every number, plan and verdict here")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cfg = projection_config(args.quick, args.events, parse_steps(args.steps, STEPS, "--steps"))
+    return interruptible(lambda: _run(args, cfg))
+
+
+def _run(args: argparse.Namespace, cfg: ProjectionConfig) -> int:
+    began = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    with bench_servers() as servers:
+        source = "private servers" if servers.private else "servers from PAMLEDGER_NATS_URL/PAMLEDGER_DATABASE_URL"
+        log(f"{source}; {cfg.events:,} events; query {cfg.query_seconds:g} s per kind;"
+            f" lag {cfg.lag.duration:g} s per attempt")
+        results = run_suite(servers, cfg)
+    load = results.get("load")
+    ledger = (f"{load['events']:,} ledger events ({load['objects']:,} objects, {load['scopes']} scopes)" if load
+              else "no ledger step")
+    header = (f"pamledger bench projection{' --quick' if args.quick else ''}: steps {','.join(cfg.steps)};"
+              f" {ledger}; {os.cpu_count()} cores; {source};"
+              f" {time.perf_counter() - began:.0f} s wall; 1-min load average {load_before:.1f} at start,"
+              f" {os.getloadavg()[0]:.1f} at end")
+    print(render(results, header))
+    if args.json is not None:
+        meta = {"suite": "projection", "quick": args.quick, "events": cfg.events, "source": source,
+                "cores": os.cpu_count(), "python": platform.python_version(),
+                "wall_seconds": round(time.perf_counter() - began, 1), "time": time.time(),
+                "loadavg_start": load_before, "loadavg_end": os.getloadavg()[0]}
+        args.json.write_text(json.dumps(as_json(results, meta, to_jsonable), indent=2, default=str) + "\n")
+    return 0

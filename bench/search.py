@@ -1,4 +1,4 @@
-"""`python -m bench.search`: scoped vector search, exact vs HNSW with iterative scans (issue #13, Search).
+"""`python -m bench search`: scoped vector search, exact vs HNSW with iterative scans (issue #13, Search).
 
 200,000 vectors of 384 dims in ONE space table (`embedding.store.create_space`) on a private
 Postgres: one scope of 100,000 and 100 scopes of 1,000. A share are real MiniLM vectors of generated
@@ -42,7 +42,7 @@ K = 10
 
 
 def log(message: str) -> None:
-    print(f"search: {message}", file=sys.stderr, flush=True)
+    print(f"bench search: {message}", file=sys.stderr, flush=True)
 
 
 def parse_settings(text: str) -> list[HnswSetting]:
@@ -57,7 +57,7 @@ def parse_settings(text: str) -> list[HnswSetting]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.search", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench search", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vectors", type=int, default=None, help="vectors in the table (default 200000)")
     parser.add_argument("--real", type=int, default=None, help="real MiniLM vectors among them (default 2500)")
@@ -246,7 +246,3 @@ def main(argv: list[str] | None = None, runner: Callable[[str, argparse.Namespac
         with open(args.json, "w") as out:
             json.dump(results, out, indent=2, default=str)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -65,7 +65,7 @@ def render(r: dict[str, Any]) -> str:
     mids = "".join(f", 1 of {m:,}" for m in mid)
     gt = ", ".join(f"{_scope_label(lay, k, True)} {v:.1f} ms" for k, v in r["ground_truth_p50_ms"].items())
     agree = ", ".join(f"{_scope_label(lay, k, True)} {v:.4f}" for k, v in r["numpy_agreement"].items())
-    out = [f"pamledger bench.search{' --quick' if r.get('quick') else ''}: {total:,} vectors"
+    out = [f"pamledger bench search{' --quick' if r.get('quick') else ''}: {total:,} vectors"
            f" x 384 dims in one space table (1 scope of {lay['big']:,}{mids}, {lay['small_count']} of"
            f" {lay['small_size']:,}); {emb['texts']:,} MiniLM texts embedded at {emb['per_second']:.0f}/s"
            f" (real vectors + held-out queries), the rest clustered synthetic; {r['queries']} queries per scope kind;"

@@ -1,4 +1,4 @@
-"""`python -m bench.search_service`: semantic search THROUGH THE SERVICE at 200,000 vectors (issue #13).
+"""`python -m bench search_service`: semantic search THROUGH THE SERVICE at 200,000 vectors (issue #13).
 
 bench/search measured the search SQL alone. This measures `{prefix}.query.search` (query/semantic.py):
 NATS, the join with `current_objects` inside the HNSW scan, the filters, content and envelopes, on the same
@@ -70,7 +70,7 @@ K = 10
 
 
 def log(message: str) -> None:
-    print(f"search_service [{time.strftime('%H:%M:%S')}]: {message}", file=sys.stderr, flush=True)
+    print(f"bench search_service [{time.strftime('%H:%M:%S')}]: {message}", file=sys.stderr, flush=True)
 
 
 def stats(times: list[float], recalls: list[float] | None = None) -> dict[str, Any]:
@@ -366,7 +366,7 @@ def _line(kind: str, label: str, s: dict[str, Any]) -> str:
 
 
 def render(out: dict[str, Any]) -> str:
-    lines = [f"search_service: {out['objects']:,} objects through the writer ({out['creates_per_s']}/s),"
+    lines = [f"bench search_service: {out['objects']:,} objects through the writer ({out['creates_per_s']}/s),"
              f" vectors: {out['indexer']}; {out['queries']} queries per kind; loadavg {out['loadavg_start'][0]:.1f}"
              f" -> {out['loadavg_end'][0]:.1f}",
              f"baseline status.query NATS round trip: p50 {out['status_query_baseline']['p50_ms']} ms,"
@@ -404,7 +404,7 @@ def render(out: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.search_service", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench search_service", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--objects", type=int, default=None, help="objects created (default 200000)")
     parser.add_argument("--queries", type=int, default=None, help="query vectors per kind (default 200)")
@@ -443,7 +443,3 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2, default=str)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

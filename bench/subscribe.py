@@ -1,7 +1,8 @@
-"""`python -m bench --m3`: the M3 suite (Subscribe) on private servers, baselines in the same run.
+"""`python -m bench subscribe`: Subscribe on private servers, baselines in the same run.
 
 1. catch-up: a bulk-loaded one-scope ledger, replicated by the service's relay; one SDK subscriber from
-   after_sequence=0 vs a raw JetStream pull consumer on the same stream and subject (bench.subscribe_catchup).
+   after_sequence=0 vs a raw JetStream pull consumer on the same stream and subject
+   (bench.subscribe_catchup).
 2. live: one SDK push subscriber, 1,000 creates/s open loop; reply -> delivered p50/p99, split at the
    relay's publish; NATS echo round trip as the floor; the same at 100/s as a light-load reference
    (bench.subscribe_live).
@@ -14,21 +15,27 @@ numbers are only comparable on an otherwise idle machine.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 import os
+import platform
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 
+from bench.cli import interruptible, parse_steps
 from bench.load import Result
-from bench.servers import Servers
+from bench.servers import Servers, bench_servers
 from bench.subscribe_catchup import catchup_benchmark
 from bench.subscribe_fanout import fanout_benchmark
 from bench.subscribe_live import live_benchmark
+from bench.subscribe_report import as_json, render
 from bench.subscribe_service import listener_pid
 
 
@@ -136,3 +143,45 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, float) and value != value:
         return None
     return value
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench subscribe", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="20k events, 5 s live, 200 subscriptions")
+    parser.add_argument("--events", type=int, default=None,
+                        help="catch-up ledger events (default 200000; 20000 with --quick)")
+    parser.add_argument("--subscriptions", type=int, default=None,
+                        help="fan-out subscriptions, 10 per scope (default 1000; 200 with --quick)")
+    parser.add_argument("--steps", default=",".join(STEPS),
+                        help="comma-separated subset of catchup,live,light,fanout (default all four)")
+    parser.add_argument("--json", type=Path, default=None, help="also write every number and verdict here")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cfg = subscribe_config(args.quick, args.events, args.subscriptions, parse_steps(args.steps, STEPS, "--steps"))
+    return interruptible(lambda: _run(args, cfg))
+
+
+def _run(args: argparse.Namespace, cfg: SubscribeConfig) -> int:
+    began = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    with bench_servers() as servers:
+        source = "private servers" if servers.private else "servers from PAMLEDGER_NATS_URL/PAMLEDGER_DATABASE_URL"
+        log(f"{source}; catch-up {cfg.events:,} events; live {cfg.live_rate:g}/s for {cfg.live_seconds:g} s;"
+            f" fan-out {cfg.fan_scopes * cfg.fan_per_scope} subscriptions, {cfg.fan_rate:g}/s for"
+            f" {cfg.fan_seconds:g} s")
+        results = run_suite(servers, cfg)
+    header = (f"pamledger bench subscribe{' --quick' if args.quick else ''}: {os.cpu_count()} cores; {source};"
+              f" {time.perf_counter() - began:.0f} s wall; 1-min load average {load_before:.1f} at start,"
+              f" {os.getloadavg()[0]:.1f} at end")
+    print(render(results, header))
+    if args.json is not None:
+        meta = {"suite": "subscribe", "quick": args.quick, "config": vars(cfg), "source": source,
+                "cores": os.cpu_count(), "python": platform.python_version(),
+                "wall_seconds": round(time.perf_counter() - began, 1), "time": time.time(),
+                "loadavg_start": load_before, "loadavg_end": os.getloadavg()[0]}
+        args.json.write_text(json.dumps(as_json(results, meta, to_jsonable), indent=2, default=str) + "\n")
+    return 0

@@ -1,4 +1,4 @@
-"""Bench-only memory probe for a service child (bench.m4_index --rss-tracemalloc): put this directory on the
+"""Bench-only memory probe for a service child (python -m bench indexing --rss-tracemalloc): put this directory on the
 child's PYTHONPATH and set PAMLEDGER_BENCH_TRACEMALLOC_DIR; Python imports this module at start-up.
 
 It starts tracemalloc (PAMLEDGER_BENCH_TRACEMALLOC_FRAMES frames per trace, default 8) and, on each SIGUSR1,

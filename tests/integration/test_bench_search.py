@@ -1,4 +1,4 @@
-"""Smoke test of `python -m bench.search` at a tiny size: every path runs the plan it claims, exact is
+"""Smoke test of `python -m bench search` at a tiny size: every path runs the plan it claims, exact is
 exact, and the table prints a verdict per target. Not a timed test: the numbers themselves are not checked."""
 
 from __future__ import annotations

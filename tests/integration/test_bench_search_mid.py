@@ -1,4 +1,4 @@
-"""Smoke test of `python -m bench.search --mid`: mid-size scopes get their own rows (exact, every HNSW
+"""Smoke test of `python -m bench search --mid`: mid-size scopes get their own rows (exact, every HNSW
 setting, the service's own setting) and a verdict line each; the default layout is unchanged by the option.
 Not a timed test: the numbers themselves are not checked."""
 

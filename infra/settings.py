@@ -50,10 +50,10 @@ class QuerySettings(_Group):
     # compared); a larger one through the HNSW index with iterative scans, then re-ranked exactly.
     search_exact_threshold: int = Field(default=3_000, ge=0, le=10_000_000)  # exact ~6.7 ms per 1,000 (bench)
     # HNSW candidate list size (pgvector hnsw.ef_search): higher finds truer neighbours, slower.
-    search_ef_search: int = Field(default=400, ge=1, le=1000)  # 0.99 recall@10 in a 100k scope: bench/m4_search
+    search_ef_search: int = Field(default=400, ge=1, le=1000)  # 0.99 recall@10 in a 100k scope: python -m bench search
     # A scope above the exact threshold but at most this large uses search_mid_ef_search instead: in a scope
     # that is a small share of the table, ef 400 finds 0.92-0.95 of the true neighbours (3k-10k among 200k),
-    # ef 1000 0.95-0.98 at about twice the time (bench/m4_search --mid). 0 turns it off.
+    # ef 1000 0.95-0.98 at about twice the time (python -m bench search --mid). 0 turns it off.
     search_mid_threshold: int = Field(default=20_000, ge=0, le=10_000_000)
     search_mid_ef_search: int = Field(default=1000, ge=1, le=1000)
     # How many index tuples one iterative HNSW scan may visit before it gives up (hnsw.max_scan_tuples):

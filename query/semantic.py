@@ -120,10 +120,10 @@ async def nearest(conn: psycopg.AsyncConnection[Any], space: SpaceRow, vector: l
             cur = await conn.execute(*exact_statement(space, literal, request, count, None))
             rows = await cur.fetchall()
         return _finite(rows), Plan("exact", None)
-    # A mid-size scope is a small share of the index: a longer candidate list keeps its recall (bench/m4_search).
+    # A mid-size scope is a small share of the index: a longer candidate list keeps its recall (python -m bench search).
     ef_search = settings.search_mid_ef_search if size <= settings.search_mid_threshold else settings.search_ef_search
     # enable_sort off: the planner must not trade the index for a scan and a sort of the whole scope
-    # (it does for scopes it misjudges as small, or with a generic prepared plan: bench/m4_search). One
+    # (it does for scopes it misjudges as small, or with a generic prepared plan: python -m bench search). One
     # round trip for the four settings.
     await conn.execute("SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan',"
                        " 'relaxed_order', true), set_config('hnsw.max_scan_tuples', %s, true),"

@@ -108,7 +108,8 @@ class InMemoryLedgerStore:
         for key in keys:
             for sequence in reversed(self._sequences.get(key, [])):
                 row = self.versions[(*key, sequence)]
-                if row.content_digest in self.content and decode_json(row.meta).get("availability_state") == "available":
+                available = decode_json(row.meta).get("availability_state") == "available"
+                if available and row.content_digest in self.content:
                     found[key] = row.content_digest
                     break
         return found

@@ -259,7 +259,8 @@ class LedgerStoreContract:
         assert await store.tail() == (0, GENESIS_HASH)
         assert (await store.load_heads([]), await store.load_idempotency([]), await store.load_restorable([]),
                 await store.load_created_at([]), await store.load_contents([]), await store.load_delegations([]),
-                await store.load_scope_policies([]), await store.known_scopes([])) == ({}, {}, {}, {}, {}, {}, {}, set())
+                await store.load_scope_policies([]), await store.known_scopes([])) == (
+                    {}, {}, {}, {}, {}, {}, {}, set())
 
     async def test_created_scopes_are_known_with_their_policies(self, store: LedgerStore) -> None:
         ledger = Ledger()

@@ -53,7 +53,8 @@ def memory_tables(store: InMemoryLedgerStore) -> dict[str, list[tuple[Any, ...]]
                    for r in store.ledger.values()],
         "memory_versions": [(v.scope_id, v.object_id, v.sequence, v.version_id, v.ledger_sequence, v.meta,
                              v.content_digest) for v in store.versions.values()],
-        "content_store": [(c.content_digest, c.scope_id, c.object_id, c.salt, c.content) for c in store.content.values()],
+        "content_store": [(c.content_digest, c.scope_id, c.object_id, c.salt, c.content)
+                          for c in store.content.values()],
         "idempotency_records": [(r.scope_id, r.idempotency_key, r.request_digest, r.object_id, r.version_id,
                                  r.ledger_sequence) for r in store.idempotency.values()],
         "scopes": [(s.scope_id, s.scope_kind, s.parent_scope_id, None if s.policy is None else decode_json(s.policy))

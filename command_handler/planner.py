@@ -87,6 +87,20 @@ class PlanInputs:
     record_refusal: Callable[[Parsed, AccessDenied], Parsed | None] = lambda item, exc: None
 
 
+def refused_before_key_check(items: list[Parsed | PamledgerError], plan: Plan,
+                             looked_up: Callable[[tuple[str, str]], bool]) -> bool:
+    """Whether a command carrying an idempotency key was refused while its key had not been looked up.
+
+    Keys are checked optimistically (the store refuses a key seen before, and the batch is planned again
+    with the records), but a retry that its own first commit made stale (an update's expected version, a
+    create naming its object id) is refused by `decide` before anything reaches the store: without this
+    check a writer that had not cached the record (after a restart, a takeover, an eviction, an erasure)
+    would answer `version_conflict` where the original result is due."""
+    return any(outcome.error is not None and isinstance(item, Parsed) and item.idempotency_key is not None
+               and not looked_up((item.scope_id, item.idempotency_key))
+               for item, outcome in zip(items, plan.outcomes, strict=True))
+
+
 def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan:
     """Decide every item in order; rejected ones get their error and write nothing."""
     seq, prev = inputs.tail

@@ -23,7 +23,7 @@ from command_handler.stamps import new_stamp
 from command_handler.denials import admit, authority_of, refusal_entry
 from command_handler.guard import AppendGuard
 from command_handler.intake import Parsed, parse
-from command_handler.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch
+from command_handler.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch, refused_before_key_check
 from command_handler.state import ObjectHead
 from command_handler.store import PostgresLedgerStore
 from infra.db_errors import map_db_error
@@ -154,9 +154,12 @@ class Writer:
     async def _plan_and_append(self, items: list[Parsed | PamledgerError], parsed: list[Parsed]) -> Plan:
         """Plan and append. Idempotency keys are checked optimistically: the records' primary key refuses a
         key seen before (the statement then writes nothing), and the batch is planned again with those
-        records loaded, so a retried command replays its original result."""
+        records loaded, so a retried command replays its original result; a keyed command refused before
+        its key was looked up has the batch planned again with the records first (refused_before_key_check)."""
         inputs = await self._load(parsed, with_idempotency=False)
         plan = plan_batch(items, inputs)
+        if refused_before_key_check(items, plan, lambda key: self.idempotency.get(key) is not None):
+            plan = plan_batch(items, await self._load(parsed, with_idempotency=True))
         if not (plan.batch.ledger or plan.batch.scopes):
             return plan
         try:

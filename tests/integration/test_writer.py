@@ -225,6 +225,29 @@ async def test_idempotency_survives_a_writer_restart(servers: Any) -> None:
     assert results[1]["envelope"] == results[0]["envelope"]
 
 
+async def test_a_retried_update_replays_after_a_writer_restart(servers: Any) -> None:
+    """The retry's expected version is stale once its first try committed: a new writer (empty caches) must
+    look its key up rather than answer version_conflict."""
+    from tests.conftest import fresh_database, fresh_settings
+
+    env = Env(servers, fresh_database(servers, "retry_update"), fresh_settings("retry_update"))
+    key = f"k:{uuid.uuid4()}"
+    results = []
+    async with running_service(env):
+        client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
+        await client.create_scope(SCOPE)
+        made = await new_claim(client, "first")
+        await client.close()
+    for _ in range(2):  # the first try, then its retry in a second service lifetime
+        async with running_service(env):
+            client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix)
+            results.append(await client.update(SCOPE, made["object_id"], made["version_id"], {"statement": "second"},
+                                               ACTOR, PROVENANCE, idempotency_key=key))
+            await client.close()
+    assert results[1]["version_id"] == results[0]["version_id"]
+    assert results[1]["idempotency_result"] == "replayed_original_result"
+
+
 async def test_a_tampered_row_is_named_by_verify(servers: Any) -> None:
     from tests.conftest import fresh_database, fresh_settings
 

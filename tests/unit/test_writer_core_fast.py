@@ -17,7 +17,7 @@ import pytest
 from command_handler.chain import GENESIS_HASH
 from command_handler.intake import Parsed
 from command_handler.memory_store import IDEMPOTENCY_KEY, InMemoryLedgerStore, StoreRefused
-from command_handler.planner import Outcome, PlanInputs, plan_batch
+from command_handler.planner import Outcome, PlanInputs, plan_batch, refused_before_key_check
 from command_handler.redactions import minimum_retention_days
 from command_handler.references import delegation_named, erases_content, head_keys
 from command_handler.state import ObjectHead
@@ -56,6 +56,8 @@ class Shell:
         self.tail = await self.store.tail()
         parsed = [item for item in items if isinstance(item, Parsed)]
         plan = plan_batch(list(items), await self._load(parsed, with_idempotency=False))
+        if refused_before_key_check(list(items), plan, self.idempotency.__contains__):
+            plan = plan_batch(list(items), await self._load(parsed, with_idempotency=True))
         if plan.batch.ledger or plan.batch.scopes:
             try:
                 await self.store.append(plan.batch)
@@ -302,11 +304,6 @@ async def test_a_retried_update_replays_its_record_in_the_same_writer() -> None:
     assert again["replay_of"].version_id == result(moved)["version_id"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "writer._plan_and_append reads idempotency records only after the store refuses a key; a retried command "
-    "that its own commit made stale (an update's expected version, a create's object id) is refused by decide "
-    "first, writes nothing, and the key is never looked up: a writer with no cached record answers "
-    "version_conflict where the original result is due"))
 @pytest.mark.parametrize("retried", ["update", "create with its object id"])
 async def test_a_retried_command_replays_its_record_after_a_writer_takeover(retried: str) -> None:
     store, shell = await started()

@@ -16,7 +16,7 @@ import msgspec
 
 from command_handler.chain import GENESIS_HASH
 from command_handler.state import ObjectHead
-from command_handler.store import Batch, ContentRow, VersionRow, forgotten, tail_problem
+from command_handler.store import Batch, ContentRow, VersionRow, forgotten, kept_content, last_erasures, tail_problem
 from infra.ledger import IdempotencyRow, LedgerRow
 from schemas.canonical import decode_json
 from schemas.common import SYSTEM_SCOPE
@@ -134,9 +134,8 @@ class InMemoryLedgerStore:
         table moves. Content of an object the batch erases is not kept (but the digest the erasure keeps);
         the erasure deletes the object's stored content and forgets the request digests of its idempotency
         records written before the erasing entry, as PostgresLedgerStore.append does."""
-        content = [c for c in batch.content if not any(
-            (c.scope_id, c.object_id) == (scope_id, object_id) and c.content_digest != keep
-            for scope_id, object_id, keep, _ in batch.erase)]
+        batch = last_erasures(batch)
+        content = kept_content(batch)
         self._check(batch, content)
         self._keep(batch, content)
         for scope_id, object_id, keep, seq in batch.erase:

@@ -150,6 +150,26 @@ class LedgerStore(Protocol):
     async def append(self, batch: Batch) -> None: ...
 
 
+def last_erasures(batch: Batch) -> Batch:
+    """The batch with one erasure per object, its last: it erases everything of the object but its `keep`
+    (earlier erasures' kept projections included) and forgets every request digest before it, which is what
+    the erasures one after another would have left. Two partial redactions of an object in one batch used to
+    drop each other's projection, leaving the head's digest stored nowhere."""
+    last: dict[tuple[str, str], tuple[str, str, str | None, int]] = {}
+    for erasure in batch.erase:
+        key = (erasure[0], erasure[1])
+        if key not in last or erasure[3] > last[key][3]:
+            last[key] = erasure
+    return batch if len(last) == len(batch.erase) else msgspec.structs.replace(batch, erase=list(last.values()))
+
+
+def kept_content(batch: Batch) -> list[ContentRow]:
+    """The content rows of a batch (with one erasure per object: last_erasures) that outlive its erasures."""
+    keep = {(e[0], e[1]): e[2] for e in batch.erase}
+    return [c for c in batch.content
+            if (c.scope_id, c.object_id) not in keep or keep[(c.scope_id, c.object_id)] == c.content_digest]
+
+
 def tail_problem(rows: list[tuple[int, bytes, bytes, bytes]]) -> str | None:
     """rows: (ledger_sequence, event, prev_hash, row_hash) of the chain's last rows, oldest first."""
     for index, (seq, event, prev, stored) in enumerate(rows):
@@ -197,9 +217,8 @@ class PostgresLedgerStore(LedgerReads):
         Content of an object that the same batch erases is never written at all: data-modifying CTEs
         share one snapshot, so the erasing DELETE could not see rows inserted beside it.
         """
-        content = [c for c in batch.content if not any(
-            (c.scope_id, c.object_id) == (scope_id, object_id) and c.content_digest != keep
-            for scope_id, object_id, keep, _ in batch.erase)]
+        batch = last_erasures(batch)
+        content = kept_content(batch)
         idempotency = [msgspec.structs.replace(r, request_digest=forgotten(r.request_digest)) if any(
             (r.scope_id, r.object_id) == (e[0], e[1]) and r.ledger_sequence < e[3] for e in batch.erase) else r
             for r in batch.idempotency] if batch.erase else batch.idempotency

@@ -441,11 +441,6 @@ class LedgerStoreContract:
         assert (await store.load_heads([(SCOPE, "mem:a")]))[(SCOPE, "mem:a")].state("availability") == \
             "partially_redacted"
 
-    @pytest.mark.xfail(strict=True, reason=(
-        "PostgresLedgerStore.append drops every content row of an object that some erasure of the batch does "
-        "not keep, whatever their order: the first redaction's `keep` drops the projection the second one "
-        "writes, and the head names a digest no store holds. The live writer cannot plan such a batch yet (the "
-        "second redaction must name the first's random version id, known only after COMMIT)"))
     async def test_two_erasing_partial_redactions_in_one_batch_keep_the_heads_projection(
             self, store: LedgerStore) -> None:
         """The planner threads heads through a batch, so a second redaction may follow the first in it."""

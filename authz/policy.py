@@ -62,7 +62,7 @@ DELEGABLE = frozenset({"cmd.create", "cmd.update", "cmd.transition", "cmd.delete
 # (authz.exercise) before the handler runs.
 DELEGABLE_READS = frozenset({"query.read", "query.history", "query.query", "query.search", "query.related"})
 # Delegation commands: the caller must be the command's actor; who may grant, check or revoke what is the
-# writer's core's to decide (command_handler/delegations.py), against the grantor's grants.
+# writer's core's to decide (command_handler/core/delegations.py), against the grantor's grants.
 DECIDED_BY_THE_WRITER = frozenset({"cmd.grant_delegation", "cmd.check_delegation", "cmd.revoke_delegation"})
 
 

@@ -20,10 +20,11 @@ import time
 import psycopg
 
 from bench.load import INSERT_SCOPE_SQL, SCOPE_ID, Result, create_payload
-from command_handler.chain import GENESIS_HASH
-from command_handler.intake import Parsed, parse
-from command_handler.planner import PlanInputs, plan_batch
-from command_handler.store import SINGLE_STATEMENT_ROWS, Batch, PostgresLedgerStore
+from command_handler.core.chain import GENESIS_HASH
+from command_handler.core.intake import Parsed, parse
+from command_handler.core.planner import PlanInputs, plan_batch
+from command_handler.core.batch import Batch
+from command_handler.store import SINGLE_STATEMENT_ROWS, PostgresLedgerStore
 from command_handler.stamps import new_stamp
 from schemas.errors import PamledgerError
 from schemas.registry import default_registry

@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.load import ACTOR, create_payload
 from command_handler.denials import admit
-from command_handler.intake import parse
+from command_handler.core.intake import parse
 from authz.audit import DenialLimiter
 from authz.enforce import TokenPolicy
 from authz.policy import authenticate, decide

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from bench.ledger_content import ContentMaker
-from command_handler.state import Stamp
+from command_handler.core.state import Stamp
 from schemas.commands import CreateObject, ObjectCommand, TransitionState, UpdateObject
 from schemas.envelope import Actor, Provenance
 from schemas.registry import default_registry

@@ -2,9 +2,9 @@
 
 Every event is made by the writer's pure core: commands are msgspec Structs (`schemas.commands`),
 decided by `command_handler.core.decide` against the object's head, and laid out exactly as
-`command_handler.planner._add_rows` lays them out (ledger row with the canonical event bytes,
+`command_handler.core.planner._add_rows` lays them out (ledger row with the canonical event bytes,
 memory_versions row with the canonical metadata, content_store row; scopes rows come from
-`plan_batch` itself). The hash chain is `command_handler.chain.row_hash`. Chunk 0 is also run through
+`plan_batch` itself). The hash chain is `command_handler.core.chain.row_hash`. Chunk 0 is also run through
 `plan_batch` and must give the same rows, so the loader cannot drift from the writer unnoticed.
 
 Only the Stamp differs from the live writer: ids are fresh uuids like the writer's, but `committed_at`
@@ -37,11 +37,11 @@ from psycopg import sql
 from bench import pgcopy
 from bench.ledger_commands import Key, LoadSpec, chunk_commands, scope_ids
 from bench.ledger_schema import BulkIndexes, migrate_in_transaction
-from command_handler.chain import GENESIS_HASH, row_hash
-from command_handler.core import decide
-from command_handler.intake import Parsed
-from command_handler.planner import PlanInputs, plan_batch
-from command_handler.state import ObjectHead, Stamp
+from command_handler.core.chain import GENESIS_HASH, row_hash
+from command_handler.core.decide import decide
+from command_handler.core.intake import Parsed
+from command_handler.core.planner import PlanInputs, plan_batch
+from command_handler.core.state import ObjectHead, Stamp
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateObject, CreateScope, ObjectCommand
 from schemas.registry import TypeRegistry, default_registry
@@ -90,7 +90,7 @@ def build_chunk(spec: LoadSpec, index: int, check: bool = False) -> Chunk:
         if keep:
             heads[key] = head
         objects += isinstance(command, CreateObject)
-        # The row layout of command_handler.planner._add_rows (hashes are chained by the caller).
+        # The row layout of command_handler.core.planner._add_rows (hashes are chained by the caller).
         ledger.append((0, seq, event.event_id, event.operation_id, event.scope_id, event.object_id,
                        event.version_id, event.event_type, event.recorded_at, canonical_bytes(event)))
         versions.append((head.scope_id, head.object_id, head.sequence, head.version_id, seq,
@@ -126,7 +126,7 @@ def _check_against_planner(rows: tuple[list[tuple[Any, ...]], ...], pairs: list[
                for v in b.versions],
               [(c.content_digest, c.scope_id, c.object_id, c.salt, c.content) for c in b.content])
     if any(o.error is not None for o in plan.outcomes) or mine != theirs:
-        raise AssertionError("the loader's rows differ from command_handler.planner.plan_batch's for the same commands")
+        raise AssertionError("the loader's rows differ from command_handler.core.planner.plan_batch's for the same commands")
 
 
 def _scope_rows(spec: LoadSpec) -> list[tuple[str, str, str | None, str | None]]:

@@ -2,7 +2,7 @@
 
     python -m bench.naive NATS_URL DATABASE_URL SUBJECT
 
-It decodes the same create command with the same msgspec Structs (command_handler.intake.parse over
+It decodes the same create command with the same msgspec Structs (command_handler.core.intake.parse over
 schemas.commands.CreateObject), decides it with the same pure core, chains the same row hash, and for
 each command, in arrival order, opens ONE transaction that inserts the same rows (ledger row,
 memory_versions row, content_store row, idempotency record), commits, and only then replies with the
@@ -27,11 +27,11 @@ import nats
 import psycopg
 from nats.aio.msg import Msg
 
-from command_handler.chain import row_hash
-from command_handler.core import decide
-from command_handler.intake import Parsed, parse
+from command_handler.core.chain import row_hash
+from command_handler.core.decide import decide
+from command_handler.core.intake import Parsed, parse
 from schemas.replies import error_reply, result_bytes
-from command_handler.state import Stamp
+from command_handler.core.state import Stamp
 from command_handler.store import PostgresLedgerStore
 from infra.db_errors import map_db_error
 from schemas.canonical import canonical_bytes

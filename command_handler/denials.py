@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
-from command_handler.intake import Parsed
-from command_handler.state import EVERYTHING, Authority
+from command_handler.core.intake import Parsed
+from command_handler.core.state import EVERYTHING, Authority
 from authz.audit import DenialLimiter, denial_entry
 from authz.enforce import entry_for
 from infra.request_shell import Deny, Policy, authorize, context_of

@@ -14,9 +14,11 @@ from typing import Any
 
 import msgspec
 
-from command_handler.chain import GENESIS_HASH
-from command_handler.state import ObjectHead
-from command_handler.store import Batch, ContentRow, VersionRow, forgotten, kept_content, last_erasures, tail_problem
+from command_handler.core.chain import GENESIS_HASH
+from command_handler.core.state import ObjectHead
+from command_handler.core.batch import (
+    Batch, ContentRow, VersionRow, forgotten, kept_content, last_erasures, tail_problem,
+)
 from infra.ledger import IdempotencyRow, LedgerRow
 from schemas.canonical import decode_json
 from schemas.common import SYSTEM_SCOPE

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 
-from command_handler.intake import Parsed
-from command_handler.state import Stamp
-from command_handler.tool_memory import TOOL_EVENTS
+from command_handler.core.intake import Parsed
+from command_handler.core.state import Stamp
+from command_handler.core.tool_memory import TOOL_EVENTS
 from schemas.commands import CreateObject, Promote
 from schemas.relationship import Relate
 

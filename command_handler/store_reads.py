@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import psycopg
 
-from command_handler.state import ObjectHead
+from command_handler.core.state import ObjectHead
 from infra.ledger import IdempotencyRow
 from schemas.canonical import decode_json
 from schemas.delegation import DelegationState

@@ -19,7 +19,7 @@ import nats
 import psycopg
 from nats.js.errors import NotFoundError
 
-from command_handler.chain import GENESIS_HASH, row_hash
+from command_handler.core.chain import GENESIS_HASH, row_hash
 from infra.ledger import HEAD
 from infra.ledger_identity import IDENTITY, stream_ledger_id
 from infra.nats_log import ConnectionLog

@@ -17,14 +17,14 @@ import psycopg
 import structlog
 from nats.aio.msg import Msg
 
-from command_handler.redactions import minimum_retention_days
-from command_handler.references import delegation_named, erases_content, head_keys
+from command_handler.core.redactions import minimum_retention_days
+from command_handler.core.references import delegation_named, erases_content, head_keys
 from command_handler.stamps import new_stamp
 from command_handler.denials import admit, authority_of, refusal_entry
 from command_handler.guard import AppendGuard
-from command_handler.intake import Parsed, parse
-from command_handler.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch, refused_before_key_check
-from command_handler.state import ObjectHead
+from command_handler.core.intake import Parsed, parse
+from command_handler.core.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch, refused_before_key_check
+from command_handler.core.state import ObjectHead
 from command_handler.store import PostgresLedgerStore
 from infra.db_errors import map_db_error
 from infra.ledger import IdempotencyRow, LedgerRow, fetch_replay

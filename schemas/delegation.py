@@ -4,7 +4,7 @@ A grant binds a granting actor to a delegated actor over PAMSPEC operations in o
 under a policy basis, optionally for some objects or object types and a number of uses. The writer records
 it as a `delegation_granted` entry whose payload is the Delegation Object (delegation.schema.json); a
 check that passes is a use, recorded as `delegation_exercised` and counted exactly (one writer); a revoke
-is `delegation_revoked`. The rules live in command_handler/delegations.py.
+is `delegation_revoked`. The rules live in command_handler/core/delegations.py.
 """
 
 from __future__ import annotations

@@ -17,11 +17,11 @@ from typing import Any, ClassVar
 import msgspec
 import pytest
 
-from command_handler.chain import GENESIS_HASH
-from command_handler.intake import Parsed, parse
-from command_handler.planner import Plan, PlanInputs, plan_batch
-from command_handler.state import ObjectHead, Stamp
-from command_handler.store import Batch, LedgerStore, forgotten
+from command_handler.core.chain import GENESIS_HASH
+from command_handler.core.intake import Parsed, parse
+from command_handler.core.planner import Plan, PlanInputs, plan_batch
+from command_handler.core.state import ObjectHead, Stamp
+from command_handler.core.batch import Batch, LedgerStore, forgotten
 from infra.ledger import IdempotencyRow
 from schemas.common import SYSTEM_SCOPE
 from schemas.delegation import DelegationState

@@ -9,10 +9,11 @@ from typing import Any
 import msgspec
 import psycopg
 
-from command_handler.chain import GENESIS_HASH
-from command_handler.intake import parse
-from command_handler.planner import Plan, PlanInputs, plan_batch
-from command_handler.store import Batch, PostgresLedgerStore
+from command_handler.core.chain import GENESIS_HASH
+from command_handler.core.intake import parse
+from command_handler.core.planner import Plan, PlanInputs, plan_batch
+from command_handler.core.batch import Batch
+from command_handler.store import PostgresLedgerStore
 from command_handler.stamps import new_stamp
 from schemas.registry import default_registry
 from tests.conftest import ACTOR, PROVENANCE, Servers, fresh_database

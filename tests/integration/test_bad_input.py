@@ -213,7 +213,7 @@ async def test_an_unexpected_exception_answers_its_own_command_internal_error(
     """A bug hit by one command (injected here into the writer's own parse, decide or reply rendering)
     answers that command internal_error (or, once it committed, the result it knows: `reply_incomplete`);
     its batch-mates commit and are answered; the writer serves on."""
-    import command_handler.planner as planner
+    import command_handler.core.planner as planner
     import command_handler.writer as writer
 
     def boom(found: bool) -> None:

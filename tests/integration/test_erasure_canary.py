@@ -488,7 +488,7 @@ async def test_scrub_runs_and_leaves_no_erased_bytes_in_the_databases_files(worl
 
 
 async def test_no_idempotency_record_keeps_an_unsalted_digest_of_erased_content(world: World, env: Env) -> None:
-    from command_handler.intake import parse
+    from command_handler.core.intake import parse
 
     body = world.replay_create["body"]
     digest = parse("create", msgspec.json.encode(body), {}, 1 << 20).request_digest

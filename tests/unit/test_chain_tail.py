@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from command_handler.chain import GENESIS_HASH, row_hash
-from command_handler.store import tail_problem
+from command_handler.core.chain import GENESIS_HASH, row_hash
+from command_handler.core.batch import tail_problem
 from command_handler.verify import verify_rows
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from command_handler.core import decide
-from command_handler.state import ObjectHead, Stamp
+from command_handler.core.decide import decide
+from command_handler.core.state import ObjectHead, Stamp
 from schemas.commands import CreateObject, DeleteObject, TransitionState, UpdateObject
 from schemas.errors import PamledgerError
 from schemas.registry import default_registry

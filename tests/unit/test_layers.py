@@ -182,3 +182,45 @@ def test_only_the_composition_root_starts_local_servers() -> None:
                  for path in (ROOT / package).rglob("*.py")
                  if any(target == LOCAL_SERVERS for _, target in imports_of(path.read_text()))}
     assert importers == {COMPOSITION_ROOT}
+
+
+IO_LIBRARIES = frozenset({"psycopg", "psycopg_pool", "nats", "asyncio", "socket", "subprocess", "os", "time",
+                          "uuid", "secrets", "random", "threading"})
+
+
+def core_trespasses(root: Path) -> list[str]:
+    """Imports of an I/O library or of the writer's shell by a module of command_handler/core/."""
+    found = []
+    for path in sorted((root / "command_handler" / "core").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
+            for name in names:
+                if name.split(".")[0] in IO_LIBRARIES or (
+                        name.startswith("command_handler.") and not name.startswith("command_handler.core")):
+                    found.append(f"{path.relative_to(root)}:{node.lineno} -> {name}")
+    return found
+
+
+def test_the_writers_core_does_no_io_and_imports_no_shell() -> None:
+    assert core_trespasses(ROOT) == []
+
+
+def test_the_core_checker_finds_io_and_the_shell(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"command_handler/core/a.py": (
+        "import asyncio\nfrom command_handler.store import Batch\nfrom command_handler.core.chain import row_hash\n"
+        "from schemas.errors import InvalidRequest\nfrom psycopg import sql\n")})
+    assert core_trespasses(root) == ["command_handler/core/a.py:1 -> asyncio",
+                                     "command_handler/core/a.py:2 -> command_handler.store",
+                                     "command_handler/core/a.py:5 -> psycopg"]
+
+
+def test_every_package_is_in_the_wheel() -> None:
+    """pyproject lists packages by name: a folder left out is missing from a built wheel, though an editable
+    install (which every test here uses) still finds it."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in ROOT.glob("**/__init__.py")
+             if not {".venv", "tests", ".git", "build"} & set(p.relative_to(ROOT).parts)}
+    assert sorted(found - listed) == []

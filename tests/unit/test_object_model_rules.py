@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from command_handler.core import decide
-from command_handler.delegations import exercise_for, operation_of
-from command_handler.state import Context, ObjectHead
+from command_handler.core.decide import decide
+from command_handler.core.delegations import exercise_for, operation_of
+from command_handler.core.state import Context, ObjectHead
 from schemas.commands import DeleteObject, TransitionState
 from schemas.errors import PamledgerError
 from schemas.redaction import PointerProblem, redacted_projection
@@ -95,7 +95,7 @@ def test_recorded_times_compare_as_text_in_any_year() -> None:
     """A delegation window is compared as text: a year before 1000 must not sort after 2026."""
     from datetime import datetime, timezone
 
-    from command_handler.versions import timestamp_text
+    from command_handler.core.versions import timestamp_text
 
     early, now = datetime(999, 12, 31, tzinfo=timezone.utc), datetime(2026, 12, 1, tzinfo=timezone.utc)
     assert timestamp_text(early) == "0999-12-31T00:00:00.000000Z"
@@ -107,7 +107,7 @@ def test_a_delegation_lapses_when_its_grantor_loses_the_operation_in_the_scope_a
     operation in both, at every use, as when it granted."""
     from datetime import datetime, timezone
 
-    from command_handler.delegations import decide_delegation
+    from command_handler.core.delegations import decide_delegation
     from schemas.delegation import CheckDelegation, GrantDelegation
 
     class Holds:

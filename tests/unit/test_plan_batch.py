@@ -15,10 +15,10 @@ from typing import Any
 
 import msgspec
 
-from command_handler.core import decide
-from command_handler.intake import Parsed, parse
-from command_handler.planner import Plan, PlanInputs, plan_batch
-from command_handler.state import ObjectHead, Stamp
+from command_handler.core.decide import decide
+from command_handler.core.intake import Parsed, parse
+from command_handler.core.planner import Plan, PlanInputs, plan_batch
+from command_handler.core.state import ObjectHead, Stamp
 from infra.ledger import IdempotencyRow
 from schemas.errors import InvalidRequest, PamledgerError
 from schemas.registry import default_registry

@@ -10,11 +10,11 @@ import pytest
 
 from schemas.auth import AUTH_CONTENT_SCHEMAS
 
-from command_handler.chain import GENESIS_HASH
-from command_handler.core import decide
-from command_handler.intake import parse
-from command_handler.planner import PlanInputs, plan_batch
-from command_handler.state import ObjectHead
+from command_handler.core.chain import GENESIS_HASH
+from command_handler.core.decide import decide
+from command_handler.core.intake import parse
+from command_handler.core.planner import PlanInputs, plan_batch
+from command_handler.core.state import ObjectHead
 from command_handler.stamps import new_stamp
 from schemas.commands import TransitionState, UpdateObject
 from schemas.common import DIMENSION_STATES, EXTENSION_TYPE_PATTERNS, STANDARD_OBJECT_TYPES

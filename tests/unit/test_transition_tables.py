@@ -36,8 +36,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from command_handler.core import decide
-from command_handler.state import Context, ObjectHead, Stamp
+from command_handler.core.decide import decide
+from command_handler.core.state import Context, ObjectHead, Stamp
 from schemas.canonical import canonical_bytes
 from schemas.commands import DeleteObject, TransitionState
 from schemas.errors import PamledgerError

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from command_handler.intake import parse
+from command_handler.core.intake import parse
 from schemas.common import is_extension_type, is_valid_id
 from schemas.errors import InvalidObject, InvalidRequest
 from schemas.values import MAX_DEPTH, BadValue, check_text, check_value

@@ -14,14 +14,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from command_handler.chain import GENESIS_HASH
-from command_handler.intake import Parsed
+from command_handler.core.chain import GENESIS_HASH
+from command_handler.core.intake import Parsed
 from command_handler.memory_store import IDEMPOTENCY_KEY, InMemoryLedgerStore, StoreRefused
-from command_handler.planner import Outcome, PlanInputs, plan_batch, refused_before_key_check
-from command_handler.redactions import minimum_retention_days
-from command_handler.references import delegation_named, erases_content, head_keys
-from command_handler.state import ObjectHead
-from command_handler.store import LedgerStore, forgotten
+from command_handler.core.planner import Outcome, PlanInputs, plan_batch, refused_before_key_check
+from command_handler.core.redactions import minimum_retention_days
+from command_handler.core.references import delegation_named, erases_content, head_keys
+from command_handler.core.state import ObjectHead
+from command_handler.core.batch import LedgerStore, forgotten
 from infra.ledger import IdempotencyRow
 from schemas.commands import CorrectProvenance, CreateScope, TransitionState
 from schemas.errors import InvalidRequest, PamledgerError

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from command_handler.state import Context, Decision, ObjectHead, Stamp
-from command_handler.versions import check_actor, content_digest, live_head, stamped, version_event, with_optionals
+from command_handler.core.state import Context, Decision, ObjectHead, Stamp
+from command_handler.core.versions import check_actor, content_digest, live_head, stamped, version_event, with_optionals
 from schemas.canonical import canonical_bytes
 from schemas.common import SPEC_VERSION
 from schemas.errors import (

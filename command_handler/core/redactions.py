@@ -19,8 +19,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from command_handler.state import Context, Decision, ObjectHead, Stamp
-from command_handler.versions import (
+from command_handler.core.state import Context, Decision, ObjectHead, Stamp
+from command_handler.core.versions import (
     check_actor,
     content_digest,
     next_head,

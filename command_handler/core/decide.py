@@ -14,11 +14,11 @@ from typing import Any
 
 import msgspec
 
-from command_handler import promotion, redactions, relationships
-from command_handler.delegations import operation_of
-from command_handler.tool_memory import TOOL_EVENTS, check_invocation, tool_entry
-from command_handler.state import NO_CONTEXT, Context, Decision, ObjectHead, Stamp
-from command_handler.versions import (
+from command_handler.core import promotion, redactions, relationships
+from command_handler.core.delegations import operation_of
+from command_handler.core.tool_memory import TOOL_EVENTS, check_invocation, tool_entry
+from command_handler.core.state import NO_CONTEXT, Context, Decision, ObjectHead, Stamp
+from command_handler.core.versions import (
     check_actor,
     content_digest,
     entry_event,

@@ -18,8 +18,8 @@ from typing import Any
 
 import msgspec
 
-from command_handler.state import Authority, Decision, Stamp
-from command_handler.versions import timestamp_text
+from command_handler.core.state import Authority, Decision, Stamp
+from command_handler.core.versions import timestamp_text
 from authz.policy import REQUEST_OPERATIONS
 from schemas.common import SYSTEM_SCOPE
 from schemas.delegation import (

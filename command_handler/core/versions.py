@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from command_handler.state import ObjectHead, Stamp
+from command_handler.core.state import ObjectHead, Stamp
 from schemas.envelope import Actor, Provenance
 from schemas.errors import ObjectDeleted, ObjectNotFound, PamledgerError, VersionConflict
 from schemas.events import LedgerEvent

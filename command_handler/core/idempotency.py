@@ -3,8 +3,8 @@ the same request replay the original result; another request is duplicate_operat
 
 from __future__ import annotations
 
-from command_handler.intake import Parsed
-from command_handler.store import ERASED_REQUEST
+from command_handler.core.intake import Parsed
+from command_handler.core.batch import ERASED_REQUEST
 from schemas.commands import RegisterEmbeddingSpace
 from schemas.errors import DuplicateOperation, InvalidRequest
 

@@ -15,14 +15,14 @@ from typing import Any, Callable
 import msgspec
 import structlog
 
-from command_handler.chain import row_hash
-from command_handler.core import decide
-from command_handler.delegations import decide_delegation, exercise_for
-from command_handler.intake import Parsed
-from command_handler.idempotency import same_request
-from command_handler.references import DELEGATION_COMMANDS
-from command_handler.state import EVERYTHING, Authority, Context, Decision, ObjectHead, Stamp
-from command_handler.store import Batch, ContentRow, VersionRow
+from command_handler.core.chain import row_hash
+from command_handler.core.decide import decide
+from command_handler.core.delegations import decide_delegation, exercise_for
+from command_handler.core.intake import Parsed
+from command_handler.core.idempotency import same_request
+from command_handler.core.references import DELEGATION_COMMANDS
+from command_handler.core.state import EVERYTHING, Authority, Context, Decision, ObjectHead, Stamp
+from command_handler.core.batch import Batch, ContentRow, VersionRow
 from infra.ledger import IdempotencyRow, LedgerRow
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateScope, RecordAccessDenied

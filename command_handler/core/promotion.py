@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 import msgspec
 
-from command_handler.relationships import create_relationship
-from command_handler.state import Context, Decision, ObjectHead, Stamp
-from command_handler.versions import (
+from command_handler.core.relationships import create_relationship
+from command_handler.core.state import Context, Decision, ObjectHead, Stamp
+from command_handler.core.versions import (
     entry_event,
     follower_stamp,
     live_head,

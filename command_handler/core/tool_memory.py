@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from command_handler.state import Context, Decision, ObjectHead, Stamp
-from command_handler.versions import entry_event, follower_stamp
+from command_handler.core.state import Context, Decision, ObjectHead, Stamp
+from command_handler.core.versions import entry_event, follower_stamp
 from schemas.commands import CreateObject
 from schemas.errors import InvalidObject
 

@@ -7,8 +7,7 @@ a writer that lost the lock (its session died) cannot commit.
 from __future__ import annotations
 
 import functools
-from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 import psycopg

@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from schemas.common import SYSTEM_SCOPE
+from schemas.event_views import IndexedEvent, IndexedPayload
 
 
 ERASING_EVENTS = frozenset({"object_deleted", "object_redacted"})
@@ -79,34 +80,7 @@ class Plan:
     through_sequence: int = 0
 
 
-class _Actor(msgspec.Struct):
-    actor_id: str = ""
-
-
-class _Meta(msgspec.Struct):
-    version_id: str
-    sequence: int
-    object_type: str | None = None  # a Relationship Object's envelope has none: it is not embedded
-    availability_state: str = "active"
-
-
-class _Payload(msgspec.Struct):
-    envelope: _Meta | None = None
-    content_digest: str | None = None
-    action: str | None = None
-    embedding_space: Any = None
-    embedding_space_id: str | None = None
-    space_digest: str | None = None
-
-
-class _Event(msgspec.Struct):
-    event_type: str
-    scope_id: str
-    object_id: str | None = None
-    payload: _Payload | None = None
-
-
-_decode = msgspec.json.Decoder(_Event).decode
+_decode = msgspec.json.Decoder(IndexedEvent).decode
 
 
 def plan_batch(events: list[tuple[int, bytes]]) -> Plan:
@@ -117,7 +91,7 @@ def plan_batch(events: list[tuple[int, bytes]]) -> Plan:
     plan = Plan(from_sequence=events[0][0] if events else 0, through_sequence=events[-1][0] if events else 0)
     for seq, raw in events:
         event = _decode(raw)
-        payload = event.payload or _Payload()
+        payload = event.payload or IndexedPayload()
         if event.event_type in OWN_EVENTS:
             if event.scope_id == SYSTEM_SCOPE and event.event_type == "index_rebuilt":
                 _registry(plan, seq, payload)
@@ -138,7 +112,7 @@ def plan_batch(events: list[tuple[int, bytes]]) -> Plan:
     return plan
 
 
-def _registry(plan: Plan, seq: int, payload: _Payload) -> None:
+def _registry(plan: Plan, seq: int, payload: IndexedPayload) -> None:
     if payload.action == "space_registered" and payload.embedding_space is not None and payload.space_digest:
         plan.registry.append(Registration(seq, payload.embedding_space, payload.space_digest))
     elif payload.action == "default_space_set" and payload.embedding_space_id:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError

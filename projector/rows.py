@@ -14,6 +14,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from schemas.event_views import ProjectedEvent, ProjectedObject, ProjectedRelationship
+
 COLUMNS = (
     "scope_id", "object_id", "version_id", "sequence", "ledger_sequence", "object_type", "schema_id",
     "lifecycle_state", "availability_state", "retention_state", "validation_state", "actor_id",
@@ -24,50 +26,8 @@ COLUMNS = (
 Row = tuple[Any, ...]
 
 
-class _Actor(msgspec.Struct):
-    actor_id: str
-
-
-class _Provenance(msgspec.Struct):
-    provenance_id: str
-
-
-class _Meta(msgspec.Struct):
-    """The envelope fields a row needs (the rest stay in `meta`, untouched)."""
-
-    scope_id: str
-    object_id: str
-    version_id: str
-    sequence: int
-    object_type: str
-    lifecycle_state: str
-    availability_state: str
-    retention_state: str
-    validation_state: str
-    actor: _Actor
-    provenance: _Provenance
-    committed_at: str
-    recorded_at: str
-    schema_id: str | None = None
-    observed_at: str | None = None
-    asserted_at: str | None = None
-    valid_from: str | None = None
-    valid_until: str | None = None
-
-
-class _Payload(msgspec.Struct):
-    envelope: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))  # Raw takes no union
-    content_digest: str | None = None
-
-
-class _Event(msgspec.Struct):
-    object_id: str | None = None
-    relationship_id: str | None = None
-    payload: _Payload | None = None
-
-
-_decode_event = msgspec.json.Decoder(_Event).decode
-_decode_meta = msgspec.json.Decoder(_Meta).decode
+_decode_event = msgspec.json.Decoder(ProjectedEvent).decode
+_decode_meta = msgspec.json.Decoder(ProjectedObject).decode
 
 
 def current_row(event: bytes, ledger_sequence: int) -> Row | None:
@@ -121,27 +81,7 @@ RELATIONSHIP_COLUMNS = (
 )
 
 
-class _RelationshipMeta(msgspec.Struct):
-    """The Relationship envelope fields a row needs (relationship.schema.json; the rest stay in `meta`)."""
-
-    scope_id: str
-    relationship_id: str
-    version_id: str
-    sequence: int
-    relationship_type: str
-    source_object_id: str
-    target_object_id: str
-    directionality: str
-    lifecycle_state: str
-    availability_state: str
-    retention_state: str
-    validation_state: str
-    actor: _Actor
-    committed_at: str
-    target_scope_id: str | None = None
-
-
-_decode_relationship_meta = msgspec.json.Decoder(_RelationshipMeta).decode
+_decode_relationship_meta = msgspec.json.Decoder(ProjectedRelationship).decode
 
 
 class Projected(NamedTuple):

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-import msgspec
 import nats
 import nats.js.errors
 import structlog
@@ -38,10 +37,11 @@ from infra.settings import GatewaySettings
 from infra.stuck import StuckState, describe, traceback_text
 from infra.subjects import partition_wildcard
 from infra.tasks import reraise_if_cancelled
+from schemas.event_views import event_as_json
 from subscriptions.session import AccessRevoked, Session
 
 log = structlog.get_logger(__name__)
-_decoder = msgspec.json.Decoder(dict[str, Any])
+
 BATCH = 512
 IDLE_WAIT_SECONDS = 5.0  # a caught-up feed's lingering fetch; shorter when the feed pauses sooner
 RETRY_SECONDS = 0.5
@@ -187,7 +187,7 @@ class PartitionFeed:
 
     def _decode(self, sequence: int, data: bytes) -> dict[str, Any]:
         try:
-            return _decoder.decode(data)
+            return event_as_json(data)
         except Exception as exc:  # noqa: BLE001 - never crash the role, never skip: stuck, retried
             reason = describe(exc)
             if self.stuck.failed(sequence, reason, datetime.now(timezone.utc)):

@@ -40,12 +40,13 @@ from infra.stuck import StuckState
 from infra.subjects import push_subject, scope_subject_base, scope_token
 from infra.tasks import reraise_if_cancelled
 from schemas.canonical import canonical_bytes
+from schemas.event_views import event_as_json
 from schemas.errors import InvalidRequest
 from schemas.subscriptions import SubscribeRequest
 from subscriptions.filters import Authorizer, matches
 
 log = structlog.get_logger(__name__)
-_decoder = msgspec.json.Decoder(dict[str, Any])
+
 READ_BATCH = 256
 
 
@@ -227,7 +228,7 @@ class Session:
             sequence = meta.sequence.stream
             if sequence > self.scanned and (not out or sequence > out[-1][0]):
                 self.trying = sequence
-                out.append((sequence, _decoder.decode(msg.data), msg.data))
+                out.append((sequence, event_as_json(msg.data), msg.data))
         return out, pending == 0
 
     async def _open_reader(self) -> None:

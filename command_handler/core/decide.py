@@ -62,7 +62,7 @@ from schemas.redaction import Redact
 from schemas.registry import TypeRegistry
 from schemas.relationship import Relate, is_relationship
 
-__all__ = ["decide", "evolve", "content_digest"]  # tests and benches name them so
+__all__ = ["decide", "content_digest"]  # tests and benches name them so
 
 
 def decide(

@@ -38,7 +38,7 @@ from schemas.commands import (
 )
 from schemas.relationship import Relate, is_relationship
 from schemas.errors import AccessDenied, InvalidObject, InvalidRequest
-from schemas.events import LedgerEvent
+from schemas.events import Event, event_of
 
 RELATIONSHIP_TYPE = "relationship"  # what a delegation's granted_object_types names to cover Relationship Objects
 
@@ -65,10 +65,10 @@ def decide_delegation(command: DelegationCommand, state: DelegationState | None,
     return _check(command, state, stamp, authority)
 
 
-def _event(command: DelegationCommand, stamp: Stamp, event_type: str, payload: dict[str, Any]) -> LedgerEvent:
-    return LedgerEvent(event_id=stamp.event_id, operation_id=stamp.operation_id, scope_id=command.scope_id,
-                       event_type=event_type,  # type: ignore[arg-type]
-                       recorded_at=stamp.now, sequence=1, actor=command.actor, payload=payload)
+def _event(command: DelegationCommand, stamp: Stamp, event_type: str, payload: dict[str, Any]) -> Event:
+    return event_of(event_type, payload, event_id=stamp.event_id,  # type: ignore[no-any-return]
+                    operation_id=stamp.operation_id, scope_id=command.scope_id, recorded_at=stamp.now, sequence=1,
+                    actor=command.actor)
 
 
 def _grant(command: GrantDelegation, state: DelegationState | None, stamp: Stamp,

@@ -92,7 +92,7 @@ NO_CONTEXT = Context()
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
     """What one accepted command does: one ledger event, the version it commits, content to store or erase."""
 
-    event: Any  # schemas.events.LedgerEvent
+    event: Any  # one of schemas.events.Event
     head: ObjectHead | None  # None for event-only ledger entries (no Memory Version)
     content: bytes | None = None
     salt: bytes | None = None  # the salt of `content`'s digest when not the command stamp's (a follower's own)

@@ -13,7 +13,7 @@ import msgspec
 from command_handler.core.state import ObjectHead, Stamp
 from schemas.envelope import Actor, Provenance
 from schemas.errors import ObjectDeleted, ObjectNotFound, PamledgerError, VersionConflict
-from schemas.events import LedgerEvent
+from schemas.events import Event, event_of
 from schemas.relationship import is_relationship
 
 TOMBSTONE_CONTENT = {"tombstone": True}
@@ -93,30 +93,22 @@ def next_head(head: ObjectHead, stamp: Stamp, meta: dict[str, Any], digest: str 
                       sequence=head.sequence + 1, meta=meta, content_digest=digest)
 
 
-def version_event(actor: Actor, stamp: Stamp, event_type: str, head: ObjectHead, payload: dict[str, Any]) -> LedgerEvent:
+def version_event(actor: Actor, stamp: Stamp, event_type: str, head: ObjectHead, payload: dict[str, Any]) -> Event:
     """The ledger entry committing `head` (a Relationship Version names relationship_id, not object_id)."""
     relationship = is_relationship(head.meta)
-    return LedgerEvent(
-        event_id=stamp.event_id,
-        operation_id=stamp.operation_id,
-        scope_id=head.scope_id,
-        object_id=None if relationship else head.object_id,
-        relationship_id=head.object_id if relationship else None,
-        version_id=head.version_id,
-        event_type=event_type,  # type: ignore[arg-type]
-        recorded_at=stamp.now,
-        sequence=head.sequence,
-        actor=actor,
-        payload={"envelope": head.meta, "content_digest": head.content_digest, **payload},
-    )
+    return event_of(  # type: ignore[no-any-return]
+        event_type, {"envelope": head.meta, "content_digest": head.content_digest, **payload},
+        event_id=stamp.event_id, operation_id=stamp.operation_id, scope_id=head.scope_id,
+        object_id=None if relationship else head.object_id, relationship_id=head.object_id if relationship else None,
+        version_id=head.version_id, recorded_at=stamp.now, sequence=head.sequence, actor=actor)
 
 
 def entry_event(actor: Actor, stamp: Stamp, scope_id: str, event_type: str, payload: dict[str, Any],
-                object_id: str | None = None) -> LedgerEvent:
+                object_id: str | None = None) -> Event:
     """An event-only entry (no Memory Version); the planner sets its `sequence` to its ledger sequence."""
-    return LedgerEvent(event_id=stamp.event_id, operation_id=stamp.operation_id, scope_id=scope_id,
-                       event_type=event_type,  # type: ignore[arg-type]
-                       recorded_at=stamp.now, sequence=1, actor=actor, object_id=object_id, payload=payload)
+    return event_of(event_type, payload, event_id=stamp.event_id,  # type: ignore[no-any-return]
+                    operation_id=stamp.operation_id, scope_id=scope_id, recorded_at=stamp.now, sequence=1,
+                    actor=actor, object_id=object_id)
 
 
 def follower_stamp(stamp: Stamp, index: int, prefix: str = "mem") -> Stamp:

@@ -111,7 +111,7 @@ def test_update_makes_the_next_version_and_keeps_the_type() -> None:
     decision = decide(created(), command(UpdateObject, canonical_content={"statement": "y"}), stamp(2), REGISTRY)
     assert decision.head.sequence == 2 and decision.head.version_id == "ver:2"
     assert decision.event.event_type == "object_updated"
-    assert decision.event.payload["previous_version_id"] == "ver:1"
+    assert decision.event.payload.previous_version_id == "ver:1"
 
 
 ALL_TRANSITIONS = [
@@ -138,7 +138,7 @@ def test_transition_event_names_the_dimension_and_keeps_the_content_digest() -> 
     cmd = command(TransitionState, dimension="validation", target_state="corroborated")
     decision = decide(head, cmd, stamp(2), REGISTRY)
     assert decision.event.event_type == "validation_transitioned"
-    assert decision.event.payload["from"] == "unverified" and decision.event.payload["to"] == "corroborated"
+    assert decision.event.payload.from_ == "unverified" and decision.event.payload.to == "corroborated"
     assert decision.head.content_digest == head.content_digest
 
 

@@ -254,8 +254,8 @@ def test_every_state_of_every_dimension_is_covered() -> None:
 def test_an_override_is_recorded_in_the_event() -> None:
     command = command_for("lifecycle", "scratch", "active", VARIANTS[-1])
     decision = decide(head_in("lifecycle", "scratch"), command, _stamp(), REGISTRY, _context())
-    assert decision.event.payload["policy_override"] is True
-    assert decision.event.payload["policy_basis"] == "policy:test"
+    assert decision.event.payload.policy_override is True
+    assert decision.event.payload.policy_basis == "policy:test"
     assert decision.event.event_type == "lifecycle_transitioned"
 
 

@@ -22,6 +22,7 @@ import msgspec
 from schemas.common import Timestamp
 from schemas.embedding import EmbeddingSpace
 from schemas.envelope import Actor, Integrity, Provenance, QualitySignals
+from schemas.errors import InvalidRequest
 
 EventType = Literal[
     "object_created",
@@ -383,5 +384,12 @@ decode_event = msgspec.json.Decoder(Event).decode
 
 def event_of(event_type: str, payload: dict[str, Any], **fields: Any) -> Any:
     """The typed event of `event_type` with these fields and `payload`, a dict the writer built, checked and
-    converted into the type's payload: the writer cannot write an event its type does not describe."""
-    return EVENT_TYPES[event_type](payload=msgspec.convert(payload, PAYLOAD_TYPES[event_type]), **fields)
+    converted into the type's payload: the writer cannot write an event its type does not describe. A
+    payload that does not fit (only an indexer's record_index_event carries one it did not build) is
+    `invalid_request`, naming the field."""
+    try:
+        typed = msgspec.convert(payload, PAYLOAD_TYPES[event_type])
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest(f"the {event_type} entry's payload does not match its type: {exc}",
+                             details={"event_type": event_type}) from None
+    return EVENT_TYPES[event_type](payload=typed, **fields)

@@ -86,7 +86,9 @@ async def test_index_entries_are_event_only_and_written_once_per_key(service: En
                                                                      writer: CommandRequester) -> None:
     await writer.command("create_scope", {"scope_id": "workspace:indexed", "scope_kind": "workspace"})
     body = {"scope_id": "workspace:indexed", "event_type": "embedding_generated", "actor": SERVICE_ACTOR,
-            "payload": {"embedding_space_id": "space:x:1", "count": 2}, "idempotency_key": "emb:1"}
+            "payload": {"embedding_space_id": "space:x:1", "space_digest": "sha256:00", "count": 2,
+                        "items": [["mem:a", "ver:a"], ["mem:b", "ver:b"]], "from_ledger_sequence": 1,
+                        "through_ledger_sequence": 2}, "idempotency_key": "emb:1"}
     first = await writer.command("record_index_event", body)
     second = await writer.command("record_index_event", body)
     assert second["ledger_sequence"] == first["ledger_sequence"]
@@ -97,3 +99,8 @@ async def test_index_entries_are_event_only_and_written_once_per_key(service: En
     with pytest.raises(PamledgerError) as refused:
         await writer.command("record_index_event", dict(body, event_type="object_created", idempotency_key="emb:2"))
     assert refused.value.code == "invalid_request"
+    with pytest.raises(PamledgerError) as refused:  # an entry its type does not describe (schemas.events)
+        await writer.command("record_index_event", dict(body, payload={"embedding_space_id": "space:x:1", "count": 2},
+                                                       idempotency_key="emb:3"))
+    assert refused.value.code == "invalid_request" and "space_digest" in refused.value.message
+    assert await ledger(service) == rows

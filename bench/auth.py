@@ -35,13 +35,13 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
+from authz.bootstrap import read_token
 from bench.baselines import run_commit_floor
 from bench.load import ACTOR, SCOPE_ID, Maker, Result, check_echo, check_result, create_payload, create_scope, drive
 from bench.procs import Child
 from bench.scenarios import other_cpu, writer_status
 from bench.servers import Servers, bench_servers
 from bench.service import echo_service, service_process
-from authz.bootstrap import read_token
 from infra.logging import configure_logging
 from infra.subjects import command_subject
 from memory_client.admin import issue_token, parse_grant, put_actor

@@ -16,16 +16,16 @@ import timeit
 from datetime import datetime, timezone
 from typing import Any
 
-from bench.load import ACTOR, create_payload
-from command_handler.denials import admit
-from command_handler.core.intake import parse
 from authz.audit import DenialLimiter
 from authz.enforce import TokenPolicy
 from authz.policy import authenticate, decide
-from schemas.auth import Claim
 from authz.registry import GrantsRegistry, grants_of
 from authz.tokens import bearer_token, digest_matches, new_token, token_digest, token_id_of
+from bench.load import ACTOR, create_payload
+from command_handler.denials import admit
+from command_handler.core.intake import parse
 from infra.request_shell import AllowAll, context_of
+from schemas.auth import Claim
 from schemas.auth import AUTHORIZATION_HEADER, ActorRecord, CredentialRecord, ScopeGrant
 
 SUBJECT = "bench.cmd.create"

@@ -30,13 +30,13 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 
+from authz.bootstrap import read_token
 from bench.load import SCOPE_ID
 from bench.servers import Servers, bench_servers
 from bench.service import service_process
-from authz.bootstrap import read_token
 from infra.logging import configure_logging
-from memory_client.admin import issue_token, parse_grant, put_actor
 from mcp_binding.launch import HttpProcess, http_session
+from memory_client.admin import issue_token, parse_grant, put_actor
 from memory_client.client import MemoryClient
 
 ACTOR = {"actor_id": "actor:bench:mcp", "actor_kind": "agent"}

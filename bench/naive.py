@@ -30,10 +30,10 @@ from nats.aio.msg import Msg
 from command_handler.core.chain import row_hash
 from command_handler.core.decide import decide
 from command_handler.core.intake import Parsed, parse
-from schemas.replies import error_reply, result_bytes
 from command_handler.core.state import Stamp
 from command_handler.store import PostgresLedgerStore
 from infra.db_errors import map_db_error
+from schemas.replies import error_reply, result_bytes
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateObject
 from schemas.errors import PamledgerError, ScopeNotFound

@@ -31,8 +31,8 @@ from bench.projection_lag import TARGET_RATE, covered_at, read_checkpoints, wait
 from bench.scenarios import Config, other_cpu
 from bench.servers import Servers
 from bench.service import service_process
-from infra.ledger import LedgerRow
 from command_handler.relay import Relay, ensure_stream
+from infra.ledger import LedgerRow
 
 TICK = 0.002  # how often the pacer hands the relay what is due (the writer commits a batch every few ms)
 # A pacer this far behind its schedule stops: the run would not be at the rate. Less is only counted: a row

@@ -25,10 +25,10 @@ from nats.aio.client import Client as NATS
 
 from bench.ledger_content import search_text
 from bench.load import REQUEST_TIMEOUT, BadReply, Result
+from infra.subjects import query_subject
 from query.cursor import decode_cursor
 from query.plan import build
 from schemas.queries import decode_query
-from infra.subjects import query_subject
 
 Sample = tuple[float, str, bytes]  # (seconds, variant, request payload)
 _decode = msgspec.json.Decoder(dict[str, Any]).decode

@@ -19,8 +19,8 @@ from bench.load import ACTOR, PROVENANCE, REQUEST_TIMEOUT, check_result
 from bench.procs import Child
 from bench import service
 from bench.servers import Servers
-from infra.subjects import command_subject, query_subject
 from command_handler.relay import ensure_stream_config
+from infra.subjects import command_subject, query_subject
 
 
 async def connect(url: str) -> NATS:

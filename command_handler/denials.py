@@ -14,10 +14,10 @@ from typing import Any
 
 import msgspec
 
-from command_handler.core.intake import Parsed
-from command_handler.core.state import EVERYTHING, Authority
 from authz.audit import DenialLimiter, denial_entry
 from authz.enforce import entry_for
+from command_handler.core.intake import Parsed
+from command_handler.core.state import EVERYTHING, Authority
 from infra.request_shell import Deny, Policy, authorize, context_of
 from schemas.commands import RecordAccessDenied
 from schemas.errors import AccessDenied, PamledgerError

@@ -17,6 +17,7 @@ import psycopg
 import structlog
 from nats.aio.msg import Msg
 
+from authz.audit import DenialLimiter
 from command_handler.core.redactions import minimum_retention_days
 from command_handler.core.references import delegation_named, erases_content, head_keys
 from command_handler.stamps import new_stamp
@@ -30,7 +31,6 @@ from infra.db_errors import map_db_error
 from infra.ledger import IdempotencyRow, LedgerRow, fetch_replay
 from infra.lru import LRU
 from infra.nats_raw import RawClient, parse_headers
-from authz.audit import DenialLimiter
 from infra.request_shell import AllowAll, Policy, error_body, to_error
 from infra.settings import Settings
 from infra.subjects import command_subject, status_subject

@@ -26,13 +26,13 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from indexer.catalog import COUNT_UPTO_SQL, PAGE_UPTO_SQL
-from indexer.outbox import Entry, add_entries, entry_key
-from indexer.texts import embed, read_contents, text_of
 from embedding.embedders import Embedder
 from embedding.store import (
     INDEX_CHECKPOINT, SpaceRow, VectorRow, mark_ready, upsert_vectors,
 )
+from indexer.catalog import COUNT_UPTO_SQL, PAGE_UPTO_SQL
+from indexer.outbox import Entry, add_entries, entry_key
+from indexer.texts import embed, read_contents, text_of
 from infra import locks
 from infra.projections import checkpoint
 from schemas.common import SYSTEM_SCOPE

@@ -13,9 +13,9 @@ import msgspec
 import psycopg
 from psycopg import sql
 
-from indexer.catalog import MISSING_SQL, STALE_SQL
 from embedding.embedders import hashing_space, minilm_space
 from embedding.store import INDEX_CHECKPOINT, SpaceRow, list_spaces
+from indexer.catalog import MISSING_SQL, STALE_SQL
 from infra.ledger import ledger_head
 from infra.projections import checkpoint
 from schemas.embedding import same_space

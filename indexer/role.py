@@ -14,11 +14,11 @@ import msgspec
 import psycopg
 import structlog
 
-from indexer.outbox import INDEXER_ACTOR, send_forever
-from indexer.rebuild import FillBusy, fill_space
 from embedding.embedders import Embedder
 from embedding.known import descriptor_for, embedder_for
 from embedding.store import SpaceRow, find_space, list_spaces
+from indexer.outbox import INDEXER_ACTOR, send_forever
+from indexer.rebuild import FillBusy, fill_space
 from infra.requester import CommandRequester
 from infra.settings import IndexerSettings
 from schemas.common import SYSTEM_SCOPE

@@ -26,15 +26,15 @@ import msgspec
 import psycopg
 import structlog
 
-from indexer.catalog import apply_catalog
-from indexer.outbox import Entry, add_entries, entry_key
-from indexer.plan import DefaultSwitch, Plan, Registration, Version, plan_batch
-from indexer.texts import embed, read_contents, text_of
 from embedding.known import embedder_for, loaded_embedder
 from embedding.store import (
     INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL, MovedRow, SpaceRow, VectorRow, create_space, delete_object_vectors,
     list_spaces, make_default, move_vectors, upsert_vectors, vector_digests,
 )
+from indexer.catalog import apply_catalog
+from indexer.outbox import Entry, add_entries, entry_key
+from indexer.plan import DefaultSwitch, Plan, Registration, Version, plan_batch
+from indexer.texts import embed, read_contents, text_of
 from infra import locks
 from infra.follower import Event, FollowerSpec
 from infra.settings import IndexerSettings

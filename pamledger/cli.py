@@ -17,10 +17,10 @@ from typing import Any
 
 from infra.endpoints import resolve
 from infra.settings import Settings
+from mcp_binding.main import add_mcp_parser
 from memory_client.cli import Handler, add_client_parsers, dispatch, handler_for
 from memory_client.cli_common import Parser, print_json
 from memory_client.client import MemoryClient, PamspecError
-from mcp_binding.main import add_mcp_parser
 from pamledger.cli_audit import add_audit_parsers, cmd_audit, cmd_replay
 from pamledger.cli_index import add_index_parsers, cmd_index, cmd_spaces
 from pamledger.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report

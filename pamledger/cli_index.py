@@ -18,8 +18,8 @@ from typing import Any
 
 import psycopg
 
-from embedding.store import SpaceRow, find_space
 from authz.operator import require_operator
+from embedding.store import SpaceRow, find_space
 from infra.endpoints import resolve
 from infra.settings import Settings
 from memory_client.cli_common import invalid

@@ -8,7 +8,6 @@ from typing import Any
 
 from authz.bootstrap import admin_token_path, bootstrap_from, read_token
 from authz.registry import GrantsRegistry
-from infra.endpoints import read_servers_file
 from authz.nats_auth import (
     NatsLogin,
     TlsFiles,
@@ -19,6 +18,7 @@ from authz.nats_auth import (
     tls_options,
 )
 from authz.nats_users_sync import NatsUsers
+from infra.endpoints import read_servers_file
 from infra.settings import Settings
 
 

@@ -23,6 +23,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from command_handler.store import PostgresLedgerStore
 from command_handler.writer import Writer
+from command_handler.relay import Relay
+from embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from indexer.role import run_beside_follower
 from indexer.step import INDEXER, indexer_spec
 from infra import locks
@@ -40,14 +42,12 @@ from pamledger.auth import auth_for, delegated_reads
 from pamledger.followers import FOLLOWERS
 from pamledger.nats_users import nats_is_ours, nats_users, operator_nats_options
 from pamledger.supervisor import ROLES
-from embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from query.search import CheckpointWatcher
-from retention.evaluator import run_rounds
 from query.service import QueryService
+from retention.evaluator import run_rounds
 from schemas.canonical import canonical_bytes
 from subscriptions.filters import Authorizer
 from subscriptions.gateway import Gateway
-from command_handler.relay import Relay
 from subscriptions.store import LeadershipLost, SubscriptionStore
 
 log = structlog.get_logger(__name__)

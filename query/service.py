@@ -24,9 +24,9 @@ from infra.settings import QuerySettings
 from infra.subjects import QUERIES, query_subject, status_subject
 from query.reads import history, read_envelope, scope_events
 from query.related import relationship_refs, run_related
-from schemas.queries import RelatedRequest, decode_query, decode_related, decode_request
 from query.hybrid import run_search
 from query.search import CheckpointWatcher, run_query
+from schemas.queries import RelatedRequest, decode_query, decode_related, decode_request
 from schemas.search import SearchRequest, decode_search
 from schemas.canonical import canonical_bytes
 from schemas.common import Id

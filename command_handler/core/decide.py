@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from authz.policy import RETENTION_ACTOR_ID
 from command_handler.core import promotion, redactions, relationships
 from command_handler.core.delegations import operation_of
 from command_handler.core.tool_memory import TOOL_EVENTS, check_invocation, tool_entry
@@ -29,7 +30,6 @@ from command_handler.core.versions import (
     version_event,
     with_optionals,
 )
-from authz.policy import RETENTION_ACTOR_ID
 from schemas.canonical import canonical_bytes
 from schemas.commands import (
     CloseSubscription,

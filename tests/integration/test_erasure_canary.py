@@ -30,9 +30,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from indexer.texts import text_of
 from embedding.known import embedder_for
 from embedding.store import INDEX_CHECKPOINT, find_space, list_spaces
+from indexer.texts import text_of
 from infra.projections import checkpoint
 from memory_client.client import MemoryClient, PamspecError
 from pamledger.runtime import connect_nats

@@ -12,11 +12,11 @@ import psycopg
 from psycopg import sql
 from psycopg.types import TypeInfo
 
+from embedding.embedders import FeatureHashingEmbedder
+from embedding.store import INDEX_CHECKPOINT, create_space
 from indexer.catalog import apply_catalog
 from indexer.plan import plan_batch
 from indexer.rebuild import fill_space
-from embedding.embedders import FeatureHashingEmbedder
-from embedding.store import INDEX_CHECKPOINT, create_space
 from infra.projections import advance_checkpoint
 from schemas.embedding import encode_space, space_digest
 from tests.conftest import ACTOR, PROVENANCE, Env, serving

@@ -16,10 +16,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from indexer.plan import DefaultSwitch, Plan
-from indexer.step import IndexerStep, Prepared
 from embedding.embedders import hashing_space
 from embedding.store import SpaceRow, create_space
+from indexer.plan import DefaultSwitch, Plan
+from indexer.step import IndexerStep, Prepared
 from infra.projections import PROJECTION, checkpoint
 from schemas.embedding import encode_space, space_digest
 from tests.conftest import ACTOR, PROVENANCE, Env, serving, wait_for

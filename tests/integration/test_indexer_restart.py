@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 import psycopg
 
-from indexer.outbox import Entry, add_entries, send_some
 from embedding.store import INDEX_CHECKPOINT, list_spaces
+from indexer.outbox import Entry, add_entries, send_some
 from infra.projections import checkpoint
 from infra.requester import CommandRequester
 from pamledger.supervisor import ROLES as ALL_ROLES

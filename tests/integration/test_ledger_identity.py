@@ -8,11 +8,11 @@ from typing import Any
 import psycopg
 
 from infra.ledger_identity import STREAM_KEY, checkpoint_disagreement, ledger_identity
-from pamledger.cli_ledger import identity_report, rebuild_stream
-from subscriptions.store import subscriptions_disagreement
-from memory_client.client import MemoryClient
-from projector.replay import ReplayOptions, replay
 from infra.projections import PROJECTION, checkpoint
+from memory_client.client import MemoryClient
+from pamledger.cli_ledger import identity_report, rebuild_stream
+from projector.replay import ReplayOptions, replay
+from subscriptions.store import subscriptions_disagreement
 from tests.conftest import ACTOR, PROVENANCE, answers, Env, Servers, fresh_database, fresh_settings, running_service, serving, wait_for
 
 SCOPE = "workspace:identity"

@@ -21,9 +21,9 @@ import nats
 import pytest
 
 from authz.bootstrap import read_token
+from authz.nats_auth import SERVICE_USER, agent_login, config_path, read_service_login
 from infra.endpoints import SERVERS_FILE
 from local_servers.nats_server import NatsServer
-from authz.nats_auth import SERVICE_USER, agent_login, config_path, read_service_login
 from memory_client.admin import issue_token, parse_grant, put_actor, revoke_token
 from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError

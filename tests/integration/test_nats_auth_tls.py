@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from authz.bootstrap import read_token
-from local_servers.nats_server import nats_info
-from local_servers.launch import start_nats
 from authz.nats_auth import config_path
 from infra.settings import AuthSettings, Settings
+from local_servers.nats_server import nats_info
+from local_servers.launch import start_nats
 from memory_client.connection import open_nats
 from memory_client.errors import PamspecError
 from pamledger.auth import prepare_credentials

@@ -21,9 +21,9 @@ import psycopg
 import pytest
 
 from command_handler.verify import verify_tables
+from embedding.store import INDEX_CHECKPOINT
 from infra.ledger import ledger_head
 from infra.projections import PROJECTION, checkpoint
-from embedding.store import INDEX_CHECKPOINT
 from schemas.canonical import canonical_bytes
 from tests.conftest import ROLES, Env, run_cli, serving, wait_for
 

@@ -10,9 +10,9 @@ import pytest
 from authz.audit import DenialLimiter
 from authz.bootstrap import ADMIN_ACTOR, SERVICE_ACTOR, bootstrap_credentials
 from authz.policy import Caller, Denied, Grants, decide
-from schemas.auth import Claim
 from authz.registry import grants_of
 from authz.tokens import BadCredential, bearer_token, new_token, token_digest
+from schemas.auth import Claim
 from schemas.auth import ACTOR_TYPE, CREDENTIAL_TYPE, ActorRecord, CredentialRecord, ScopeGrant, scope_matches
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)

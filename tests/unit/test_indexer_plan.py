@@ -10,10 +10,10 @@ from typing import Any
 
 import msgspec
 
-from indexer.plan import DefaultSwitch, Registration, plan_batch
-from indexer.step import generated_entries
 from embedding.embedders import hashing_space
 from embedding.store import SpaceRow, VectorRow
+from indexer.plan import DefaultSwitch, Registration, plan_batch
+from indexer.step import generated_entries
 from schemas.common import SYSTEM_SCOPE
 
 

@@ -14,9 +14,9 @@ import msgspec
 import pytest
 
 from authz.policy import RETENTION_ACTOR_ID, SERVICE_ACTOR_ID, Caller, Denied, authorize
-from schemas.auth import Claim
 from pamledger.supervisor import ROLES, enabled_optional_roles, parse_roles
 from retention.plan import Candidate, Proposal, plan, propose, scope_rules, tally, transition_command
+from schemas.auth import Claim
 from schemas.auth import ActorRecord
 from schemas.commands import TransitionState
 

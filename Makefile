@@ -30,7 +30,7 @@ run: venv
 	$(PAMLEDGER) run --local
 
 test: venv
-	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 bench: venv
 	$(PYTHON) -m bench $(BENCH_ARGS)

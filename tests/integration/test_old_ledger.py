@@ -29,6 +29,8 @@ from tests.conftest import ROLES, Env, run_cli, serving, wait_for
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "ledger_before_typed_events.json"
 SCOPE = "workspace:old-ledger"
+MIGRATION = Path(__file__).resolve().parents[2] / "infra" / "sql" / "017_index_catalog.sql"
+CATALOG = "scope_id, object_id, version_id, sequence, ledger_sequence, object_type, content_digest"
 
 
 def rows() -> dict[str, list[dict[str, Any]]]:
@@ -80,10 +82,25 @@ async def test_the_old_ledger_serves_replays_and_verifies_again(loaded: Env) -> 
                 break
         await subscription.close()
         assert seen == [e["ledger_sequence"] for e in events["events"]]
+        await _the_migration_seeds_the_catalog_the_indexer_built(loaded.database_url)
     replayed = await asyncio.to_thread(run_cli, loaded, "replay", "--verify")
     assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]
     verified = await asyncio.to_thread(run_cli, loaded, "verify")
     assert verified.returncode == 0 and json.loads(verified.stdout)["ok"], verified.stdout[-2000:]
+
+
+async def _the_migration_seeds_the_catalog_the_indexer_built(database_url: str) -> None:
+    """infra/sql/017 gives an existing ledger the indexer's catalog from the version store; on this ledger
+    it must be the very catalog the indexer's follower built event by event."""
+    seed = MIGRATION.read_text()
+    seed = seed[seed.index("INSERT INTO index_catalog"):]
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        built = await (await conn.execute(f"SELECT {CATALOG} FROM index_catalog ORDER BY 1, 2")).fetchall()
+        await conn.execute("DELETE FROM index_catalog")
+        await conn.execute(seed)
+        seeded = await (await conn.execute(f"SELECT {CATALOG} FROM index_catalog ORDER BY 1, 2")).fetchall()
+        await conn.rollback()  # the follower's catalog stays
+    assert len(built) >= 5 and seeded == built
 
 
 async def _reached(conn: psycopg.AsyncConnection[Any], name: str, head: int) -> bool:

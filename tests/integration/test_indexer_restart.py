@@ -80,8 +80,9 @@ async def _checkpoint(env: Env) -> int:
 
 async def test_an_entry_sent_again_after_a_crash_is_a_replay_not_a_second_entry(env: Env) -> None:
     """The crash window: the writer appended the entry but the outbox row's deletion never committed."""
-    entry = Entry(SCOPE, "embedding_generated", "emb:test:crash-window", {"embedding_space_id": "space:x:v1",
-                  "count": 0, "items": []})
+    entry = Entry(SCOPE, "embedding_generated", "emb:test:crash-window", {
+        "embedding_space_id": "space:x:v1", "space_digest": "sha256:00", "count": 0, "items": [],
+        "from_ledger_sequence": 1, "through_ledger_sequence": 1})
     async with serving(env, ROLES, roles=ROLES) as client:
         requester = CommandRequester(client.nc, env.settings.subject_prefix)
         async with await psycopg.AsyncConnection.connect(env.database_url, autocommit=True) as conn:

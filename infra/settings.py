@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from infra.locks import MAX_PARTITIONS
@@ -180,14 +180,19 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="PAMLEDGER_", env_nested_delimiter="__")
 
+    @field_validator("log_format", "log_level", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
     nats_url: str | None = None
     database_url: str | None = None
     state_dir: Path = Path(".pamledger")
     subject_prefix: str = "pamledger"
     stream_name: str = "PAMLEDGER"
     partition: int = Field(default=0, ge=0, lt=MAX_PARTITIONS)  # infra.locks: each role's lock key per partition
-    log_format: str = "auto"
-    log_level: str = "info"
+    log_format: Literal["auto", "json", "console"] = "auto"  # auto: console on a terminal, else JSON lines
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     request_timeout_seconds: float = 10.0
     processes: Literal["split", "single"] = "split"
     # The credential the SDK and the CLI send (PAMLEDGER_TOKEN); unset: the state dir's admin.token, if any.

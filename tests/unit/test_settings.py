@@ -94,3 +94,23 @@ def test_a_misspelt_tunable_is_refused_rather_than_ignored(monkeypatch: pytest.M
     with pytest.raises(ValidationError) as err:
         Settings()
     assert "max_inflight" in str(err.value)
+
+
+@pytest.mark.parametrize(("variable", "value"), [("PAMLEDGER_LOG_LEVEL", "loud"), ("PAMLEDGER_LOG_FORMAT", "fancy")])
+def test_a_log_setting_out_of_its_list_is_refused_naming_the_variable(
+        monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> None:
+    """A log level it did not know used to end as internal_error (a KeyError), an unknown format was taken
+    silently; the CLI turns the refusal into invalid_request naming the variable (memory_client.cli_errors)."""
+    from memory_client.cli_errors import _bad_settings
+
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+    error = _bad_settings(refused.value)
+    assert error.code == "invalid_request" and variable in error.message and value not in error.message
+
+
+def test_log_settings_take_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAMLEDGER_LOG_LEVEL", "DEBUG")
+    monkeypatch.setenv("PAMLEDGER_LOG_FORMAT", "JSON")
+    assert (Settings().log_level, Settings().log_format) == ("debug", "json")

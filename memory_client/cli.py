@@ -23,6 +23,7 @@ from memory_client.cli_auth import add_auth_parsers, cmd_actors, cmd_tokens
 from memory_client.cli_common import (
     CONTENT_HELP,
     Parser,
+    installed_version,
     actor_of,
     add_writer_arguments,
     connect,
@@ -60,7 +61,7 @@ async def _client_call(settings: Settings, args: argparse.Namespace) -> Any:
             case "scope-create":
                 return await client.create_scope(args.scope_id, args.scope_kind)
             case "create":
-                optional = {k: v for k, v in (("object_id", args.object_id),
+                optional = {k: v for k, v in (("object_id", args.object_id), ("schema_id", args.schema_id),
                                               ("idempotency_key", args.idempotency_key)) if v}
                 return await client.create(args.scope_id, args.object_type, content, actor, provenance,
                                            **optional)
@@ -105,6 +106,8 @@ def add_client_parsers(sub: Any) -> None:
     create.add_argument("object_type")
     create.add_argument("content", help=CONTENT_HELP)
     create.add_argument("--object-id", type=pam_id)
+    create.add_argument("--schema-id", help="the content's schema: needed by an extension type"
+                                            " (reverse-DNS or URI object_type, docs/protocol.md)")
     create.add_argument("--idempotency-key")
     add_writer_arguments(create)
     update = sub.add_parser("update", help="write new content as a new version")
@@ -143,6 +146,7 @@ def add_client_parsers(sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="pamledger", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"pamledger {installed_version()}")
     add_client_parsers(parser.add_subparsers(dest="command", required=True))
     return parser
 

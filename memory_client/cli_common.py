@@ -33,6 +33,16 @@ def invalid(message: str, **details: Any) -> PamspecError:
     return PamspecError.of("invalid_request", message, details)
 
 
+def installed_version() -> str:
+    """This installation's version (`pamledger --version`), from its package metadata."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pamledger")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are the error envelope too (exit 2, as argparse's own)."""
 

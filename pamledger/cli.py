@@ -19,7 +19,7 @@ from infra.endpoints import resolve
 from infra.settings import Settings
 from mcp_binding.main import add_mcp_parser
 from memory_client.cli import Handler, add_client_parsers, dispatch, handler_for
-from memory_client.cli_common import Parser, print_json
+from memory_client.cli_common import Parser, installed_version, print_json
 from memory_client.client import MemoryClient, PamspecError
 from pamledger.cli_audit import add_audit_parsers, cmd_audit, cmd_replay
 from pamledger.cli_index import add_index_parsers, cmd_index, cmd_spaces
@@ -224,6 +224,7 @@ def cmd_mcp(settings: Settings, args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="pamledger", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"pamledger {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="start local NATS and Postgres in the background and migrate")
     sub.add_parser("down", help="stop the servers `up` started")

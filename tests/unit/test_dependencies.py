@@ -16,6 +16,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ("schemas", "command_handler", "projector", "indexer", "subscriptions", "query", "retention",
@@ -77,3 +78,23 @@ def test_a_module_only_an_extra_brings_is_found() -> None:
     assert "psycopg-pool" not in closure
     assert undeclared({"psycopg_pool": {"query/hybrid.py"}}, closure) == ["psycopg_pool (query/hybrid.py)"]
     assert undeclared({"psycopg_pool": {"query/hybrid.py"}}, installed_closure(["psycopg[binary,pool]>=3.2"])) == []
+
+
+def test_the_license_pyproject_names_is_shipped_and_every_package_is_marked_typed() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["license"] == "Apache-2.0" and project["project"]["license-files"] == ["LICENSE"]
+    assert (ROOT / "LICENSE").read_text().split()[:3] == ["Apache", "License", "Version"]
+    assert sorted(p for p in SHIPPED if not (ROOT / p / "py.typed").is_file()) == []
+    assert "py.typed" in project["tool"]["setuptools"]["package-data"]["*"]
+
+
+def test_the_cli_says_its_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    from pamledger.cli import main
+
+    try:
+        main(["--version"])
+    except SystemExit as exited:
+        assert exited.code == 0
+    assert capsys.readouterr().out.strip() == f"pamledger {version('pamledger')}"

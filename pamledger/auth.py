@@ -3,7 +3,10 @@ service's own credential, the denial audit and Subscribe's per-event check (docs
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from nats.aio.client import Client as NATS
 
@@ -52,15 +55,26 @@ def auth_for(settings: Settings, database_url: str) -> Auth:
     return Auth(TokenPolicy(registry), GrantsAuthorizer(registry), service, registry, limiter)
 
 
-def prepare_credentials(settings: Settings) -> dict[str, str]:
-    """Make the administrative and the service token when absent (auth enforced) and say where they are; the
-    administrative token itself is shown once, when it is made (`make run` prints it the first time)."""
+def prepare_credentials(settings: Settings) -> dict[str, Any]:
+    """Make the administrative and the service token when absent (auth enforced) and say where they are.
+
+    The administrative token itself is never part of what this returns (it goes into JSON lines, and so into
+    captured logs): when it is made, it is shown once on the terminal, as a plain line, and only there."""
     if settings.auth.mode == "off":
         return {"auth": "off"}
     admin_path = admin_token_path(settings)
     admin, made = ensure_token(admin_path)
     ensure_token(service_token_path(settings))
-    shown = {"auth": "enforce", "admin_token_file": str(admin_path)}
     if made:
-        shown["admin_token"] = admin
-    return shown
+        show_on_terminal(admin, admin_path)
+    return {"auth": "enforce", "admin_token_file": str(admin_path), "admin_token_made": made}
+
+
+def show_on_terminal(token: str, path: Path) -> bool:
+    """Print a new administrative token once where a person sees it (a terminal on stderr); never into a
+    file or a pipe. Returns whether it was shown."""
+    if not sys.stderr.isatty():
+        return False
+    print(f"pamledger: a new administrative token (shown once; kept in {path}, mode 0600):\n  {token}",
+          file=sys.stderr, flush=True)
+    return True

@@ -27,7 +27,8 @@ def add_audit_parsers(sub: Any) -> None:
     r.add_argument("--keep", action="store_true", help="keep the rebuilt table (its name is printed)")
     a = sub.add_parser("audit", help="a scope's objects, versions and states as of a ledger sequence")
     a.add_argument("--scope", dest="scope_id", type=pam_id, required=True, help="an existing scope")
-    a.add_argument("--at", type=sequence, required=True, help="a ledger sequence, 0 to the ledger head")
+    a.add_argument("--at", type=sequence, default=None,
+                   help="a ledger sequence, 0 to the ledger head (default: the head, the scope as it stands)")
 
 
 def _progress(update: dict[str, Any]) -> None:
@@ -56,7 +57,8 @@ def cmd_audit(settings: Settings, args: argparse.Namespace) -> int:
     async def run() -> dict[str, Any]:
         await require_operator(settings, resolve(settings).database_url, args.scope_id)
         async with await psycopg.AsyncConnection.connect(resolve(settings).database_url) as conn:
-            return await audit(conn, args.scope_id, args.at, settings.partition)
+            at = await ledger_head(conn, settings.partition) if args.at is None else args.at
+            return await audit(conn, args.scope_id, at, settings.partition)
 
     print(json.dumps(asyncio.run(run()), indent=2, sort_keys=True))  # errors: main() prints the envelope
     return 0

@@ -99,6 +99,16 @@ async def test_content_comes_from_a_file_or_stdin_past_the_argument_size_limit(s
     assert (code, out, error_of(err)["code"]) == (1, None, "invalid_request")
 
 
+async def test_an_extension_type_is_created_with_its_schema_id(service: Env, scope: str, tmp_path: Path) -> None:
+    note = ("com.example.note", '{"text": "an extension object"}')
+    code, out, err = await run(service, tmp_path, "create", scope, *note)
+    assert (code, out) == (1, None) and "schema_id" in error_of(err)["message"]
+    code, created, err = await run(service, tmp_path, "create", scope, *note,
+                                   "--schema-id", "https://example.com/schemas/note.json")
+    assert code == 0, err
+    assert created["envelope"]["schema_id"] == "https://example.com/schemas/note.json"
+
+
 async def test_replay_and_audit_refuse_out_of_range_and_unknown_arguments(service: Env, scope: str,
                                                                           tmp_path: Path) -> None:
     cases = [

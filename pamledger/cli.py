@@ -70,6 +70,7 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     every role in this process (`--single-process` / PAMLEDGER_PROCESSES=single)."""
     from infra.migrations import migrate
     from pamledger.auth import prepare_credentials
+    from pamledger.readiness import announce_when_ready
     from pamledger.supervisor import child_environment, enabled_optional_roles, parse_roles, supervise
 
     roles = parse_roles(args.roles, enabled_optional_roles(settings.retention.enabled))
@@ -90,9 +91,9 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
             from pamledger.nats_users import sync_nats_users
 
             asyncio.run(sync_nats_users(settings, settings.database_url))
-        print(json.dumps({"serving": True, "nats_url": settings.nats_url, "database_url": settings.database_url,
-                          "roles": list(roles), "processes": "single" if single else "split",
-                          **credentials}), file=sys.stderr)
+        announce_when_ready(settings, roles, {
+            "nats_url": settings.nats_url, "database_url": settings.database_url, "roles": list(roles),
+            "processes": "single" if single else "split", **credentials})  # "serving" once every role answers
         if single:
             asyncio.run(_serve(settings, roles))
         else:

@@ -15,7 +15,9 @@ Rules, in the order they are checked (the first that fails names the denial):
   delegation.not_found         acting on_behalf_of another without a delegation_id, or a read under one (a
                                create/update/transition/delete under one is the writer's to check and count)
   authz.scope_not_granted      no grant of the actor covers the scope (the system scope only by its exact id)
-  authz.operation_not_granted  a grant covers the scope but not the operation
+  authz.operation_not_granted  a grant covers the scope but not the operation (or not every operation a
+                               request needs: an export needs read and inspect_history)
+  authz.import_needs_administrator  an import replays history others wrote: the administrator's alone
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from datetime import datetime
 
 from authz.tokens import BadCredential, bearer_token, digest_matches
 from schemas.auth import ALL_OPERATIONS, ActorRecord, Claim, CredentialRecord, scope_matches
+from schemas.common import SYSTEM_SCOPE
 
 _NO_DIGEST = "sha256:" + "0" * 64
 ADMIN_ACTOR_ID = "actor:pamledger:admin"
@@ -41,9 +44,13 @@ REQUEST_OPERATIONS: Mapping[str, str] = {
     "query.whoami": "read",  # scopeless: any authenticated caller may ask who it is
     "query.related": "read",  # each object a traversal returns is a read of it (and of its scope: every step)
     "query.events": "inspect_history",  # a scope's ledger events in order (Inspect History of the whole scope)
+    "query.export": "read",  # and inspect_history (ALSO_NEEDS): a scope's whole memory and its ledger
+    "cmd.import_entries": "create",  # and administering the service (authorize)
     "sub.open": "subscribe", "sub.poll": "subscribe", "sub.ack": "subscribe", "sub.resume": "subscribe",
     "sub.status": "subscribe", "sub.close": "unsubscribe", "sub.list": "subscribe",
 }
+# Requests that need more than their one operation on the scope.
+ALSO_NEEDS: Mapping[str, tuple[str, ...]] = {"query.export": ("inspect_history",)}
 # Commands only the service's own roles send (the gateway, the indexer, the denial audit).
 INTERNAL_COMMANDS = frozenset({"cmd.open_subscription", "cmd.close_subscription", "cmd.record_index_event",
                                "cmd.record_access_denied"})
@@ -164,9 +171,13 @@ def authorize(caller: Caller, request: str, scope_id: str | None, claim: Claim |
         return None
     if scope_id is None:
         return Denied("authz.scope_not_granted", "the request names no scope", caller)
-    rule = holds(caller.actor, scope_id, operation)
-    if rule is not None:
-        return Denied(rule, f"not allowed to {operation} in this scope", caller)
+    for needed in (operation, *ALSO_NEEDS.get(request, ())):
+        rule = holds(caller.actor, scope_id, needed)
+        if rule is not None:
+            return Denied(rule, f"not allowed to {needed} in this scope", caller)
+    if request == "cmd.import_entries" and holds(caller.actor, SYSTEM_SCOPE, "create") is not None:
+        return Denied("authz.import_needs_administrator", "an import replays history that others wrote: only"
+                      " an administrator of the service imports", caller)
     return None
 
 

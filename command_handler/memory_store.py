@@ -131,6 +131,10 @@ class InMemoryLedgerStore:
     async def known_scopes(self, scope_ids: list[str]) -> set[str]:
         return {s for s in scope_ids if s in self.scopes}
 
+    async def load_import_facts(self, scope_ids: list[str], ids: list[str]) -> tuple[set[str], set[str]]:
+        occupied = {row.scope_id for row in self.ledger.values()} & set(scope_ids)
+        return occupied, {i for i in ids if i in self._event_ids or i in self._version_ids}
+
     async def append(self, batch: Batch) -> None:
         """Keep the whole batch or, raising StoreRefused, nothing of it: every rule is checked before any
         table moves. Content of an object the batch erases is not kept (but the digest the erasure keeps);

@@ -1,5 +1,5 @@
 """The writer's reads of Postgres: the state a batch is decided against (heads, idempotency records, contents,
-delegations, restorable content, scope policies, creation times, known scopes), each in one query for the
+delegations, restorable content, scope policies, creation times, known scopes, an import's facts), each in one query for the
 whole batch. Mixed into command_handler.store.PostgresLedgerStore, on the connection that holds the lock."""
 
 from __future__ import annotations
@@ -105,6 +105,18 @@ class LedgerReads:
             " JOIN ledger l ON l.partition = %s AND l.ledger_sequence = v.ledger_sequence WHERE v.sequence = 1",
             ([k[0] for k in keys], [k[1] for k in keys], self.partition))
         return {(r[0], r[1]): r[2] for r in await cur.fetchall()}
+
+    async def load_import_facts(self, scope_ids: list[str], ids: list[str]) -> tuple[set[str], set[str]]:
+        """Of `scope_ids`, those holding ledger entries; of `ids`, the event and version ids the ledger has."""
+        if not (scope_ids or ids):
+            return set(), set()
+        cur = await self.conn.execute(
+            "SELECT 's', s FROM unnest(%s::text[]) AS s WHERE EXISTS (SELECT 1 FROM ledger l WHERE l.scope_id = s)"
+            " UNION ALL SELECT 'i', event_id FROM ledger WHERE event_id = ANY(%s)"
+            " UNION ALL SELECT 'i', version_id FROM memory_versions WHERE version_id = ANY(%s)",
+            (scope_ids, ids, ids))
+        rows = await cur.fetchall()
+        return {r[1] for r in rows if r[0] == "s"}, {r[1] for r in rows if r[0] == "i"}
 
     async def known_scopes(self, scope_ids: list[str]) -> set[str]:
         if not scope_ids:

@@ -28,7 +28,9 @@ _decode = msgspec.json.Decoder()
 # One pass in ledger order: each row with the version it committed and, for the events that brought new
 # content (create, update), that content. Transitions share their predecessor's digest: its content is
 # checked once, with the event that wrote it. Content may be missing only once a later event erased the
-# object (delete, an availability transition to redacted, or an erasing redaction): the last column says so. It is
+# object (delete, an availability transition to redacted, or an erasing redaction), or once a later redaction
+# suppressed it in a scope an import then wrote (an export never carries suppressed content, so the import had
+# none to store: docs/protocol.md, "Export and import"): the last column says so. It is
 # computed only for new content that is missing (NULL otherwise), from the erasing rows' event_type, which
 # the same pass checks against their hashed events.
 # Events whose version brought new content (a partial redaction brings its projection).
@@ -46,7 +48,11 @@ SELECT l.ledger_sequence, l.event, l.prev_hash, l.row_hash, l.event_id, l.operat
                               OR (e.event_type = 'availability_transitioned'
                                   AND convert_from(e.event, 'UTF8')::jsonb #>> '{payload,to}' IN ('redacted', 'deleted'))
                               OR (e.event_type = 'object_redacted'
-                                  AND convert_from(e.event, 'UTF8')::jsonb #>> '{payload,redaction,erased}' = 'true')))
+                                  AND convert_from(e.event, 'UTF8')::jsonb #>> '{payload,redaction,erased}' = 'true')
+                              OR (e.event_type = 'object_redacted' AND EXISTS (SELECT 1 FROM ledger i
+                                  WHERE i.scope_id = l.scope_id AND i.partition = l.partition
+                                  AND i.ledger_sequence > e.ledger_sequence AND i.event_type = 'index_rebuilt'
+                                  AND convert_from(i.event, 'UTF8')::jsonb #>> '{payload,action}' = 'scope_imported'))))
        END
 FROM ledger l
 LEFT JOIN memory_versions v ON v.version_id = l.version_id

@@ -25,7 +25,8 @@ from command_handler.denials import admit, authority_of, refusal_entry
 from command_handler.guard import AppendGuard
 from command_handler.core.intake import Parsed, parse
 from command_handler.core.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch, refused_before_key_check
-from command_handler.core.state import ObjectHead
+from command_handler.core.imports import entry_ids
+from command_handler.core.state import ImportFacts, ObjectHead
 from command_handler.store import PostgresLedgerStore
 from infra.db_errors import map_db_error
 from infra.ledger import IdempotencyRow, LedgerRow, fetch_replay
@@ -35,7 +36,8 @@ from infra.request_shell import AllowAll, Policy, error_body, to_error
 from infra.settings import Settings
 from infra.subjects import command_subject, status_subject
 from schemas.canonical import canonical_bytes
-from schemas.commands import CorrectProvenance, CreateScope, TransitionState
+from schemas.bundle import chunk_key
+from schemas.commands import CorrectProvenance, CreateScope, ImportEntries, TransitionState
 from schemas.redaction import Redact
 from schemas.errors import PamledgerError
 from schemas.registry import TypeRegistry, default_registry
@@ -133,7 +135,8 @@ class Writer:
                 for msg, item in zip(msgs, items):
                     await self._commit_batch([msg], [item])
                 return
-            log.error("batch.failed", error=type(exc).__name__, size=len(msgs))
+            log.error("batch.failed", error=type(exc).__name__, size=len(msgs),
+                      constraint=getattr(getattr(exc, "diag", None), "constraint_name", None))
             await self._fail_all(msgs, items, map_db_error(exc))
             if not alive:
                 raise
@@ -233,8 +236,22 @@ class Writer:
                           contents=await self.store.load_contents(digests), restorable=restorable,
                           scope_policies=policies, created_at=created_at,
                           delegations=await self.store.load_delegations(delegation_ids),
-                          authority=authority_of(self.policy),
+                          authority=authority_of(self.policy), imports=await self._import_facts(parsed),
                           record_refusal=lambda item, exc: refusal_entry(self.denial_limiter, item, exc))
+
+    async def _import_facts(self, parsed: list[Parsed]) -> dict[str, ImportFacts]:
+        """For an import's chunks (nothing is read for batches without one): whether a first chunk's scope holds
+        entries, whether a later chunk's previous one committed, which of their ids the ledger has."""
+        chunks = [p.command for p in parsed if isinstance(p.command, ImportEntries)]
+        if not chunks:
+            return {}
+        occupied, taken = await self.store.load_import_facts(
+            sorted({c.scope_id for c in chunks if c.chunk == 0}), sorted({i for c in chunks for i in entry_ids(c)}))
+        previous = await self.store.load_idempotency(sorted(
+            {(c.scope_id, chunk_key(c.bundle_digest, c.chunk - 1)) for c in chunks if c.chunk > 0}))
+        return {c.scope_id: ImportFacts(
+            occupied=c.scope_id in occupied, taken=frozenset(taken),
+            previous_committed=(c.scope_id, chunk_key(c.bundle_digest, c.chunk - 1)) in previous) for c in chunks}
 
     async def _retention_inputs(self, parsed: list[Parsed]) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
         """For commands that may erase content: their scopes' policies and, where a policy sets a minimum

@@ -66,13 +66,14 @@ def hidden_by_latest(alias: str) -> str:
     return f"latest.hides AND latest.version_id <> {alias}.version_id"
 
 
-def latest_version(alias: str) -> str:
+def latest_version(alias: str, outer: bool = False) -> str:
     """SQL: a LATERAL `latest(version_id, hides)`, the newest version of the object of the memory_versions row
-    `alias` and whether its availability hides earlier content."""
-    return ("CROSS JOIN LATERAL (SELECT w.version_id, convert_from(w.meta, 'UTF8')::jsonb ->> 'availability_state'"
+    `alias` and whether its availability hides earlier content (`outer`: a LEFT JOIN, for rows without one)."""
+    join, on = ("LEFT JOIN LATERAL", " ON true") if outer else ("CROSS JOIN LATERAL", "")
+    return (join + " (SELECT w.version_id, convert_from(w.meta, 'UTF8')::jsonb ->> 'availability_state'"
             " IN ('" + "', '".join(HIDING_STATES) + "') AS hides FROM memory_versions w"
             f" WHERE w.scope_id = {alias}.scope_id AND w.object_id = {alias}.object_id"
-            " ORDER BY w.sequence DESC LIMIT 1) latest")
+            " ORDER BY w.sequence DESC LIMIT 1) latest" + on)
 
 
 async def fetch_replay(conn: psycopg.AsyncConnection[Any], record: IdempotencyRow, partition: int) -> bytes:

@@ -25,6 +25,16 @@ async def scope_exists(conn: psycopg.AsyncConnection[Any], scope_id: str) -> boo
     return bool(row and row[0])
 
 
+async def scope_record(conn: psycopg.AsyncConnection[Any], scope_id: str) -> dict[str, Any] | None:
+    """The scope as registered (scope_id, scope_kind, parent_scope_id and policy where set), or None."""
+    row = await (await conn.execute("SELECT scope_id, scope_kind, parent_scope_id, policy FROM scopes"
+                                    " WHERE scope_id = %s", (scope_id,))).fetchone()
+    if row is None:
+        return None
+    names = ("scope_id", "scope_kind", "parent_scope_id", "policy")
+    return {name: value for name, value in zip(names, row) if value is not None}
+
+
 async def scopes_with_policy(conn: psycopg.AsyncConnection[Any], key: str, system_scope: str,
                              scope_id: str | None = None) -> list[tuple[str, Any]]:
     """(scope_id, policy) of every scope whose policy names `key`, the system scope aside; `scope_id` narrows

@@ -45,6 +45,7 @@ TABLES: dict[str, Table] = {
         "projector.replay": "replay rebuilds the projection from the ledger",
         "projector.replay_diagnosis": "replay's diagnosis re-reads the events of a disagreement",
         "query.reads": "history and the scope's event list are ledger reads",
+        "query.export": "an export is the scope's ledger entries with their versions",
         "retention.evaluator": "an object's age is its first version's commit time",
     }),
     "memory_versions": Table("command_handler.store", {
@@ -58,7 +59,7 @@ TABLES: dict[str, Table] = {
     "delegations": Table("command_handler.store", _WRITER_READS),
     "scopes": Table("command_handler.store", {
         "command_handler.store_reads": _WRITER_READS["command_handler.store_reads"],
-        "infra.scopes": "the kernel's scope reads: whether a scope exists, policies by key",
+        "infra.scopes": "the kernel's scope reads: whether a scope exists, its record, policies by key",
     }),
     "ledger_identity": Table("infra.ledger_identity"),
     "projection_checkpoints": Table("infra.projections", {

@@ -1,7 +1,7 @@
 """The client side of the `pamledger` command line: commands that speak to the service through the SDK.
 
 create / read / history / update / transition / delete / scope-create / query / search / related /
-subscribe / subscriptions
+subscribe / subscriptions / export / import
 and the conformance adapter. The composition root's CLI (pamledger.cli) adds the server and admin
 commands and hands these to `handler_for`; `python -m memory_client` runs them alone. Every command prints
 JSON on stdout; errors ({"error": {...}}, the PAMSPEC envelope) and logs go to stderr, with a non-zero exit.
@@ -20,6 +20,7 @@ from typing import Any
 from infra.logging import configure_logging
 from infra.settings import Settings
 from memory_client.cli_auth import add_auth_parsers, cmd_actors, cmd_tokens
+from memory_client.cli_bundle import add_bundle_parsers, cmd_export, cmd_import
 from memory_client.cli_common import (
     CONTENT_HELP,
     Parser,
@@ -142,6 +143,7 @@ def add_client_parsers(sub: Any) -> None:
     add_related_parser(sub)
     add_subscribe_parser(sub)
     add_auth_parsers(sub)
+    add_bundle_parsers(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 CLIENT_HANDLERS: dict[str, Handler] = {
     "conformance-adapter": cmd_conformance, "subscribe": cmd_subscribe, "subscriptions": cmd_subscriptions,
-    "actors": cmd_actors, "tokens": cmd_tokens, "related": cmd_related,
+    "actors": cmd_actors, "tokens": cmd_tokens, "related": cmd_related, "export": cmd_export, "import": cmd_import,
 }
 CLIENT_HANDLERS.update((name, cmd_objects) for name in OBJECT_COMMANDS)
 

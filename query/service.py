@@ -22,6 +22,7 @@ from infra.nats_raw import RawClient, parse_headers
 from infra.request_shell import DelegationGate, DenialSink, Policy, RequestContext, RequestShell
 from infra.settings import QuerySettings
 from infra.subjects import QUERIES, query_subject, status_subject
+from query.export import ExportRequest, export_entries, export_header
 from query.reads import history, read_envelope, scope_events
 from query.related import relationship_refs, run_related
 from query.hybrid import run_search
@@ -73,6 +74,7 @@ _read_decoder = msgspec.json.Decoder(ReadRequest)
 _events_decoder = msgspec.json.Decoder(EventsRequest)
 _history_decoder = msgspec.json.Decoder(HistoryRequest)
 _whoami_decoder = msgspec.json.Decoder(WhoamiRequest)
+_export_decoder = msgspec.json.Decoder(ExportRequest)
 
 
 class QueryService:
@@ -156,6 +158,8 @@ class QueryService:
                 return decode_related(data)
             if name == "events":
                 return decode_request(_events_decoder, data, "events request")
+            if name == "export":
+                return decode_request(_export_decoder, data, "export request")
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidRequest(f"malformed {name} request: {exc}", details={"reason": str(exc)}) from None
         raise InvalidRequest(f"unknown query {name!r}")
@@ -202,6 +206,11 @@ class QueryService:
             async with self.pool.connection() as conn:
                 return await scope_events(conn, request.scope_id, self.partition, request.after_sequence,
                                           request.limit, request.event_classes)
+        if isinstance(request, ExportRequest):
+            async with self.pool.connection() as conn:
+                if request.part == "header":
+                    return await export_header(conn, request, self.partition)
+                return await export_entries(conn, request, self.partition)
         if isinstance(request, SearchRequest):
             return await run_search(self.pool, self.watcher, self.index_watcher, request, self.settings)
         if isinstance(request, RelatedRequest):

@@ -25,6 +25,11 @@ def decode_json(data: bytes | str) -> Any:
     return _decoder.decode(data)
 
 
+def salted_digest(salt: bytes, content: bytes) -> str:
+    """A version's content digest: the ledger keeps it, and once salt and content are erased it reveals nothing."""
+    return "sha256:" + hashlib.sha256(salt + content).hexdigest()
+
+
 def sha256_digest(data: bytes) -> str:
     """The `sha256:<hex>` digest form used for content and ledger hashes."""
     return "sha256:" + hashlib.sha256(data).hexdigest()

@@ -234,9 +234,46 @@ class RecordAccessDenied(msgspec.Struct, tag="record_access_denied", **COMMAND_S
     idempotency_key: IdempotencyKey | None = None
 
 
+class ImportedEntry(msgspec.Struct, **COMMAND_STRUCT):
+    """One ledger entry of a bundle, as an import replays it: the entry's event (its source bytes, with scope
+    ids remapped) and, for a version, its envelope as the bundle has it (content null where erased or
+    hidden) with the salt of the content's digest (hex) where the bundle carries the content. The writer
+    checks the event against its type, the envelope against the event, and the content against the digest."""
+
+    event: dict[str, Any]
+    envelope: dict[str, Any] | None = None
+    salt: Annotated[str, msgspec.Meta(pattern=r"^(?:[0-9a-f]{2}){1,64}\Z")] | None = None
+
+
+class ImportEntries(msgspec.Struct, tag="import_entries", **COMMAND_STRUCT):
+    """One chunk of a bundle's import into a new or empty scope (`pamledger import`, an administrator's).
+
+    Chunk 0 needs the scope to hold no ledger entry (and creates it from `scope_kind` etc. when it is new);
+    chunk k needs chunk k-1 of the same bundle committed. Its idempotency key is always
+    `import:<bundle_digest>:<chunk>` (schemas.bundle.chunk_key), so a re-run replays what committed and goes
+    on from there. The last chunk (`final`) also writes the entry that records the import."""
+
+    scope_id: Id
+    actor: Actor
+    bundle_digest: Annotated[str, msgspec.Meta(pattern=r"^sha256:[0-9a-f]{64}\Z")]
+    source_ledger_id: Id
+    source_scope_id: Id
+    chunk: Annotated[int, msgspec.Meta(ge=0, le=10_000_000)]
+    entries: Annotated[list[ImportedEntry], msgspec.Meta(max_length=2000)]
+    final: bool = False
+    scope_kind: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] = "workspace"
+    parent_scope_id: Id | None = None
+    policy: dict[str, Any] | None = None
+    scope_map: dict[Id, Id] | None = None  # source scope -> scope here, as the import remapped them
+    watermark: Annotated[int, msgspec.Meta(ge=0)] = 0  # the bundle's export watermark (its source ledger's)
+    counts: dict[Annotated[str, msgspec.Meta(max_length=64)], Annotated[int, msgspec.Meta(ge=0)]] | None = None
+    operation_id: Id | None = None
+    idempotency_key: IdempotencyKey | None = None
+
+
 ObjectCommand = CreateObject | UpdateObject | TransitionState | DeleteObject | Relate | Redact | Promote | CorrectProvenance
 EventOnlyCommand = OpenSubscription | CloseSubscription | RegisterEmbeddingSpace | RecordIndexEvent | RecordAccessDenied
-Command = ObjectCommand | EventOnlyCommand | CreateScope | DelegationCommand
+Command = ObjectCommand | EventOnlyCommand | CreateScope | DelegationCommand | ImportEntries
 
 COMMAND_TYPES: dict[str, type[Command]] = {
     "create": CreateObject,
@@ -256,6 +293,7 @@ COMMAND_TYPES: dict[str, type[Command]] = {
     "grant_delegation": GrantDelegation,
     "check_delegation": CheckDelegation,
     "revoke_delegation": RevokeDelegation,
+    "import_entries": ImportEntries,
 }
 
 DECODERS: dict[str, msgspec.json.Decoder[Any]] = {

@@ -181,6 +181,21 @@ class RebuildCompleted(_IndexAction, tag="rebuild_completed", frozen=True, kw_on
     filled_sequence: int
 
 
+class ScopeImported(_IndexAction, tag="scope_imported", frozen=True, kw_only=True, omit_defaults=True):
+    """The entry an import writes after the last entry it replayed (PAMSPEC's event types are a closed list,
+    so it is an operational `index_rebuilt` entry with an action of pamledger's own): which bundle, from
+    which ledger and scope, how scopes were remapped, and the bundle's counts (what it replayed among them).
+    The replayed entries are the scope's entries before it, back to its first."""
+
+    bundle_digest: str
+    source_ledger_id: str
+    source_scope_id: str
+    watermark: int  # the bundle's export watermark, a sequence of the source ledger
+    chunks: int
+    scope_map: dict[str, str] | None = None
+    counts: dict[str, int] | None = None
+
+
 class Embedded(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     embedding_space_id: str
     space_digest: str
@@ -326,7 +341,7 @@ class _EntryEvent(_Event, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class IndexRebuilt(_EntryEvent, tag="index_rebuilt", frozen=True, kw_only=True, omit_defaults=True):
-    payload: SpaceRegistered | DefaultSpaceSet | RebuildCompleted
+    payload: SpaceRegistered | DefaultSpaceSet | RebuildCompleted | ScopeImported
 
 
 class EmbeddingGenerated(_EntryEvent, tag="embedding_generated", frozen=True, kw_only=True, omit_defaults=True):

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from authz.policy import RETENTION_ACTOR_ID
-from command_handler.core import promotion, redactions, relationships
+from command_handler.core import imports, promotion, redactions, relationships
 from command_handler.core.delegations import operation_of
 from command_handler.core.tool_memory import TOOL_EVENTS, check_invocation, tool_entry
 from command_handler.core.state import NO_CONTEXT, Context, Decision, ObjectHead, Stamp
@@ -37,6 +37,7 @@ from schemas.commands import (
     CreateObject,
     DeleteObject,
     EventOnlyCommand,
+    ImportEntries,
     ObjectCommand,
     OpenSubscription,
     Promote,
@@ -66,11 +67,13 @@ __all__ = ["decide", "content_digest"]  # tests and benches name them so
 
 
 def decide(
-    head: ObjectHead | None, command: ObjectCommand | EventOnlyCommand, stamp: Stamp, registry: TypeRegistry,
-    context: Context = NO_CONTEXT,
+    head: ObjectHead | None, command: ObjectCommand | EventOnlyCommand | ImportEntries, stamp: Stamp,
+    registry: TypeRegistry, context: Context = NO_CONTEXT,
 ) -> Decision:
     """Validate one command against the object's head, the registry's tables and the context, and say what it
     writes, or raise."""
+    if isinstance(command, ImportEntries):  # a bundle's entries, replayed as they were (core.imports)
+        return imports.import_chunk(command, stamp, context)
     if isinstance(command, (OpenSubscription, CloseSubscription, RegisterEmbeddingSpace, RecordIndexEvent,
                             RecordAccessDenied)):  # schemas.commands.EventOnlyCommand
         return _event_only(command, stamp)

@@ -16,7 +16,8 @@ from typing import Any
 import msgspec
 
 from schemas.canonical import canonical_bytes
-from schemas.commands import DECODERS, Command, CreateScope, RegisterEmbeddingSpace
+from schemas.bundle import chunk_key
+from schemas.commands import DECODERS, Command, CreateScope, ImportEntries, RegisterEmbeddingSpace
 from schemas.common import IDEMPOTENCY_KEY_MAX
 from schemas.embedding import space_digest
 from schemas.errors import InvalidObject, InvalidRequest, PamledgerError
@@ -76,6 +77,12 @@ def parse(name: str, data: bytes, headers: dict[str, str] | None, max_bytes: int
                       idempotency_key=space_key(command.space.embedding_space_id),
                       request_digest=space_digest(command.space))
     key = _idempotency_key(command, headers)
+    if isinstance(command, ImportEntries):  # a bundle's chunk is the same request whoever sends it
+        fixed = chunk_key(command.bundle_digest, command.chunk)
+        if key is not None and key != fixed:
+            raise InvalidRequest("an import chunk's idempotency key is import:<bundle_digest>:<chunk>",
+                                 details={"idempotency_key": key, "expected": fixed})
+        key = fixed
     return Parsed(
         name=name,
         command=command,

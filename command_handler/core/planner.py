@@ -21,11 +21,11 @@ from command_handler.core.delegations import decide_delegation, exercise_for
 from command_handler.core.intake import Parsed
 from command_handler.core.idempotency import same_request
 from command_handler.core.references import DELEGATION_COMMANDS
-from command_handler.core.state import EVERYTHING, Authority, Context, Decision, ObjectHead, Stamp
+from command_handler.core.state import EVERYTHING, Authority, Context, Decision, ImportFacts, ObjectHead, Stamp
 from command_handler.core.batch import Batch, ContentRow, VersionRow
 from infra.ledger import IdempotencyRow, LedgerRow
 from schemas.canonical import canonical_bytes
-from schemas.commands import CreateScope, RecordAccessDenied
+from schemas.commands import CreateScope, ImportEntries, RecordAccessDenied
 from schemas.delegation import CheckDelegation, DelegationState
 from schemas.errors import AccessDenied, PamledgerError, ScopeNotFound
 from schemas.registry import TypeRegistry
@@ -83,6 +83,7 @@ class PlanInputs:
     created_at: dict[tuple[str, str], Any] = field(default_factory=dict)  # objects under a minimum retention
     delegations: dict[str, DelegationState] = field(default_factory=dict)  # loaded for this batch
     authority: Authority = EVERYTHING
+    imports: dict[str, ImportFacts] = field(default_factory=dict)  # by scope: what an import's chunk needs to know
     # A refused delegation command -> the access_denied entry recording it (None: the limiter leaves it out).
     record_refusal: Callable[[Parsed, AccessDenied], Parsed | None] = lambda item, exc: None
 
@@ -119,7 +120,7 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
         """What a command may look at: heads as this batch left them, then as loaded; grants; contents."""
         return Context(heads=ChainMap(batch_heads, inputs.heads), authority=inputs.authority,
                        restorable=inputs.restorable, contents=contents,
-                       scope_policies=inputs.scope_policies, created_at=inputs.created_at)
+                       scope_policies=inputs.scope_policies, created_at=inputs.created_at, imports=inputs.imports)
 
     for index, item in enumerate(items):
         if isinstance(item, PamledgerError):
@@ -132,7 +133,8 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             if isinstance(command, CreateScope):
                 outcomes.append(_create_scope(command, inputs, new_scopes, batch))
                 continue
-            if not (command.scope_id in new_scopes or inputs.scope_known(command.scope_id)):
+            creates_scope = not (command.scope_id in new_scopes or inputs.scope_known(command.scope_id))
+            if creates_scope and not (isinstance(command, ImportEntries) and command.chunk == 0):
                 raise ScopeNotFound("scope not found", details={"scope_id": command.scope_id})
             replay = _idempotent(item, inputs, keys)
             if replay is not None:
@@ -180,6 +182,10 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
                       new_hash, stamp)
             prev = new_hash
             delegations[state.delegation_id] = state
+        if creates_scope and isinstance(command, ImportEntries):  # an import's first chunk makes its new scope
+            new_scopes.add(command.scope_id)
+            batch.scopes.append((command.scope_id, command.scope_kind, command.parent_scope_id,
+                                 canonical_bytes(command.policy).decode() if command.policy is not None else None))
         first = seq + 1
         for position, (entry, encoded) in enumerate(entries):  # the command's own entry, then its followers
             seq += 1

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.commands import CreateObject, DeleteObject, Promote, TransitionState
+from command_handler.core.imports import entry_keys
+from schemas.commands import CreateObject, DeleteObject, ImportEntries, Promote, TransitionState
 from schemas.delegation import CheckDelegation, GrantDelegation, RevokeDelegation
 from schemas.redaction import Redact
 from schemas.relationship import Relate
@@ -31,6 +32,8 @@ def named_objects(command: Any) -> list[tuple[str, str]]:
     """(scope_id, object_id) of every object a command looks at besides the one it writes: what the writer
     loads into the Context before deciding."""
     scope_id = command.scope_id
+    if isinstance(command, ImportEntries):
+        return entry_keys(command)
     if isinstance(command, Relate):
         keys = [(scope_id, command.source_object_id), (command.target_scope_id or scope_id, command.target_object_id)]
         return keys

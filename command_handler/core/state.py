@@ -62,6 +62,19 @@ class _Everything:
 
 
 EVERYTHING = _Everything()
+
+
+class ImportFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What the ledger says about an import's chunk (command_handler.core.imports), loaded by the shell:
+    whether its scope holds entries, whether the bundle's previous chunk committed here, and which of the
+    chunk's event and version ids this ledger already has."""
+
+    occupied: bool = False
+    previous_committed: bool = False
+    taken: frozenset[str] = frozenset()
+
+
+NO_IMPORT_FACTS = ImportFacts()
 _NOTHING: Mapping[Any, Any] = MappingProxyType({})
 
 
@@ -81,6 +94,7 @@ class Context:
     # (by scope) and when each object was created (by (scope_id, object_id)).
     scope_policies: Mapping[str, Any] = field(default_factory=lambda: _NOTHING)
     created_at: Mapping[tuple[str, str], datetime] = field(default_factory=lambda: _NOTHING)
+    imports: Mapping[str, ImportFacts] = field(default_factory=lambda: _NOTHING)  # by scope: an import's chunk
 
     def head(self, scope_id: str, object_id: str) -> ObjectHead | None:
         return self.heads.get((scope_id, object_id))

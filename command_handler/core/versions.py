@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from command_handler.core.state import ObjectHead, Stamp
+from schemas.canonical import salted_digest
 from schemas.envelope import Actor, Provenance
 from schemas.errors import ObjectDeleted, ObjectNotFound, PamledgerError, VersionConflict
 from schemas.events import Event, event_of
@@ -30,9 +31,7 @@ def timestamp_text(moment: datetime) -> str:
     return f"{utc.year:04d}-" + utc.strftime("%m-%dT%H:%M:%S.%fZ")
 
 
-def content_digest(salt: bytes, content: bytes) -> str:
-    """Salted digest: the ledger keeps it, and once salt and content are erased it reveals nothing."""
-    return "sha256:" + hashlib.sha256(salt + content).hexdigest()
+content_digest = salted_digest  # the salted digest the ledger keeps (schemas.canonical)
 
 
 def live_head(head: ObjectHead | None, object_id: str, expected_version_id: str | None) -> ObjectHead:

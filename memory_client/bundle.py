@@ -1,0 +1,287 @@
+"""Export a scope to a bundle file and import one, through the service (schemas.bundle is the format).
+
+Export pages through `query.export` (needs read and inspect_history on the scope) and writes line by line:
+memory stays flat whatever the scope's size. Import reads the file twice: first it checks all of it (every
+line's shape and type, versions against their events, contents against their digests, the trailer's counts
+and sha256), so a truncated, edited or foreign bundle is refused, naming the line, before anything is sent;
+then it sends the entries in chunks to the writer (`import_entries`, an administrator's command), each
+idempotent under `import:<bundle digest>:<chunk>`, so an interrupted import resumes and a repeated one
+changes nothing and says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgspec
+
+from memory_client.cli_common import installed_version
+from memory_client.client import MemoryClient
+from memory_client.errors import PamspecError
+from schemas.bundle import (
+    FORMAT, FORMAT_VERSION, REPLAYED, VERSION_EVENTS, BundleDigest, EventLine, Header, ScopeRecord, Trailer,
+    VersionLine, chunk_key, decode_line, envelope_agrees, refused, remap_envelope, remap_event, shown_content, typed_event,
+)
+from schemas.canonical import canonical_bytes, decode_json
+from schemas.errors import PamledgerError
+
+Progress = Callable[[dict[str, Any]], None]
+CHUNK_ENTRIES = 500
+CHUNK_BYTES = 262_144  # a chunk stops growing past this; the writer takes commands up to 512 KiB
+MAX_LINE_BYTES = 2 * 1024 * 1024
+
+
+def _quiet(_: dict[str, Any]) -> None:
+    pass
+
+
+class _Ticker:
+    """Progress at most every `every` seconds, and always at the end."""
+
+    def __init__(self, progress: Progress, every: float = 1.0):
+        self.progress, self.every, self.last = progress, every, 0.0
+
+    def __call__(self, report: dict[str, Any], final: bool = False) -> None:
+        now = time.monotonic()
+        if final or now - self.last >= self.every:
+            self.last = now
+            self.progress(report)
+
+
+async def export_bundle(client: MemoryClient, scope_id: str, out: BinaryIO, at_sequence: int | None = None,
+                        progress: Progress = _quiet, page_limit: int = 500) -> dict[str, Any]:
+    """Write the scope's bundle to `out`; returns the trailer's counts, the digest and the watermark."""
+    head = await client.query_request("export", {"scope_id": scope_id, "part": "header",
+                                                 **({"at_sequence": at_sequence} if at_sequence is not None else {})})
+    watermark = int(head["watermark"])
+    digest = BundleDigest()
+    counts: Counter[str] = Counter()
+
+    def write(line: Any) -> None:
+        encoded = canonical_bytes(line) + b"\n"
+        digest.add(encoded)
+        out.write(encoded)
+        counts["lines"] += 1
+
+    write(Header(format=FORMAT, format_version=FORMAT_VERSION, pamledger_version=installed_version(),
+                 source_ledger_id=head["source_ledger_id"], scope=msgspec.convert(head["scope"], ScopeRecord),
+                 watermark=watermark, exported_at=_now(), embedding_spaces=head["embedding_spaces"]))
+    tick = _Ticker(progress)
+    after = 0
+    while True:
+        page = await client.query_request("export", {"scope_id": scope_id, "part": "entries", "limit": page_limit,
+                                                     "at_sequence": watermark, "after_sequence": after})
+        for entry in page["entries"]:
+            if "envelope" in entry:
+                write(VersionLine(ledger_sequence=entry["ledger_sequence"], envelope=entry["envelope"],
+                                  salt=entry.get("salt")))
+                counts["versions"] += 1
+            write(EventLine(ledger_sequence=entry["ledger_sequence"], event=entry["event"]))
+            counts["events"] += 1
+        after = int(page["last_sequence"])
+        tick({"exported_events": counts["events"], "ledger_sequence": after, "watermark": watermark})
+        if not page["more"]:
+            break
+    totals = {"versions": counts["versions"], "events": counts["events"], "vectors": 0, "lines": counts["lines"]}
+    out.write(canonical_bytes(Trailer(counts=totals, sha256=digest.value)) + b"\n")
+    tick({"exported_events": counts["events"], "ledger_sequence": after, "watermark": watermark}, final=True)
+    return {"scope_id": scope_id, "watermark": watermark, "source_ledger_id": head["source_ledger_id"],
+            "counts": totals, "bundle_digest": digest.value}
+
+
+class Checked(msgspec.Struct, frozen=True, kw_only=True):
+    """A bundle that passed every check: its header, its digest and counts, and what an import replays."""
+
+    header: Header
+    bundle_digest: str
+    counts: dict[str, int]
+    not_replayed: dict[str, int]  # by event type: the source's operations, kept for audit only
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise refused(number, f"longer than {MAX_LINE_BYTES} bytes")
+            yield number, raw
+
+
+def check_bundle(path: Path, progress: Progress = _quiet) -> Checked:
+    """Check the whole bundle; raises PamspecError (invalid_request) naming the first bad line and why."""
+    try:
+        return _check(path, progress)
+    except PamledgerError as exc:
+        raise PamspecError.of(exc.code, exc.message, exc.details) from None
+
+
+def _check(path: Path, progress: Progress) -> Checked:
+    digest = BundleDigest()
+    counts: Counter[str] = Counter()
+    not_replayed: Counter[str] = Counter()
+    header: Header | None = None
+    trailer: Trailer | None = None
+    pending: VersionLine | None = None
+    last_sequence, number = 0, 0
+    tick = _Ticker(progress)
+    for number, raw in _lines(path):
+        if trailer is not None:
+            raise refused(number, "a line after the trailer")
+        if not raw.endswith(b"\n"):
+            raise refused(number, "the bundle ends inside a line (truncated)")
+        try:
+            line = decode_line(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            if number == 1:
+                raise refused(1, f"not a {FORMAT} bundle: {exc}") from None
+            raise refused(number, f"not a bundle line: {exc}") from None
+        if number == 1:
+            if not isinstance(line, Header):
+                raise refused(1, f"a {FORMAT} bundle starts with its header")
+            if line.format != FORMAT:
+                raise refused(1, f"format {line.format!r} is not {FORMAT!r}")
+            if line.format_version != FORMAT_VERSION:
+                raise refused(1, f"format version {line.format_version} is not supported (this one reads"
+                                 f" {FORMAT_VERSION})")
+            header = line
+        elif isinstance(line, Trailer):
+            trailer = line
+            continue
+        else:
+            assert header is not None
+            _check_entry(number, line, header, pending, last_sequence, counts, not_replayed)
+            if isinstance(line, VersionLine):
+                pending = line
+            elif isinstance(line, EventLine):
+                pending, last_sequence = None, line.ledger_sequence
+        counts["lines"] += 1
+        digest.add(raw)
+        tick({"checked_lines": counts["lines"]})
+    if header is None:
+        raise refused(1, "the bundle is empty")
+    if trailer is None:
+        raise refused(number + 1, f"no trailer after line {number}: the bundle is truncated")
+    stated = {"versions": counts["versions"], "events": counts["events"], "vectors": counts["vectors"],
+              "lines": counts["lines"]}
+    if trailer.counts != stated:
+        raise refused(number, "the trailer's counts are not the bundle's", stated=trailer.counts, found=stated)
+    if trailer.sha256 != digest.value:
+        raise refused(number, "the bundle's sha256 is not the trailer's: it was changed after the export",
+                      stated=trailer.sha256, found=digest.value)
+    return Checked(header=header, bundle_digest=digest.value, counts=stated, not_replayed=dict(not_replayed))
+
+
+def _check_entry(number: int, line: Any, header: Header, pending: VersionLine | None, last_sequence: int,
+                 counts: Counter[str], not_replayed: Counter[str]) -> None:
+    if isinstance(line, Header):
+        raise refused(number, "a second header")
+    if isinstance(line, VersionLine):
+        if pending is not None:
+            raise refused(number, "two versions in a row: a version's line is followed by its event's")
+        counts["versions"] += 1
+        return
+    if not isinstance(line, EventLine):  # a vector
+        counts["vectors"] += 1
+        return
+    counts["events"] += 1
+    if not last_sequence < line.ledger_sequence <= header.watermark:
+        raise refused(number, f"ledger_sequence {line.ledger_sequence} is out of order (after {last_sequence},"
+                              f" at most the watermark {header.watermark})")
+    event = typed_event(line.event)
+    if isinstance(event, str):
+        raise refused(number, event)
+    if event.scope_id != header.scope.scope_id:
+        raise refused(number, f"an event of scope {event.scope_id!r} in a bundle of {header.scope.scope_id!r}")
+    if event.event_type not in REPLAYED:
+        not_replayed[event.event_type] += 1
+    if event.event_type in VERSION_EVENTS:
+        if pending is None or pending.ledger_sequence != line.ledger_sequence:
+            raise refused(number, "a version's event without its version line just before it")
+        if not envelope_agrees(pending.envelope, event):
+            raise refused(number - 1, "the version's envelope does not agree with its event")
+        if pending.salt is not None and shown_content(pending.envelope, pending.salt,
+                                                      event.payload.content_digest) is None:
+            raise refused(number - 1, "the version's content does not match its event's digest")
+    elif pending is not None:
+        raise refused(number - 1, "a version line before an entry that commits no version")
+
+
+async def import_bundle(client: MemoryClient, path: Path, actor: dict[str, Any], scope_id: str | None = None,
+                        scope_map: dict[str, str] | None = None, progress: Progress = _quiet) -> dict[str, Any]:
+    """Check the bundle, then replay it into `scope_id` (default: its own scope id, or what `scope_map` maps
+    it to). Returns what was written, replayed from an earlier run, and left out."""
+    checked = check_bundle(path, progress)
+    header = checked.header
+    source = header.scope.scope_id
+    mapping = dict(scope_map or {})
+    if scope_id is not None:
+        mapping[source] = scope_id
+    target = mapping.get(source, source)
+    scope = header.scope
+    counts = {**checked.counts, "replayed": checked.counts["events"] - sum(checked.not_replayed.values())}
+    common: dict[str, Any] = {
+        "scope_id": target, "actor": actor, "bundle_digest": checked.bundle_digest,
+        "source_ledger_id": header.source_ledger_id, "source_scope_id": source, "watermark": header.watermark,
+        "scope_kind": scope.scope_kind, "counts": counts,
+        **({"parent_scope_id": mapping.get(scope.parent_scope_id, scope.parent_scope_id)}
+           if scope.parent_scope_id else {}),
+        **({"policy": scope.policy} if scope.policy is not None else {}),
+        **({"scope_map": {a: b for a, b in mapping.items() if a != b}} if any(a != b for a, b in mapping.items())
+           else {}),
+    }
+    written = replayed_chunks = chunk = sent = 0
+    tick = _Ticker(progress)
+    for entries, final in _chunks(path, mapping):
+        body = {**common, "chunk": chunk, "entries": entries, "final": final,
+                "idempotency_key": chunk_key(checked.bundle_digest, chunk)}
+        result = await client.command("import_entries", body)
+        if result.get("idempotency_result") == "replayed_original_result":
+            replayed_chunks += 1
+        else:
+            written += len(entries)
+        sent += len(entries)
+        chunk += 1
+        tick({"imported_entries": sent, "of": counts["replayed"], "chunk": chunk}, final=final)
+    verdict = "already_imported" if replayed_chunks == chunk else "resumed" if replayed_chunks else "imported"
+    return {"result": verdict, "scope_id": target, "source_scope_id": source, "bundle_digest": checked.bundle_digest,
+            "source_ledger_id": header.source_ledger_id, "chunks": chunk, "chunks_replayed": replayed_chunks,
+            "entries_written": written, "counts": counts, "not_replayed": checked.not_replayed,
+            **({"scope_map": common["scope_map"]} if "scope_map" in common else {})}
+
+
+def _chunks(path: Path, mapping: dict[str, str]) -> Iterator[tuple[list[dict[str, Any]], bool]]:
+    """The replayed entries in chunks bounded in count and bytes; the last one is final (it may be empty)."""
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    pending: dict[str, Any] | None = None
+    for _, raw in _lines(path):
+        line = decode_json(raw)
+        kind = line.get("kind")
+        if kind == "version":
+            pending = line
+            continue
+        if kind != "event" or line["event"].get("event_type") not in REPLAYED:
+            pending = None
+            continue
+        entry: dict[str, Any] = {"event": remap_event(line["event"], mapping)}
+        if pending is not None:
+            entry["envelope"] = remap_envelope(pending["envelope"], mapping)
+            if pending.get("salt") is not None:
+                entry["salt"] = pending["salt"]
+        pending = None
+        encoded = len(canonical_bytes(entry))
+        if chunk and (len(chunk) >= CHUNK_ENTRIES or size + encoded > CHUNK_BYTES):
+            yield chunk, False
+            chunk, size = [], 0
+        chunk.append(entry)
+        size += encoded
+    yield chunk, True
+
+
+def _now() -> str:
+    moment = datetime.now(timezone.utc)
+    return f"{moment.year:04d}-" + moment.strftime("%m-%dT%H:%M:%S.%fZ")

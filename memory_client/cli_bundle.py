@@ -1,0 +1,94 @@
+"""`export` and `import`: a scope to a bundle file and back (memory_client.bundle; the format: schemas.bundle).
+
+Progress goes to stderr as JSON lines, the result to stdout as JSON, like every command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from infra.settings import Settings
+from memory_client.bundle import export_bundle, import_bundle
+from memory_client.cli_common import actor_of, add_actor_arguments, connect, invalid, pam_id, print_json
+
+
+def add_bundle_parsers(sub: Any) -> None:
+    export = sub.add_parser("export", help="write a scope's memory and ledger entries to a bundle (JSON Lines);"
+                                           " needs read and inspect_history on the scope")
+    export.add_argument("scope_id", type=pam_id)
+    export.add_argument("--out", help="the bundle file (default: stdout); written whole or not at all")
+    export.add_argument("--at", type=int, default=None, dest="at_sequence",
+                        help="the ledger sequence to export up to (default: the head)")
+    export.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    imp = sub.add_parser("import", help="replay a bundle into a new or empty scope (an administrator's);"
+                                        " importing it again changes nothing")
+    imp.add_argument("file", help="the bundle")
+    imp.add_argument("--scope", type=pam_id, help="import into this scope id instead of the bundle's own")
+    imp.add_argument("--map-scope", action="append", default=[], metavar="A=B",
+                     help="map scope A of the bundle (e.g. a relationship's target scope) to B; repeatable")
+    imp.add_argument("--from", dest="source_format", choices=["pamledger"], default="pamledger",
+                     help="the bundle's format (default: %(default)s)")
+    imp.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_actor_arguments(imp)
+
+
+def _progress(args: argparse.Namespace) -> Any:
+    def report(line: dict[str, Any]) -> None:
+        if not args.quiet:
+            print(json.dumps({"progress": line}, sort_keys=True), file=sys.stderr, flush=True)
+    return report
+
+
+def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
+    async def run() -> dict[str, Any]:
+        client = await connect(settings)
+        try:
+            if args.out is None:
+                return await export_bundle(client, args.scope_id, sys.stdout.buffer, args.at_sequence,
+                                           _progress(args))
+            out = Path(args.out)
+            partial = out.with_name(out.name + ".partial")
+            with partial.open("wb") as handle:
+                summary = await export_bundle(client, args.scope_id, handle, args.at_sequence, _progress(args))
+                handle.flush()
+                os.fsync(handle.fileno())
+            partial.replace(out)  # a bundle appears whole or not at all
+            return {**summary, "out": str(out)}
+        finally:
+            await client.close()
+
+    summary = asyncio.run(run())
+    if args.out is None:
+        print(json.dumps({"exported": summary}, sort_keys=True), file=sys.stderr)
+    else:
+        print_json(summary)
+    return 0
+
+
+def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
+    mapping = {}
+    for pair in args.map_scope:
+        source, sep, target = pair.partition("=")
+        if not sep:
+            raise invalid("--map-scope takes SOURCE=TARGET", value=pair)
+        mapping[pam_id(source)] = pam_id(target)
+    path = Path(args.file)
+    if not path.is_file():
+        raise invalid("no such bundle file", file=str(path))
+
+    async def run() -> dict[str, Any]:
+        client = await connect(settings)
+        try:
+            actor = await actor_of(client, args)
+            return await import_bundle(client, path, actor, args.scope, mapping, _progress(args))
+        finally:
+            await client.close()
+
+    print_json(asyncio.run(run()))
+    return 0

@@ -19,10 +19,11 @@ from infra.endpoints import resolve
 from infra.settings import Settings
 from mcp_binding.main import add_mcp_parser
 from memory_client.cli import Handler, add_client_parsers, dispatch, handler_for
-from memory_client.cli_common import Parser, installed_version, print_json
+from memory_client.cli_common import Parser, installed_version, pam_id, print_json
 from memory_client.client import MemoryClient, PamspecError
 from pamledger.cli_audit import add_audit_parsers, cmd_audit, cmd_replay
 from pamledger.cli_index import add_index_parsers, cmd_index, cmd_spaces
+from pamledger.cli_mem0 import add_mem0_arguments, cmd_import_mem0
 from pamledger.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report
 from pamledger.cli_retention import add_retention_parsers, cmd_retention
 from pamledger.cli_scrub import add_scrub_parser, cmd_scrub
@@ -244,13 +245,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_retention_parsers(sub)
     add_scrub_parser(sub)
     add_mcp_parser(sub)
+    _add_import_parser(sub)
     return parser
+
+
+def _add_import_parser(sub: Any) -> None:
+    """`import --from mem0 FILE --scope SCOPE` (bundles, `--from pamledger`, arrive with export)."""
+    imp = sub.add_parser("import", help="import memories from another system (--from mem0: docs/mem0.md)")
+    imp.add_argument("file", help="the export file (- reads stdin)")
+    imp.add_argument("--from", dest="source", required=True, choices=("mem0",), help="what wrote FILE")
+    imp.add_argument("--scope", required=True, type=pam_id, help="the scope memories go to unless a rule"
+                                                                 " below places them elsewhere")
+    add_mem0_arguments(imp)
 
 
 HANDLERS: dict[str, Handler] = {
     "up": cmd_up, "down": cmd_down, "clean": cmd_clean, "run": cmd_run, "serve": cmd_serve, "status": cmd_status,
     "verify": cmd_verify, "stream": cmd_stream, "replay": cmd_replay, "audit": cmd_audit,
     "spaces": cmd_spaces, "index": cmd_index, "retention": cmd_retention, "scrub": cmd_scrub, "mcp": cmd_mcp,
+    "import": cmd_import_mem0,
 }
 
 

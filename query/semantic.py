@@ -70,6 +70,9 @@ async def probe(conn: psycopg.AsyncConnection[Any], request: SearchRequest) -> P
         if request.embedding_space_id is not None:
             raise InvalidRequest("unknown embedding space",
                                  details={"embedding_space_id": request.embedding_space_id})
+        if request.vector is not None:  # text still searches by words; a bare vector belongs to no space
+            raise EmbeddingSpaceMismatch("a vector needs an Embedding Space, and none is registered yet",
+                                         details={"embedding_space_id": None, "vector_length": len(request.vector)})
         return Probe(None, None, False)
     if request.vector is not None:
         if len(request.vector) != space.dimensions:

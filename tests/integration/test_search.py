@@ -84,6 +84,16 @@ async def test_without_any_space_a_search_answers_lexically_and_says_the_index_i
     assert result["items"][0]["semantic_score"] is None and result["items"][0]["lexical_score"] > 0
 
 
+async def test_without_any_space_a_vector_search_is_embedding_space_mismatch(
+        service: Env, client: MemoryClient, data: dict[str, Any]) -> None:
+    """A vector belongs to some space; with none registered it belongs to none (PAMSPEC's
+    vector-without-embedding-space), where an empty answer would pass for "nothing is near"."""
+    for mode in ("semantic", "hybrid"):
+        with pytest.raises(PamspecError) as caught:
+            await client.search(SCOPE, vector=axis(0), mode=mode)
+        assert caught.value.code == "embedding_space_mismatch" and caught.value.details["embedding_space_id"] is None
+
+
 async def test_a_nearer_vector_in_another_scope_is_never_returned(service: Env, client: MemoryClient,
                                                                   data: dict[str, Any]) -> None:
     await vectors(service, data)

@@ -12,7 +12,7 @@ import contextlib
 import json
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -24,11 +24,29 @@ from jsonschema import Draft202012Validator, FormatChecker
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+import msgspec
+
+from embedding.known import descriptor_for, embedder_for
 from infra.subjects import command_subject, query_subject
 from memory_client.client import MemoryClient, PamspecError
+from memory_client.delegation import grant_delegation
+from pamledger.supervisor import ROLES as ALL_ROLES
+from schemas.common import SYSTEM_SCOPE
 from schemas.relationship import is_relationship
 from schemas.transitions import TRANSITIONS
-from tests.conftest import ACTOR, PAMSPEC, PROVENANCE, Env, pamspec_dir, wait_for
+from tests.conftest import (
+    ACTOR,
+    PAMSPEC,
+    PROVENANCE,
+    TEST_SPACE,
+    Env,
+    Servers,
+    fresh_database,
+    fresh_settings,
+    pamspec_dir,
+    serving,
+    wait_for,
+)
 
 SCOPE = "workspace:example"
 OTHER_SCOPE = "workspace:other"
@@ -616,6 +634,40 @@ def _transition_vector(dimension: str | None) -> Driver:
     return drive
 
 
+async def _inverted_delegation(client: MemoryClient, vector: dict[str, Any]) -> Any:
+    """The vector's grant as it stands (its window ends before it begins): the writer refuses to record it."""
+    i = vector["instance"]
+    return await grant_delegation(client, SCOPE, i["granting_actor"], i["delegated_actor"], i["granted_operations"],
+                                  i["policy_basis"], i["not_before"], i["not_after"],
+                                  delegation_id=f"{i['delegation_id']}:{uuid.uuid4().hex[:8]}")
+
+
+async def _vector_without_space(client: MemoryClient, vector: dict[str, Any]) -> Any:
+    """A bare vector, no space named, on a service where no Embedding Space is registered (this module's
+    service runs no indexer): it belongs to no space, so no search can compare it with anything.
+    test_a_vector_naming_no_space_is_read_in_the_default_space covers a service with a default space."""
+    return await client.search(SCOPE, vector=vector["instance"]["vector"], mode="semantic")
+
+
+LEFT, RIGHT = descriptor_for(TEST_SPACE), descriptor_for("hashing-32")  # two incompatible spaces
+
+
+def _vector_in(space_model: str, text: str) -> list[float]:
+    """A real vector of `space_model`'s space, made by its own embedder (what an indexer stores)."""
+    embedder = embedder_for(descriptor_for(space_model))
+    assert embedder is not None
+    return embedder.embed([text])[0]
+
+
+async def _across_spaces(client: MemoryClient, vector: dict[str, Any]) -> Any:
+    """A vector of the left space searched in the right one: comparing them is refused. (The service sees a
+    vector's space only through its length: docs/implementation-report.md, known deviations.)"""
+    left = _vector_in(TEST_SPACE, "the build is green")
+    same = await client.search(SCOPE, vector=left, space=LEFT.embedding_space_id, mode="semantic")
+    assert same["embedding_space_id"] == LEFT.embedding_space_id  # within its own space it is searched
+    return await client.search(SCOPE, vector=left, space=RIGHT.embedding_space_id, mode="semantic")
+
+
 DRIVERS: dict[str, Driver] = {
     "invalid-lifecycle-transition": _transition_vector("lifecycle"),
     "invalid-validation-transition": _transition_vector("validation"),
@@ -630,21 +682,28 @@ DRIVERS: dict[str, Driver] = {
     "cross-scope-relationship-without-policy": _cross_scope_relationship,
     "promote-of-non-working-memory": _promote_non_working_memory,
     "working-memory-missing-task-ref": _content_of("working_memory"),
+    "delegation-window-inverted": _inverted_delegation,
+    "vector-without-embedding-space": _vector_without_space,
+}
+# Vectors that need Embedding Spaces, driven against a second service that runs the indexer (`spaces_client`).
+SPACE_DRIVERS: dict[str, Driver] = {
+    "comparison-across-incompatible-spaces": _across_spaces,
 }
 SKIPS = {
-    "delegation-window-inverted": "delegation grants are a later issue (PAMSPEC Delegation profile)",
-    "comparison-across-incompatible-spaces": "embedding spaces and semantic query are a later issue (indexer)",
-    "vector-without-embedding-space": "embedding spaces and semantic query are a later issue (indexer)",
     "evaluation-snapshot-membership-mutated": "evaluation snapshots are a later issue (PAMSPEC-Evaluation)",
     "reused-immutable-version-identifier": "not reachable: the service mints every version_id and commands "
                                            "cannot carry one; client-chosen version ids are a later issue",
 }
 
 
-def _service_vectors() -> list[Any]:
+def _service_vectors(spaces: bool = False) -> list[Any]:
+    """The invalid vectors the service can act on: every semanticRule one and those with a driver; `spaces`:
+    the ones SPACE_DRIVERS drive (against spaces_client), else the others."""
     params = []
     for param in _files("test-vectors", "invalid"):
         path = param.values[0]
+        if path is not None and (path.stem in SPACE_DRIVERS) != spaces:
+            continue
         if path is None or "semanticRule" in json.loads(path.read_text()) or path.stem in DRIVERS:
             params.append(param)
     return params
@@ -663,6 +722,54 @@ async def test_invalid_vector_is_refused_by_the_service_with_its_code(client: Me
         await driver(client, vector)
     assert caught.value.code == vector["expected_failure"], caught.value
     assert caught.value.retryable is ERROR_RETRYABLE.get(caught.value.code, False)
+
+
+@pytest.fixture(scope="module")
+async def spaces_client(servers: Servers) -> AsyncIterator[MemoryClient]:
+    """A second service of its own (database, subjects, stream) that runs the indexer: its default space is
+    LEFT, and RIGHT is registered beside it. Apart from this module's service so that the indexer's entries
+    (space registrations, embedding records) never reach the scopes the other tests count."""
+    env = Env(servers, fresh_database(servers, "conf_spaces"), fresh_settings("conf_spaces"))
+    async with serving(env, ALL_ROLES, roles=ALL_ROLES) as client:
+        await client.create_scope(SCOPE)
+        await client.create(SCOPE, "claim", {"statement": "the build is green"}, ACTOR, PROVENANCE,
+                            validation_state="corroborated")
+        await client.command("register_embedding_space", {
+            "scope_id": SYSTEM_SCOPE, "space": msgspec.to_builtins(RIGHT), "actor": ACTOR})
+
+        async def both_ready() -> bool:
+            try:
+                found = [await client.search(SCOPE, text="build", mode="semantic", space=space.embedding_space_id,
+                                             wait_ms=0) for space in (LEFT, RIGHT)]
+            except PamspecError as exc:  # the registration is not applied yet: "unknown embedding space"
+                assert exc.code == "invalid_request", exc
+                return False
+            return all(f["index"]["state"] == "ready" for f in found)
+
+        await wait_for(both_ready, timeout=60)
+        yield client
+
+
+@pytest.mark.parametrize("path", _service_vectors(spaces=True))
+async def test_invalid_space_vector_is_refused_by_a_service_with_spaces(spaces_client: MemoryClient,
+                                                                        path: Path | None) -> None:
+    vector = load(path)
+    assert path is not None
+    with pytest.raises(PamspecError) as caught:
+        await SPACE_DRIVERS[path.stem](spaces_client, vector)
+    assert caught.value.code == vector["expected_failure"], caught.value
+    assert caught.value.retryable is False
+
+
+async def test_a_vector_naming_no_space_is_read_in_the_default_space(spaces_client: MemoryClient) -> None:
+    """vector-without-embedding-space where a default space exists: a vector naming no space is the default
+    space's (docs/protocol.md), compared only when it can be one of its vectors, else embedding_space_mismatch."""
+    vector = load(pamspec_dir() / "test-vectors" / "invalid" / "vector-without-embedding-space.json")
+    with pytest.raises(PamspecError) as caught:
+        await spaces_client.search(SCOPE, vector=vector["instance"]["vector"], mode="semantic")
+    assert caught.value.code == vector["expected_failure"]
+    found = await spaces_client.search(SCOPE, vector=_vector_in(TEST_SPACE, "the build is green"), mode="semantic")
+    assert found["embedding_space_id"] == LEFT.embedding_space_id and found["items"]
 
 
 CREATE_FIELDS = ("object_type", "canonical_content", "actor", "provenance", "schema_id", "lifecycle_state",

@@ -23,6 +23,13 @@ import pytest
 
 from infra.migrations import migrate
 from infra.settings import AuthSettings, IndexerSettings, Settings
+from tests.profile_claims import (  # noqa: F401 - the claimed-profile gate's hooks (docs/implementation-report.md)
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 PAMSPEC = SHARED / "pamspec"

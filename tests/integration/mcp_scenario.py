@@ -12,6 +12,7 @@ from typing import Any
 import mcp
 import pytest
 
+from schemas.profiles import CLAIMED_PROFILES
 from tests.integration.mcp_support import call, refused, resource
 
 CLASSES = ["object_created", "object_updated", "validation_transitioned"]  # what writes_and_reads commits
@@ -174,7 +175,7 @@ async def resources(session: mcp.ClientSession, scope: str, actor: dict[str, str
     manifest = await resource(session, "pamspec://manifest")
     assert manifest["caller"] == {**actor, "authenticated": True}
     assert manifest["grants"] == grants and manifest["auth"] == "enforced"
-    assert manifest["pamspec"]["profiles"] == ["PAMSPEC-Lite", "PAMSPEC-Subscribe", "PAMSPEC-Delegation"]
+    assert manifest["pamspec"]["profiles"] == list(CLAIMED_PROFILES)
     created = await call(session, "pamspec.create", {"scope_id": scope, "object_type": "claim",
                                                      "canonical_content": {"statement": "resource me"}})
     encoded = scope.replace(":", "%3A")

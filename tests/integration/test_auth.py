@@ -32,6 +32,8 @@ from schemas.canonical import decode_json
 from tests.conftest import (ROOT, Env, Servers, admin_client, can_query, enforced_env, fresh_database, fresh_settings,
                             service_environment, serving, token_client, wait_for)
 
+pytestmark = pytest.mark.profile("PAMSPEC-Core", "PAMSPEC-Protocol-Binding")  # docs/implementation-report.md
+
 ALICE = {"actor_id": "actor:agent:alice", "actor_kind": "agent"}
 BOB = {"actor_id": "actor:agent:bob", "actor_kind": "agent"}
 

@@ -19,7 +19,11 @@ from typing import Any
 
 import pytest
 
+from schemas.profiles import CLAIMED_PROFILES
 from tests.conftest import ACTOR, PROVENANCE, Env
+
+pytestmark = pytest.mark.profile(  # docs/implementation-report.md
+    "PAMSPEC-Lite", "PAMSPEC-Subscribe", "PAMSPEC-Delegation")
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 60.0  # per line; the machine is a loaded 2-core box
@@ -119,7 +123,7 @@ async def test_hello_is_the_first_line_and_names_the_protocol_and_profile(servic
         "protocol_version": 1,
         "adapter": {"name": "pamledger-conformance-adapter", "version": version},
         "implementation": {"name": "pamledger", "version": version},
-        "profiles_supported": ["PAMSPEC-Lite", "PAMSPEC-Subscribe", "PAMSPEC-Delegation"],
+        "profiles_supported": list(CLAIMED_PROFILES),
     }
     assert await proc.close() == 0
 

@@ -27,6 +27,8 @@ from memory_client.errors import PamspecError
 from schemas.canonical import decode_json
 from tests.conftest import ROOT, Env, Servers, admin_client, can_query, locked_env, pamspec_dir, service_environment, serving, wait_for
 
+pytestmark = pytest.mark.profile("PAMSPEC-Delegation")  # docs/implementation-report.md
+
 SCOPE = "team:deleg"
 SUPERVISOR = {"actor_id": "actor:agent:supervisor", "actor_kind": "agent"}
 WORKER = {"actor_id": "actor:agent:worker-01", "actor_kind": "agent"}

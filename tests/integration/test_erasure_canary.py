@@ -40,6 +40,8 @@ from pamledger.supervisor import ROLES as ALL_ROLES
 from projector.replay import ReplayOptions, replay
 from tests.conftest import ACTOR, Env, run_cli, serving, wait_for
 
+pytestmark = pytest.mark.profile("PAMSPEC-Core", "PAMSPEC-Ledger")  # docs/implementation-report.md
+
 SCOPE = "workspace:canary"
 ALL_AVAILABILITY = ["available", "partially_redacted", "redacted", "deleted"]
 EVERYTHING: dict[str, Any] = {"availability_states": ALL_AVAILABILITY,  # Query and search show available, corroborated by default

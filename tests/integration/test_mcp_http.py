@@ -26,6 +26,8 @@ from tests.conftest import ROLES, Env, Servers, admin_client, enforced_env, serv
 from tests.integration.mcp_scenario import every_tool
 from tests.integration.mcp_support import HttpProcess, agent_token, call, http_server, http_session, refused, resource
 
+pytestmark = pytest.mark.profile("PAMSPEC-Protocol-Binding")  # docs/implementation-report.md
+
 ALICE = {"actor_id": "actor:agent:mcp-alice", "actor_kind": "agent"}
 BOB = {"actor_id": "actor:agent:mcp-bob", "actor_kind": "agent"}
 SCOPE = {"alice": "workspace:mcp-alice", "bob": "workspace:mcp-bob"}

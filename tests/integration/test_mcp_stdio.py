@@ -22,6 +22,8 @@ from tests.conftest import ROLES, ROOT, Env, Servers, admin_client, enforced_env
 from tests.integration.mcp_scenario import every_tool
 from tests.integration.mcp_support import agent_token, call, resource, stdio_session
 
+pytestmark = pytest.mark.profile("PAMSPEC-Protocol-Binding")  # docs/implementation-report.md
+
 AGENT = {"actor_id": "actor:agent:mcp-stdio", "actor_kind": "agent"}
 SCOPE = "workspace:mcp-stdio"
 

@@ -12,6 +12,8 @@ from command_handler.verify import verify_ledger
 from memory_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, pamspec_dir, wait_for
 
+pytestmark = pytest.mark.profile("PAMSPEC-Relationship")  # docs/implementation-report.md
+
 SCOPE = "workspace:objects"
 OTHER = "workspace:objects.other"
 

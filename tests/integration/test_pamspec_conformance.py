@@ -48,6 +48,10 @@ from tests.conftest import (
     wait_for,
 )
 
+pytestmark = pytest.mark.profile(  # docs/implementation-report.md
+    "PAMSPEC-Lite", "PAMSPEC-Core", "PAMSPEC-Versioning", "PAMSPEC-Ledger", "PAMSPEC-Semantic-Query",
+    "PAMSPEC-Protocol-Binding")
+
 SCOPE = "workspace:example"
 OTHER_SCOPE = "workspace:other"
 TIMEOUT = 30.0

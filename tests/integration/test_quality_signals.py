@@ -19,6 +19,8 @@ from query.plan import build
 from schemas.queries import QueryRequest
 from tests.conftest import ACTOR, PROVENANCE, Env
 
+pytestmark = pytest.mark.profile("PAMSPEC-Structured-Query")  # docs/implementation-report.md
+
 SCOPE = "workspace:quality"
 TRUSTED_AND_REJECTED = ["corroborated", "rejected"]
 

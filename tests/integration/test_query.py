@@ -15,6 +15,8 @@ from tests.conftest import (
     ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, running_service, wait_for,
 )
 
+pytestmark = pytest.mark.profile("PAMSPEC-Structured-Query")  # docs/implementation-report.md
+
 SCOPE = "workspace:query"
 OTHER = "workspace:query-other"
 OTHER_ACTOR = {"actor_id": "actor:human:reviewer", "actor_kind": "human"}

@@ -26,6 +26,8 @@ from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError
 from tests.conftest import Env, Servers, admin_client, enforced_env, serving, token_client, wait_for
 
+pytestmark = pytest.mark.profile("PAMSPEC-Relationship")  # docs/implementation-report.md
+
 SCOPES = ("graph:a:one", "graph:a:two", "graph:b:one")
 PATTERNS = (*SCOPES, "graph:a:*", "graph:*", "*")
 OPERATIONS = ("read", "query", "create")

@@ -13,6 +13,8 @@ import pytest
 from memory_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, run_cli, wait_for
 
+pytestmark = pytest.mark.profile("PAMSPEC-Relationship")  # docs/implementation-report.md
+
 SCOPE = "workspace:graph"
 OTHER = "workspace:graph.other"
 

@@ -19,6 +19,8 @@ from memory_client.client import MemoryClient, PamspecError, SyncMemoryClient
 from tests.conftest import ACTOR, PROVENANCE, Env, run_cli
 from tests.integration.search_vectors import write_vectors
 
+pytestmark = pytest.mark.profile("PAMSPEC-Semantic-Query")  # docs/implementation-report.md
+
 SCOPE = "workspace:search"
 OTHER = "workspace:search-other"
 DIMS = 64

@@ -27,6 +27,8 @@ from schemas.search import decode_search
 from tests.conftest import ACTOR, PROVENANCE, Env
 from tests.integration.search_vectors import write_vectors
 
+pytestmark = pytest.mark.profile("PAMSPEC-Semantic-Query")  # docs/implementation-report.md
+
 DIMS = 16
 SPACE = hashing_space(DIMS)
 SMALL, BIG = "workspace:hnsw-small", "workspace:hnsw-big"

@@ -18,8 +18,9 @@ from embedding.known import descriptor_for
 from pamledger.supervisor import ROLES as ALL_ROLES
 from tests.conftest import ACTOR, PROVENANCE, Env, serving, wait_for
 
-pytestmark = pytest.mark.skipif("roles" not in inspect.signature(serving).parameters or "indexer" not in ALL_ROLES,
-                                reason="needs the indexer role ([M4] indexer branch)")
+pytestmark = [pytest.mark.skipif("roles" not in inspect.signature(serving).parameters or "indexer" not in ALL_ROLES,
+                                reason="needs the indexer role ([M4] indexer branch)"),
+              pytest.mark.profile("PAMSPEC-Semantic-Query")]
 SCOPE = "workspace:search-indexed"
 
 

@@ -13,6 +13,8 @@ import pytest
 from memory_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE
 
+pytestmark = pytest.mark.profile("PAMSPEC-Subscribe")  # docs/implementation-report.md
+
 SCOPE = "workspace:sub-requests"
 
 

@@ -24,6 +24,8 @@ from tests.conftest import (ACTOR, PROVENANCE, Env, Servers, admin_client, can_q
                             token_client, wait_for)
 from tests.unit.test_transition_tables import DEVIATIONS, PAIRS, VARIANTS, Variant, expected, oracle
 
+pytestmark = pytest.mark.profile("PAMSPEC-Core")  # docs/implementation-report.md
+
 SCOPE = "workspace:tables"
 WIRE_VARIANTS = [v for v in VARIANTS if v.admin]  # auth off: every actor may override; the enforced part below
 

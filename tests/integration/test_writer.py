@@ -15,6 +15,8 @@ from command_handler.verify import verify_ledger
 from memory_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, running_service, wait_for
 
+pytestmark = pytest.mark.profile("PAMSPEC-Lite", "PAMSPEC-Versioning", "PAMSPEC-Ledger")  # implementation-report.md
+
 SCOPE = "workspace:writer"
 OTHER = "workspace:other.scope.v1"
 

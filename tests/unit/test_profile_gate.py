@@ -58,7 +58,7 @@ def test_an_xfail_of_a_claimed_profile_fails_the_session_naming_profile_and_test
     assert "2 passed, 1 skipped, 1 xfailed" in done.stdout  # pytest alone would exit 0
     assert "claimed profile PAMSPEC-Lite has tests that did not pass" in done.stdout
     assert "not passed: suite/test_synthetic.py::test_known_broken" in done.stdout
-    assert "skipped: suite/test_synthetic.py::test_skipped (needs the shared files)" in done.stdout
+    assert "\nskipped: suite/test_synthetic.py::test_skipped (needs the shared files)" in done.stdout
 
 
 def test_the_same_session_passes_when_the_profile_is_not_claimed(tmp_path: Path) -> None:

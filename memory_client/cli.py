@@ -96,8 +96,9 @@ def cmd_conformance(settings: Settings, args: argparse.Namespace) -> int:
     return run_adapter(settings)
 
 
-def add_client_parsers(sub: Any) -> None:
-    """The client commands' parsers, added to `sub` (the subparsers of either CLI)."""
+def add_client_parsers(sub: Any, import_sources: tuple[str, ...] = ("pamledger",)) -> None:
+    """The client commands' parsers, added to `sub` (the subparsers of either CLI); `import_sources`: what
+    `import --from` accepts (the composition root adds mem0)."""
     sub.add_parser("conformance-adapter", help="PAMSPEC conformance harness protocol v1 on stdin/stdout")
     sc = sub.add_parser("scope-create", help="register a memory scope")
     sc.add_argument("scope_id", type=pam_id)
@@ -143,7 +144,7 @@ def add_client_parsers(sub: Any) -> None:
     add_related_parser(sub)
     add_subscribe_parser(sub)
     add_auth_parsers(sub)
-    add_bundle_parsers(sub)
+    add_bundle_parsers(sub, import_sources)
 
 
 def build_parser() -> argparse.ArgumentParser:

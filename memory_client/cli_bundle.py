@@ -18,7 +18,8 @@ from memory_client.bundle import export_bundle, import_bundle
 from memory_client.cli_common import actor_of, add_actor_arguments, connect, invalid, pam_id, print_json
 
 
-def add_bundle_parsers(sub: Any) -> None:
+def add_bundle_parsers(sub: Any, import_sources: tuple[str, ...] = ("pamledger",)) -> argparse.ArgumentParser:
+    """`export` and `import`; returns the import parser (the composition root adds --from mem0's options)."""
     export = sub.add_parser("export", help="write a scope's memory and ledger entries to a bundle (JSON Lines);"
                                            " needs read and inspect_history on the scope")
     export.add_argument("scope_id", type=pam_id)
@@ -32,10 +33,12 @@ def add_bundle_parsers(sub: Any) -> None:
     imp.add_argument("--scope", type=pam_id, help="import into this scope id instead of the bundle's own")
     imp.add_argument("--map-scope", action="append", default=[], metavar="A=B",
                      help="map scope A of the bundle (e.g. a relationship's target scope) to B; repeatable")
-    imp.add_argument("--from", dest="source_format", choices=["pamledger"], default="pamledger",
-                     help="the bundle's format (default: %(default)s)")
+    imp.add_argument("--from", dest="source", choices=import_sources, default="pamledger",
+                     help="what wrote FILE: a pamledger bundle (default), or another system's export"
+                          " (mem0: docs/mem0.md, needs --scope)")
     imp.add_argument("--quiet", action="store_true", help="no progress on stderr")
     add_actor_arguments(imp)
+    return imp
 
 
 def _progress(args: argparse.Namespace) -> Any:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import sys
@@ -19,7 +18,8 @@ from infra.endpoints import resolve
 from infra.settings import Settings
 from mcp_binding.main import add_mcp_parser
 from memory_client.cli import Handler, add_client_parsers, dispatch, handler_for
-from memory_client.cli_common import Parser, installed_version, pam_id, print_json
+from memory_client.cli_bundle import cmd_import as cmd_import_bundle
+from memory_client.cli_common import Parser, installed_version, invalid, print_json
 from memory_client.client import MemoryClient, PamspecError
 from pamledger.cli_audit import add_audit_parsers, cmd_audit, cmd_replay
 from pamledger.cli_index import add_index_parsers, cmd_index, cmd_spaces
@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve some roles in this process on running servers (what run spawns)")
     serve.add_argument("--roles", default="all", help=f"comma-separated subset of {','.join(ROLES)},retention")
     add_ledger_parsers(sub)
-    add_client_parsers(sub)
+    add_client_parsers(sub, import_sources=("pamledger", "mem0"))
     add_audit_parsers(sub)
     add_index_parsers(sub)
     add_retention_parsers(sub)
@@ -250,20 +250,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_import_parser(sub: Any) -> None:
-    """`import --from mem0 FILE --scope SCOPE` (bundles, `--from pamledger`, arrive with export)."""
-    imp = sub.add_parser("import", help="import memories from another system (--from mem0: docs/mem0.md)")
-    imp.add_argument("file", help="the export file (- reads stdin)")
-    imp.add_argument("--from", dest="source", required=True, choices=("mem0",), help="what wrote FILE")
-    imp.add_argument("--scope", required=True, type=pam_id, help="the scope memories go to unless a rule"
-                                                                 " below places them elsewhere")
-    add_mem0_arguments(imp)
+    """The client CLI's `import` (bundles) takes --from mem0 here too, with its options (docs/mem0.md)."""
+    add_mem0_arguments(sub.choices["import"], with_actor=False)
+
+
+def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
+    """A pamledger bundle (memory_client.cli_bundle) or, --from mem0, a Mem0 export (pamledger.cli_mem0)."""
+    if args.source != "mem0":
+        return cmd_import_bundle(settings, args)
+    if args.scope is None:
+        raise invalid("import --from mem0 needs --scope: where memories go unless a rule places them elsewhere")
+    return cmd_import_mem0(settings, args)
 
 
 HANDLERS: dict[str, Handler] = {
     "up": cmd_up, "down": cmd_down, "clean": cmd_clean, "run": cmd_run, "serve": cmd_serve, "status": cmd_status,
     "verify": cmd_verify, "stream": cmd_stream, "replay": cmd_replay, "audit": cmd_audit,
     "spaces": cmd_spaces, "index": cmd_index, "retention": cmd_retention, "scrub": cmd_scrub, "mcp": cmd_mcp,
-    "import": cmd_import_mem0,
+    "import": cmd_import,
 }
 
 

@@ -29,8 +29,8 @@ REPLAYED = "replayed_original_result"
 PROGRESS_EVERY_SECONDS = 2.0
 
 
-def add_mem0_arguments(parser: argparse.ArgumentParser) -> None:
-    """The Mem0 import's own options (docs/mem0.md)."""
+def add_mem0_arguments(parser: argparse.ArgumentParser, with_actor: bool = True) -> None:
+    """The Mem0 import's own options (docs/mem0.md); `with_actor`: also --actor-id/--actor-kind."""
     group = parser.add_argument_group("--from mem0")
     group.add_argument("--user-scope-prefix", help="a memory with user_id U goes to scope PREFIX+U"
                                                    " (e.g. user: puts alice's memories in user:alice)")
@@ -42,7 +42,8 @@ def add_mem0_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--scope-kind", default="workspace", help="kind of the scopes the import registers")
     group.add_argument("--concurrency", type=int, default=16, choices=range(1, 257), metavar="1-256",
                        help="memories sent at once (default: %(default)s)")
-    add_actor_arguments(parser)  # who writes: --actor-id, --actor-kind
+    if with_actor:
+        add_actor_arguments(parser)  # who writes: --actor-id, --actor-kind
 
 
 def _mapping(text: str) -> tuple[str, str]:

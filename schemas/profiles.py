@@ -11,6 +11,6 @@ from __future__ import annotations
 SPEC_VERSION = "0.1-draft"  # schema_profile of pamspec-version.json
 ARCHITECTURE_PROFILE = "0.1.0-draft"
 CLAIMED_PROFILES: tuple[str, ...] = (
-    "PAMSPEC-Lite", "PAMSPEC-Versioning", "PAMSPEC-Ledger", "PAMSPEC-Structured-Query", "PAMSPEC-Semantic-Query",
+    "PAMSPEC-Lite", "PAMSPEC-Core", "PAMSPEC-Versioning", "PAMSPEC-Ledger", "PAMSPEC-Structured-Query", "PAMSPEC-Semantic-Query",
     "PAMSPEC-Relationship", "PAMSPEC-Protocol-Binding", "PAMSPEC-Subscribe", "PAMSPEC-Delegation",
 )

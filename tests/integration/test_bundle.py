@@ -30,6 +30,7 @@ from tests.conftest import ACTOR, Env, fresh_database, fresh_settings, run_cli, 
 SCOPE = "workspace:bundle-src"
 OTHER = "workspace:bundle-other"
 PROVENANCE = {"provenance_id": "prov:bundle", "actor": ACTOR, "activity": "bundle-test"}
+pytestmark = pytest.mark.profile("PAMSPEC-Core")  # docs/implementation-report.md
 EXTENSION = "com.example.bundle.note"
 ERASED = f"erased{uuid.uuid4().hex[:10]}"  # content a deletion and a full redaction erase
 HIDDEN = f"hidden{uuid.uuid4().hex[:10]}"  # the value a partial redaction removes

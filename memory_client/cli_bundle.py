@@ -27,7 +27,7 @@ def add_bundle_parsers(sub: Any, import_sources: tuple[str, ...] = ("pamledger",
     export.add_argument("--at", type=int, default=None, dest="at_sequence",
                         help="the ledger sequence to export up to (default: the head)")
     export.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    imp = sub.add_parser("import", help="replay a bundle into a new or empty scope (an administrator's);"
+    imp: argparse.ArgumentParser = sub.add_parser("import", help="replay a bundle into a new or empty scope (an administrator's);"
                                         " importing it again changes nothing")
     imp.add_argument("file", help="the bundle")
     imp.add_argument("--scope", type=pam_id, help="import into this scope id instead of the bundle's own")

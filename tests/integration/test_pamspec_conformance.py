@@ -695,8 +695,9 @@ SPACE_DRIVERS: dict[str, Driver] = {
 }
 SKIPS = {
     "evaluation-snapshot-membership-mutated": "evaluation snapshots are a later issue (PAMSPEC-Evaluation)",
-    "reused-immutable-version-identifier": "not reachable: the service mints every version_id and commands "
-                                           "cannot carry one; client-chosen version ids are a later issue",
+    "reused-immutable-version-identifier": "only an import carries given version ids: its refusal of a reused"
+                                           " one (invalid_object, version_id_reuse) is tested in test_bundle.py;"
+                                           " this vector's two bare envelopes are no bundle to import",
 }
 
 

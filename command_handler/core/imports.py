@@ -6,7 +6,7 @@ came as (no field its type does not know); in the scope the import writes; a ver
 agreeing with the event's; a first version (sequence 1) of an object this scope does not hold, or the next
 version of the head the import left (sequence + 1, previous_version_id); ids this ledger has not used
 (`version_id_reuse`, invalid_object); and content, where the bundle carries it, whose salted digest is the
-event's. The service mints nothing for a replayed entry: ids, times, actors and provenance are the bundle's.
+event's. A replayed erasure erases what the import stored before it, as the writer's own erasures do. The service mints nothing for a replayed entry: ids, times, actors and provenance are the bundle's.
 The last chunk adds the entry recording the import (schemas.events.ScopeImported).
 """
 
@@ -19,7 +19,8 @@ import msgspec
 from command_handler.core.state import NO_IMPORT_FACTS, Context, Decision, ObjectHead, Stamp
 from command_handler.core.versions import entry_event
 from schemas.bundle import (
-    FIRST_VERSION_EVENTS, REPLAYED, VERSION_EVENTS, envelope_agrees, envelope_meta, shown_content, typed_event,
+    FIRST_VERSION_EVENTS, REPLAYED, VERSION_EVENTS, chunk_key, envelope_agrees, envelope_meta, shown_content,
+    typed_event,
 )
 from schemas.commands import ImportedEntry, ImportEntries
 from schemas.errors import InvalidObject, InvalidRequest, ObjectNotFound, VersionConflict
@@ -47,7 +48,7 @@ def entry_ids(command: ImportEntries) -> list[str]:
 
 
 def import_chunk(command: ImportEntries, stamp: Stamp, context: Context) -> Decision:
-    facts = context.imports.get(command.scope_id, NO_IMPORT_FACTS)
+    facts = context.imports.get((command.scope_id, chunk_key(command.bundle_digest, command.chunk)), NO_IMPORT_FACTS)
     if command.chunk == 0 and facts.occupied:
         raise InvalidRequest("an import writes into a new or empty scope, and this one holds ledger entries",
                              details={"scope_id": command.scope_id, "rule": "import.scope_not_empty"})
@@ -130,4 +131,15 @@ def _version(index: int, entry: ImportedEntry, event: Any, heads: dict[tuple[str
     new = ObjectHead(scope_id=event.scope_id, object_id=name, version_id=event.version_id, sequence=event.sequence,
                      meta=meta, content_digest=digest)
     heads[key] = new
-    return Decision(event=event, head=new, content=content, salt=salt)
+    # A replayed erasure erases as the writer's own does (the batch's erase step: every stored content of the
+    # object but what the new head keeps), so no bundle can leave content behind an erasure it carries.
+    return Decision(event=event, head=new, content=content, salt=salt, erase_content=_erases(event))
+
+
+def _erases(event: Any) -> bool:
+    """Whether a version event erased its object's content where it was written (what verify calls erasing)."""
+    if event.event_type == "object_deleted":
+        return True
+    if event.event_type == "availability_transitioned":
+        return bool(event.payload.to in ("redacted", "deleted"))
+    return bool(event.event_type == "object_redacted" and (event.payload.redaction or {}).get("erased") is True)

@@ -239,7 +239,7 @@ class Writer:
                           authority=authority_of(self.policy), imports=await self._import_facts(parsed),
                           record_refusal=lambda item, exc: refusal_entry(self.denial_limiter, item, exc))
 
-    async def _import_facts(self, parsed: list[Parsed]) -> dict[str, ImportFacts]:
+    async def _import_facts(self, parsed: list[Parsed]) -> dict[tuple[str, str], ImportFacts]:
         """For an import's chunks (nothing is read for batches without one): whether a first chunk's scope holds
         entries, whether a later chunk's previous one committed, which of their ids the ledger has."""
         chunks = [p.command for p in parsed if isinstance(p.command, ImportEntries)]
@@ -249,7 +249,7 @@ class Writer:
             sorted({c.scope_id for c in chunks if c.chunk == 0}), sorted({i for c in chunks for i in entry_ids(c)}))
         previous = await self.store.load_idempotency(sorted(
             {(c.scope_id, chunk_key(c.bundle_digest, c.chunk - 1)) for c in chunks if c.chunk > 0}))
-        return {c.scope_id: ImportFacts(
+        return {(c.scope_id, chunk_key(c.bundle_digest, c.chunk)): ImportFacts(
             occupied=c.scope_id in occupied, taken=frozenset(taken),
             previous_committed=(c.scope_id, chunk_key(c.bundle_digest, c.chunk - 1)) in previous) for c in chunks}
 

@@ -156,10 +156,12 @@ def envelope_agrees(envelope: dict[str, Any], event: Any) -> bool:
     meta = envelope_meta(envelope)
     stated = event.payload.envelope
     try:
-        same = msgspec.convert(meta, type(stated)) == stated
+        typed = msgspec.convert(meta, type(stated))
     except msgspec.ValidationError:
         return False
-    return bool(same and meta.get("version_id") == event.version_id and meta.get("sequence") == event.sequence)
+    # Equal as types, and nothing beside what the type has: the envelope is what the version store keeps.
+    return bool(typed == stated and canonical_bytes(typed) == canonical_bytes(meta)
+                and meta.get("version_id") == event.version_id and meta.get("sequence") == event.sequence)
 
 
 def shown_content(envelope: dict[str, Any], salt: str, digest: str | None) -> bytes | None:

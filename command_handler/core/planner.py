@@ -83,7 +83,8 @@ class PlanInputs:
     created_at: dict[tuple[str, str], Any] = field(default_factory=dict)  # objects under a minimum retention
     delegations: dict[str, DelegationState] = field(default_factory=dict)  # loaded for this batch
     authority: Authority = EVERYTHING
-    imports: dict[str, ImportFacts] = field(default_factory=dict)  # by scope: what an import's chunk needs to know
+    # By (scope_id, the chunk's idempotency key): what an import's chunk needs to know (core.imports)
+    imports: dict[tuple[str, str], ImportFacts] = field(default_factory=dict)
     # A refused delegation command -> the access_denied entry recording it (None: the limiter leaves it out).
     record_refusal: Callable[[Parsed, AccessDenied], Parsed | None] = lambda item, exc: None
 
@@ -120,7 +121,8 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
         """What a command may look at: heads as this batch left them, then as loaded; grants; contents."""
         return Context(heads=ChainMap(batch_heads, inputs.heads), authority=inputs.authority,
                        restorable=inputs.restorable, contents=contents,
-                       scope_policies=inputs.scope_policies, created_at=inputs.created_at, imports=inputs.imports)
+                       scope_policies=inputs.scope_policies, created_at=inputs.created_at,
+                       imports=_occupied(inputs.imports, batch) if inputs.imports else inputs.imports)
 
     for index, item in enumerate(items):
         if isinstance(item, PamledgerError):
@@ -206,6 +208,14 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
         outcomes.append(Outcome(accepted=Accepted(item, decision, first, content)))
     batch.delegations = list(delegations.values())
     return Plan(outcomes, batch, heads, _new_records(batch), new_scopes, (seq, prev), delegations)
+
+
+def _occupied(loaded: dict[tuple[str, str], ImportFacts], batch: Batch) -> dict[tuple[str, str], ImportFacts]:
+    """The import facts as loaded, but a scope this batch has already written entries into holds entries: a
+    first chunk planned after them (another import's, a create) must see the scope occupied."""
+    written = {row.scope_id for row in batch.ledger}
+    return {key: msgspec.structs.replace(facts, occupied=True) if key[0] in written else facts
+            for key, facts in loaded.items()}
 
 
 def _sequenced(decision: Decision, seq: int) -> list[tuple[Decision, tuple[bytes, bytes]]]:

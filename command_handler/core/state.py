@@ -94,7 +94,8 @@ class Context:
     # (by scope) and when each object was created (by (scope_id, object_id)).
     scope_policies: Mapping[str, Any] = field(default_factory=lambda: _NOTHING)
     created_at: Mapping[tuple[str, str], datetime] = field(default_factory=lambda: _NOTHING)
-    imports: Mapping[str, ImportFacts] = field(default_factory=lambda: _NOTHING)  # by scope: an import's chunk
+    # By (scope_id, the chunk's idempotency key): what an import's chunk needs to know (core.imports)
+    imports: Mapping[tuple[str, str], ImportFacts] = field(default_factory=lambda: _NOTHING)
 
     def head(self, scope_id: str, object_id: str) -> ObjectHead | None:
         return self.heads.get((scope_id, object_id))

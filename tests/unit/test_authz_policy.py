@@ -76,6 +76,14 @@ CASES = [
     (bearer(SERVICE), "cmd.open_subscription", "team:a:1", Claim("actor:alice"), None),
     (bearer(SERVICE), "cmd.register_embedding_space", "system:pamledger", Claim("actor:pamledger:indexer"), None),
     (bearer(SERVICE), "query.read", "team:a:1", None, "authz.operation_not_granted"),
+    # an export needs read AND inspect_history; an import, create there and administering the service
+    (bearer(ALICE), "query.export", "team:a:1", None, "authz.operation_not_granted"),  # read, no inspect_history
+    (bearer(ALICE), "query.export", "team:shared", None, None),
+    (bearer(ALICE), "query.export", "team:b:1", None, "authz.scope_not_granted"),
+    (bearer(ALICE), "cmd.import_entries", "team:shared", Claim("actor:alice"), "authz.import_needs_administrator"),
+    (bearer(ALICE), "cmd.import_entries", "team:b:1", Claim("actor:alice"), "authz.scope_not_granted"),
+    (bearer(ADMIN), "cmd.import_entries", "anything:else", Claim("actor:pamledger:admin"), None),
+    (bearer(ADMIN), "cmd.import_entries", "anything:else", Claim("actor:alice"), "authz.actor_mismatch"),
 ]
 
 

@@ -104,8 +104,11 @@ class Checked(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """The file's lines, each read at most MAX_LINE_BYTES + 1 at a time: a line without end costs no memory."""
     with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        number = 0
+        while raw := handle.readline(MAX_LINE_BYTES + 1):
+            number += 1
             if len(raw) > MAX_LINE_BYTES:
                 raise refused(number, f"longer than {MAX_LINE_BYTES} bytes")
             yield number, raw
@@ -235,7 +238,7 @@ async def import_bundle(client: MemoryClient, path: Path, actor: dict[str, Any],
     }
     written = replayed_chunks = chunk = sent = 0
     tick = _Ticker(progress)
-    for entries, final in _chunks(path, mapping):
+    for entries, final in _chunks(path, mapping, checked.bundle_digest):
         body = {**common, "chunk": chunk, "entries": entries, "final": final,
                 "idempotency_key": chunk_key(checked.bundle_digest, chunk)}
         result = await client.command("import_entries", body)
@@ -253,14 +256,22 @@ async def import_bundle(client: MemoryClient, path: Path, actor: dict[str, Any],
             **({"scope_map": common["scope_map"]} if "scope_map" in common else {})}
 
 
-def _chunks(path: Path, mapping: dict[str, str]) -> Iterator[tuple[list[dict[str, Any]], bool]]:
-    """The replayed entries in chunks bounded in count and bytes; the last one is final (it may be empty)."""
+def _chunks(path: Path, mapping: dict[str, str], bundle_digest: str) -> Iterator[tuple[list[dict[str, Any]], bool]]:
+    """The replayed entries in chunks bounded in count and bytes; the last one is final (it may be empty). The
+    lines are hashed again: a file changed since the check fails before the final chunk is sent."""
     chunk: list[dict[str, Any]] = []
     size = 0
     pending: dict[str, Any] | None = None
-    for _, raw in _lines(path):
+    digest = BundleDigest()
+    for number, raw in _lines(path):
         line = decode_json(raw)
         kind = line.get("kind")
+        if kind == "trailer":
+            if digest.value != bundle_digest:  # the file changed after it was checked: the record is never sent
+                raise PamspecError.of("invalid_request", f"bundle line {number}: the file changed while it was"
+                                      " imported; import it again", {"line": number, "reason": "changed"})
+            break
+        digest.add(raw)
         if kind == "version":
             pending = line
             continue

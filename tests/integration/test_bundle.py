@@ -266,6 +266,9 @@ def test_bad_bundles_are_refused_naming_the_line(world: World) -> None:
     assert future["line"] == 1 and "version 99" in future["reason"]
     not_json = _refusal(_edited(world, "garbage.pamb", lambda raw: [*raw[:3], b"{nope\n", *raw[3:]]))
     assert not_json["line"] == 4
+    endless = world.tmp / "endless.pamb"
+    endless.write_bytes(world.bundle.read_bytes().splitlines(keepends=True)[0] + b"[" * (3 * 1024 * 1024))
+    assert _refusal(endless) == {"line": 2, "reason": "longer than 2097152 bytes"}
     empty = world.tmp / "empty.pamb"
     empty.write_bytes(b"")
     assert _refusal(empty)["line"] == 1

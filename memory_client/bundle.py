@@ -28,6 +28,7 @@ from schemas.bundle import (
     VersionLine, chunk_key, decode_line, envelope_agrees, refused, remap_envelope, remap_event, shown_content, typed_event,
 )
 from schemas.canonical import canonical_bytes, decode_json
+from schemas.common import timestamp_text
 from schemas.errors import PamledgerError
 
 Progress = Callable[[dict[str, Any]], None]
@@ -70,7 +71,7 @@ async def export_bundle(client: MemoryClient, scope_id: str, out: BinaryIO, at_s
 
     write(Header(format=FORMAT, format_version=FORMAT_VERSION, pamledger_version=installed_version(),
                  source_ledger_id=head["source_ledger_id"], scope=msgspec.convert(head["scope"], ScopeRecord),
-                 watermark=watermark, exported_at=_now(), embedding_spaces=head["embedding_spaces"]))
+                 watermark=watermark, exported_at=timestamp_text(datetime.now(timezone.utc)), embedding_spaces=head["embedding_spaces"]))
     tick = _Ticker(progress)
     after = 0
     while True:
@@ -293,6 +294,3 @@ def _chunks(path: Path, mapping: dict[str, str], bundle_digest: str) -> Iterator
     yield chunk, True
 
 
-def _now() -> str:
-    moment = datetime.now(timezone.utc)
-    return f"{moment.year:04d}-" + moment.strftime("%m-%dT%H:%M:%S.%fZ")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated, Literal
 
 import msgspec
@@ -60,3 +60,10 @@ def is_extension_type(object_type: str) -> bool:
 def is_valid_id(value: str) -> bool:
     """True when value follows the PAMSPEC `scheme:rest` identifier pattern."""
     return len(value) <= 512 and _ID.match(value) is not None
+
+
+def timestamp_text(moment: datetime) -> str:
+    """UTC with six fraction digits and a four-digit year: every recorded time has one width, so the texts
+    compare as the times do (strftime's %Y writes year 999 as "999", which sorts after "2026")."""
+    utc = moment.astimezone(timezone.utc)
+    return f"{utc.year:04d}-" + utc.strftime("%m-%dT%H:%M:%S.%fZ")

@@ -20,7 +20,7 @@ import msgspec
 
 from authz.policy import REQUEST_OPERATIONS
 from command_handler.core.state import Authority, Decision, Stamp
-from command_handler.core.versions import timestamp_text
+from schemas.common import timestamp_text
 from schemas.common import SYSTEM_SCOPE
 from schemas.delegation import (
     DELEGATION_SPEC_VERSION,

@@ -25,11 +25,11 @@ from command_handler.core.versions import (
     content_digest,
     next_head,
     stamped,
-    timestamp_text,
     transition_payload,
     version_event,
 )
 from schemas.canonical import canonical_bytes, decode_json
+from schemas.common import timestamp_text
 from schemas.commands import DeleteObject, TransitionState
 from schemas.errors import InvalidRequest, InvalidStateTransition, LegalHold, ObjectRedacted, PamledgerError
 from schemas.redaction import PointerProblem, Redact, redacted_projection

@@ -5,7 +5,6 @@ operation modules (relationships, redactions, promotion). No I/O, no clock: time
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
@@ -22,13 +21,6 @@ OPTIONAL_FIELDS = (
     "observed_at", "asserted_at", "valid_from", "valid_until",
     "relationship_refs", "integrity", "quality_signals",
 )
-
-
-def timestamp_text(moment: datetime) -> str:
-    """UTC with six fraction digits and a four-digit year: every recorded time has one width, so the texts
-    compare as the times do (strftime's %Y writes year 999 as "999", which sorts after "2026")."""
-    utc = moment.astimezone(timezone.utc)
-    return f"{utc.year:04d}-" + utc.strftime("%m-%dT%H:%M:%S.%fZ")
 
 
 content_digest = salted_digest  # the salted digest the ledger keeps (schemas.canonical)

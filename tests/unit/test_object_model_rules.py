@@ -95,7 +95,7 @@ def test_recorded_times_compare_as_text_in_any_year() -> None:
     """A delegation window is compared as text: a year before 1000 must not sort after 2026."""
     from datetime import datetime, timezone
 
-    from command_handler.core.versions import timestamp_text
+    from schemas.common import timestamp_text
 
     early, now = datetime(999, 12, 31, tzinfo=timezone.utc), datetime(2026, 12, 1, tzinfo=timezone.utc)
     assert timestamp_text(early) == "0999-12-31T00:00:00.000000Z"

@@ -18,7 +18,7 @@ import psycopg
 from embedding.store import list_spaces
 from infra.ledger import HEAD, hidden_by_latest, latest_version
 from infra.ledger_identity import IDENTITY
-from infra.scopes import scope_record
+from infra.scopes import scope_exists, scope_record
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.common import Id
 from schemas.embedding import space_digest
@@ -74,11 +74,11 @@ async def export_header(conn: psycopg.AsyncConnection[Any], request: ExportReque
 async def export_entries(conn: psycopg.AsyncConnection[Any], request: ExportRequest, partition: int) -> bytes:
     if request.at_sequence is None:
         raise InvalidRequest("an entries page names the export's at_sequence (the header's watermark)")
-    if await scope_record(conn, request.scope_id) is None:
-        raise ScopeNotFound("scope not found", details={"scope_id": request.scope_id})
     cur = await conn.execute(_ENTRIES, (request.scope_id, partition, request.after_sequence, request.at_sequence,
                                         request.limit))
     rows = await cur.fetchall()
+    if not rows and not await scope_exists(conn, request.scope_id):  # asked only when a page comes back empty
+        raise ScopeNotFound("scope not found", details={"scope_id": request.scope_id})
     entries: list[dict[str, Any]] = []
     size = 0
     for seq, event, meta, content, salt in rows:

@@ -309,3 +309,10 @@ async def test_the_cli_exports_and_imports(world: World) -> None:
     assert json.loads(imported.stderr.strip().splitlines()[-1])["error"]["code"] == "invalid_object"
     bad = await asyncio.to_thread(run_cli, world.target, "import", str(world.tmp / "truncated.pamb"))
     assert bad.returncode != 0 and "truncated" in bad.stderr
+
+
+async def test_an_unknown_scope_is_scope_not_found_for_every_part(world: World) -> None:
+    for part in ({"part": "header"}, {"part": "entries", "at_sequence": 1}):
+        with pytest.raises(PamspecError) as missing:
+            await world.src.query_request("export", {"scope_id": "workspace:nowhere", **part})
+        assert missing.value.code == "scope_not_found", part

@@ -385,3 +385,20 @@ async def test_an_agent_lists_only_its_own_subscriptions_and_an_administrator_ev
         assert closed[mine.subscription_id]["status"] != "open" and closed[mine.subscription_id]["closed_at"]
     finally:
         await theirs.close()
+
+
+async def test_export_needs_read_and_history_of_the_scope_and_import_an_administrator(
+        world: World, tmp_path: Path) -> None:
+    from memory_client.bundle import export_bundle, import_bundle
+
+    await world.alice.create("team:a:one", "claim", {"statement": "exported"}, ALICE, prov(ALICE))
+    bundle = tmp_path / "a.pamb"
+    with bundle.open("wb") as out:
+        summary = await export_bundle(world.alice, "team:a:one", out)  # alice holds read and inspect_history
+    assert summary["counts"]["versions"] >= 1
+    with tmp_path.joinpath("b.pamb").open("wb") as out:
+        await _denied(export_bundle(world.bob, "team:a:one", out), "authz.scope_not_granted")
+    await _denied(import_bundle(world.alice, bundle, ALICE, scope_id="team:a:copy"), "authz.import_needs_administrator")
+    with pytest.raises(PamspecError) as reused:  # the administrator is let through, to the writer's own rules
+        await import_bundle(world.admin, bundle, await world.admin.me({}), scope_id="team:a:copy")
+    assert reused.value.code == "invalid_object" and reused.value.details["rule"] == "version_id_reuse"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -71,10 +72,10 @@ async def _import(settings: Settings, args: argparse.Namespace, data: bytes) -> 
     try:
         actor = await actor_of(client, args)
         plan = _plan(args, data, actor)
-        print(f"pamledger import: {len(plan.memories)} Mem0 memories ({plan.versions} versions) from {args.file}"
-              f" into {len(plan.scopes)} scope(s), as {actor['actor_id']}", file=sys.stderr, flush=True)
+        _progress({"planned_memories": len(plan.memories), "planned_versions": plan.versions, "file": args.file,
+                   "scopes": len(plan.scopes), "actor_id": actor["actor_id"]})
         for warning in plan.warnings:
-            print(f"pamledger import: warning: {warning}", file=sys.stderr, flush=True)
+            _progress({"warning": warning})
         scopes = [await client.create_scope(scope, args.scope_kind) for scope in plan.scopes]
         tally = await send(client, plan, args.concurrency)
     finally:
@@ -119,9 +120,9 @@ class Tally:
                 "versions": {"created": self.versions_created, "already_present": self.versions_present},
                 "tombstones": self.deleted, "changed": self.versions_created > 0, "failed": self.failed}
 
-    def line(self) -> str:
-        return (f"pamledger import: {self.done}/{self.total} memories, {self.versions_created} versions written,"
-                f" {self.versions_present} already present, {len(self.failed)} failed")
+    def line(self) -> dict[str, Any]:
+        return {"memories_done": self.done, "of": self.total, "versions_written": self.versions_created,
+                "versions_present": self.versions_present, "failed": len(self.failed)}
 
 
 async def send(client: MemoryClient, plan: ImportPlan, concurrency: int) -> Tally:
@@ -136,11 +137,16 @@ async def send(client: MemoryClient, plan: ImportPlan, concurrency: int) -> Tall
         tally.done += 1
         if time.monotonic() - last[0] >= PROGRESS_EVERY_SECONDS:
             last[0] = time.monotonic()
-            print(tally.line(), file=sys.stderr, flush=True)
+            _progress(tally.line())
 
     await asyncio.gather(*(one(memory) for memory in plan.memories))
-    print(tally.line(), file=sys.stderr, flush=True)
+    _progress(tally.line())
     return tally
+
+
+def _progress(report: dict[str, Any]) -> None:
+    """Progress on stderr as JSON lines, as export and a bundle's import print it."""
+    print(json.dumps({"progress": report}, sort_keys=True), file=sys.stderr, flush=True)
 
 
 async def _send_memory(client: MemoryClient, memory: MemoryPlan, tally: Tally) -> None:

@@ -52,8 +52,10 @@ async def test_the_fixture_arrives_as_objects_and_versions(imported: dict[str, A
     assert report["versions"] == {"created": 8, "already_present": 0}
     assert (report["tombstones"], report["changed"], report["failed"]) == (1, True, [])
     assert {s["scope_id"] for s in report["scopes"]} == {"user:alice", "user:bob", "workspace:mem0"}
-    assert "pamledger import: 5 Mem0 memories (8 versions)" in imported["stderr"]  # progress on stderr
-    assert "pamledger import: 5/5 memories" in imported["stderr"]
+    progress = [json.loads(line)["progress"] for line in imported["stderr"].splitlines()
+                if line.startswith('{"progress"')]  # progress on stderr, as JSON lines like export's
+    assert progress[0]["planned_memories"] == 5 and progress[0]["planned_versions"] == 8
+    assert progress[-1]["memories_done"] == progress[-1]["of"] == 5
 
 
 async def test_history_becomes_versions_with_mem0_times_observed_and_the_service_committing(

@@ -19,6 +19,7 @@ from nats.aio.msg import Msg
 
 from authz.audit import DenialLimiter
 from command_handler.core.redactions import minimum_retention_days
+from command_handler.erasure_journal import catch_up, erasures_in, journal_for
 from command_handler.core.references import delegation_named, erases_content, head_keys
 from command_handler.stamps import new_stamp
 from command_handler.denials import admit, authority_of, refusal_entry
@@ -75,12 +76,15 @@ class Writer:
         self.scope_policies: LRU[str, Any] = LRU(cache)  # a scope's policy never changes once created
         self.tail: tuple[int, bytes] = (0, b"")
         self.guard = AppendGuard(settings, store, nc)  # while it refuses, nothing is appended
+        self.journal = journal_for(settings)  # every erasure, outside the database (command_handler.erasure_journal)
+        self.ledger_id: str | None = None
         self._subs: list[Any] = []
 
     async def serve(self) -> None:
         """Subscribe and run group commits until cancelled."""
         await self.guard.check()
         self.tail = await self.store.tail()
+        await self._journal_catch_up()
         prefix = self.settings.subject_prefix
         # One wildcard subscription: unknown command names get an invalid_request, not silence. Raw
         # deliveries go straight into the inbox from the client's read loop (no Msg, no task hop).
@@ -150,6 +154,8 @@ class Writer:
                 await self._fail_all(msgs, items, PamledgerError("internal error while handling the command"))
             return
         self._advance(plan)
+        if plan.batch.erase:
+            await self._journal(plan.batch.ledger)  # before the reply: an acknowledged erasure is journaled
         await self._reply(msgs, items, plan)
         if plan.batch.ledger:
             self.committed(plan.batch.ledger)
@@ -266,6 +272,25 @@ class Writer:
         keys = sorted({(p.scope_id, str(getattr(p.command, "object_id"))) for p in erasing
                        if minimum_retention_days(policies.get(p.scope_id)) is not None})
         return policies, await self.store.load_created_at(keys)
+
+    async def _journal_catch_up(self) -> None:
+        """Journal what the ledger erased that the journal lacks (a writer that died between COMMIT and its
+        journal write), then checkpoint at the head (an empty ledger's first: the journal vouches from its start)."""
+        self.ledger_id = await self.store.identity()
+        try:
+            await catch_up(self.journal, self.store, self.ledger_id, self.store.partition, self.tail[0])
+        except OSError as exc:
+            log.error("erasure_journal.unwritable", path=str(self.journal.path), error=str(exc))
+
+    async def _journal(self, rows: list[LedgerRow]) -> None:
+        """Record the batch's erasures (committed) and fsync. A journal that cannot be written is logged and
+        made up for at the next start (catch-up reads the ledger); the commit stands."""
+        try:
+            if self.ledger_id is None:
+                self.ledger_id = await self.store.identity()
+            self.journal.append(list(erasures_in(rows, self.ledger_id, self.store.partition)))
+        except OSError as exc:
+            log.error("erasure_journal.unwritable", path=str(self.journal.path), error=str(exc))
 
     def _advance(self, plan: Plan) -> None:
         self.tail = plan.tail

@@ -36,6 +36,10 @@ class WriterSettings(_Group):
     # start, and while refused or unchecked); past it, it appends (Postgres decides) and checks again after
     # as long, before a later batch.
     stream_check_seconds: float = Field(default=2.0, gt=0, le=60)
+    # Where the writer records every erasure outside the database, for `pamledger restore` to erase again
+    # what was erased after a backup (command_handler.erasure_journal). Unset: <state_dir>/erasure-journal.jsonl.
+    # Put it on another disk than the database to survive the loss of both.
+    erasure_journal: Path | None = None
 
 
 class QuerySettings(_Group):

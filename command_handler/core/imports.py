@@ -133,10 +133,10 @@ def _version(index: int, entry: ImportedEntry, event: Any, heads: dict[tuple[str
     heads[key] = new
     # A replayed erasure erases as the writer's own does (the batch's erase step: every stored content of the
     # object but what the new head keeps), so no bundle can leave content behind an erasure it carries.
-    return Decision(event=event, head=new, content=content, salt=salt, erase_content=_erases(event))
+    return Decision(event=event, head=new, content=content, salt=salt, erase_content=erases(event))
 
 
-def _erases(event: Any) -> bool:
+def erases(event: Any) -> bool:
     """Whether a version event erased its object's content where it was written (what verify calls erasing)."""
     if event.event_type == "object_deleted":
         return True

@@ -38,7 +38,6 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from command_handler.erasure_journal import Erasure, ErasureJournal, Restored, journal_for, now_text
 from embedding.store import INDEX_CHECKPOINT
@@ -131,16 +130,16 @@ async def _refuse_if_occupied(database_url: str, partition: int, replace: bool) 
 
 
 async def _replace_database(database_url: str, dump: Path) -> None:
-    """Drop and re-create the database (from the server's `postgres` database), then pg_restore the dump."""
-    params = conninfo_to_dict(database_url)
-    name = str(params.get("dbname") or "")
-    if not name or name in ("postgres", "template0", "template1"):
-        raise InvalidRequest(f"restore needs a database of its own, not {name or 'the default one'}",
-                             details={"database": name})
-    maintenance = make_conninfo(database_url, dbname="postgres")
-    async with await psycopg.AsyncConnection.connect(maintenance, autocommit=True) as conn:
-        await conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    """Empty the database (every schema of its own dropped, `public` made anew: the local servers keep the
+    ledger in the `postgres` database, which cannot be dropped while connected), then pg_restore the dump."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%%'"
+                                 " AND nspname <> 'information_schema'")
+        schemas = [str(row[0]) for row in await cur.fetchall()]
+        async with conn.transaction():
+            for schema in schemas:
+                await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+            await conn.execute("CREATE SCHEMA public")
     process = await asyncio.create_subprocess_exec(
         str(pg_tool("pg_restore")), "--no-owner", "--no-privileges", "--exit-on-error", "--single-transaction",
         f"--dbname={database_url}", str(dump), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)

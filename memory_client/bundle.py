@@ -25,7 +25,8 @@ from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError
 from schemas.bundle import (
     FORMAT, FORMAT_VERSION, REPLAYED, VERSION_EVENTS, BundleDigest, EventLine, Header, ScopeRecord, Trailer,
-    VersionLine, chunk_key, decode_line, envelope_agrees, refused, remap_envelope, remap_event, shown_content, typed_event,
+    VectorLine, VersionLine, chunk_key, decode_line, envelope_agrees, header_spaces, refused, remap_envelope,
+    remap_event, shown_content, typed_event, vector_refusal,
 )
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.common import timestamp_text
@@ -55,8 +56,9 @@ class _Ticker:
 
 
 async def export_bundle(client: MemoryClient, scope_id: str, out: BinaryIO, at_sequence: int | None = None,
-                        progress: Progress = _quiet, page_limit: int = 500) -> dict[str, Any]:
-    """Write the scope's bundle to `out`; returns the trailer's counts, the digest and the watermark."""
+                        progress: Progress = _quiet, page_limit: int = 500, vectors: bool = False) -> dict[str, Any]:
+    """Write the scope's bundle to `out`; returns the trailer's counts, the digest and the watermark. With
+    `vectors`, each version whose content the bundle shows is followed by its vectors (schemas.bundle)."""
     head = await client.query_request("export", {"scope_id": scope_id, "part": "header",
                                                  **({"at_sequence": at_sequence} if at_sequence is not None else {})})
     watermark = int(head["watermark"])
@@ -71,12 +73,13 @@ async def export_bundle(client: MemoryClient, scope_id: str, out: BinaryIO, at_s
 
     write(Header(format=FORMAT, format_version=FORMAT_VERSION, pamledger_version=installed_version(),
                  source_ledger_id=head["source_ledger_id"], scope=msgspec.convert(head["scope"], ScopeRecord),
-                 watermark=watermark, exported_at=timestamp_text(datetime.now(timezone.utc)), embedding_spaces=head["embedding_spaces"]))
+                 watermark=watermark, exported_at=timestamp_text(datetime.now(timezone.utc)), embedding_spaces=head["embedding_spaces"], vectors=vectors))
     tick = _Ticker(progress)
     after = 0
     while True:
         page = await client.query_request("export", {"scope_id": scope_id, "part": "entries", "limit": page_limit,
-                                                     "at_sequence": watermark, "after_sequence": after})
+                                                     "at_sequence": watermark, "after_sequence": after,
+                                                     **({"vectors": True} if vectors else {})})
         for entry in page["entries"]:
             if "envelope" in entry:
                 write(VersionLine(ledger_sequence=entry["ledger_sequence"], envelope=entry["envelope"],
@@ -84,11 +87,17 @@ async def export_bundle(client: MemoryClient, scope_id: str, out: BinaryIO, at_s
                 counts["versions"] += 1
             write(EventLine(ledger_sequence=entry["ledger_sequence"], event=entry["event"]))
             counts["events"] += 1
+            for vector in entry.get("vectors", ()):
+                event = entry["event"]
+                write(VectorLine(ledger_sequence=entry["ledger_sequence"], object_id=event["object_id"],
+                                 version_id=event["version_id"], **vector))
+                counts["vectors"] += 1
         after = int(page["last_sequence"])
         tick({"exported_events": counts["events"], "ledger_sequence": after, "watermark": watermark})
         if not page["more"]:
             break
-    totals = {"versions": counts["versions"], "events": counts["events"], "vectors": 0, "lines": counts["lines"]}
+    totals = {"versions": counts["versions"], "events": counts["events"], "vectors": counts["vectors"],
+              "lines": counts["lines"]}
     out.write(canonical_bytes(Trailer(counts=totals, sha256=digest.value)) + b"\n")
     tick({"exported_events": counts["events"], "ledger_sequence": after, "watermark": watermark}, final=True)
     return {"scope_id": scope_id, "watermark": watermark, "source_ledger_id": head["source_ledger_id"],
@@ -130,6 +139,9 @@ def _check(path: Path, progress: Progress) -> Checked:
     header: Header | None = None
     trailer: Trailer | None = None
     pending: VersionLine | None = None
+    shown: tuple[int, str, str, str] | None = None  # the version whose vectors may follow (schemas.bundle)
+    seen: set[str] = set()  # the spaces of its vectors so far
+    spaces: dict[tuple[str, str], int] = {}
     last_sequence, number = 0, 0
     tick = _Ticker(progress)
     for number, raw in _lines(path):
@@ -151,16 +163,22 @@ def _check(path: Path, progress: Progress) -> Checked:
             if line.format_version != FORMAT_VERSION:
                 raise refused(1, f"format version {line.format_version} is not supported (this one reads"
                                  f" {FORMAT_VERSION})")
-            header = line
+            header, spaces = line, header_spaces(line)
         elif isinstance(line, Trailer):
             trailer = line
             continue
+        elif isinstance(line, VectorLine):
+            assert header is not None
+            _check_vector(number, line, header, shown, spaces, seen)
+            counts["vectors"] += 1
         else:
             assert header is not None
             _check_entry(number, line, header, pending, last_sequence, counts, not_replayed)
+            shown = None
             if isinstance(line, VersionLine):
                 pending = line
             elif isinstance(line, EventLine):
+                shown, seen = _shown(pending, line), set()
                 pending, last_sequence = None, line.ledger_sequence
         counts["lines"] += 1
         digest.add(raw)
@@ -188,9 +206,6 @@ def _check_entry(number: int, line: Any, header: Header, pending: VersionLine | 
             raise refused(number, "two versions in a row: a version's line is followed by its event's")
         counts["versions"] += 1
         return
-    if not isinstance(line, EventLine):  # a vector
-        counts["vectors"] += 1
-        return
     counts["events"] += 1
     if not last_sequence < line.ledger_sequence <= header.watermark:
         raise refused(number, f"ledger_sequence {line.ledger_sequence} is out of order (after {last_sequence},"
@@ -212,6 +227,30 @@ def _check_entry(number: int, line: Any, header: Header, pending: VersionLine | 
             raise refused(number - 1, "the version's content does not match its event's digest")
     elif pending is not None:
         raise refused(number - 1, "a version line before an entry that commits no version")
+
+
+def _check_vector(number: int, line: VectorLine, header: Header, shown: tuple[int, str, str, str] | None,
+                  spaces: dict[tuple[str, str], int], seen: set[str]) -> None:
+    if not header.vectors:
+        raise refused(number, "a vector in a bundle whose header says it carries none")
+    reason = vector_refusal(line, shown, spaces, seen)
+    if reason is not None:
+        raise refused(number, reason)
+    seen.add(line.embedding_space_id)
+
+
+def _shown(pending: VersionLine | None, line: EventLine) -> tuple[int, str, str, str] | None:
+    """The version an event line commits when the bundle shows its content (its line carries the salt, which
+    _check_entry held against the event's digest): vectors of it may follow."""
+    event = line.event
+    if pending is None or pending.salt is None or pending.envelope.get("availability_state") == "deleted":
+        return None
+    payload = event.get("payload")
+    digest = payload.get("content_digest") if isinstance(payload, dict) else None
+    name, version_id = event.get("object_id"), event.get("version_id")
+    if not (isinstance(name, str) and isinstance(version_id, str) and isinstance(digest, str)):
+        return None
+    return (line.ledger_sequence, name, version_id, digest)
 
 
 async def import_bundle(client: MemoryClient, path: Path, actor: dict[str, Any], scope_id: str | None = None,

@@ -36,6 +36,7 @@ Progress = Callable[[dict[str, Any]], None]
 CHUNK_ENTRIES = 500
 CHUNK_BYTES = 262_144  # a chunk stops growing past this; the writer takes commands up to 512 KiB
 MAX_LINE_BYTES = 2 * 1024 * 1024
+VECTOR_FIELDS = ("embedding_space_id", "space_digest", "vector")  # what an entry's vector takes of its line
 
 
 def _quiet(_: dict[str, Any]) -> None:
@@ -256,7 +257,10 @@ def _shown(pending: VersionLine | None, line: EventLine) -> tuple[int, str, str,
 async def import_bundle(client: MemoryClient, path: Path, actor: dict[str, Any], scope_id: str | None = None,
                         scope_map: dict[str, str] | None = None, progress: Progress = _quiet) -> dict[str, Any]:
     """Check the bundle, then replay it into `scope_id` (default: its own scope id, or what `scope_map` maps
-    it to). Returns what was written, replayed from an earlier run, and left out."""
+    it to). Returns what was written, replayed from an earlier run, and left out. The bundle's vectors go with
+    their entries; the writer hands to the indexer those of a space registered here with the same descriptor
+    digest (`vectors.handed_over`) and leaves the others out: the indexer embeds those versions
+    (`vectors.left_to_indexer`; both count the chunks written now, not those an earlier run wrote)."""
     checked = check_bundle(path, progress)
     header = checked.header
     source = header.scope.scope_id
@@ -276,7 +280,7 @@ async def import_bundle(client: MemoryClient, path: Path, actor: dict[str, Any],
         **({"scope_map": {a: b for a, b in mapping.items() if a != b}} if any(a != b for a, b in mapping.items())
            else {}),
     }
-    written = replayed_chunks = chunk = sent = 0
+    written = replayed_chunks = chunk = sent = handed = left = 0
     tick = _Ticker(progress)
     for entries, final in _chunks(path, mapping, checked.bundle_digest):
         body = {**common, "chunk": chunk, "entries": entries, "final": final,
@@ -286,6 +290,8 @@ async def import_bundle(client: MemoryClient, path: Path, actor: dict[str, Any],
             replayed_chunks += 1
         else:
             written += len(entries)
+            handed += int(result.get("vectors_handed_over", 0))
+            left += int(result.get("vectors_left", 0))
         sent += len(entries)
         chunk += 1
         tick({"imported_entries": sent, "of": counts["replayed"], "chunk": chunk}, final=final)
@@ -293,19 +299,35 @@ async def import_bundle(client: MemoryClient, path: Path, actor: dict[str, Any],
     return {"result": verdict, "scope_id": target, "source_scope_id": source, "bundle_digest": checked.bundle_digest,
             "source_ledger_id": header.source_ledger_id, "chunks": chunk, "chunks_replayed": replayed_chunks,
             "entries_written": written, "counts": counts, "not_replayed": checked.not_replayed,
+            "vectors": {"in_bundle": counts["vectors"], "handed_over": handed, "left_to_indexer": left},
             **({"scope_map": common["scope_map"]} if "scope_map" in common else {})}
 
 
 def _chunks(path: Path, mapping: dict[str, str], bundle_digest: str) -> Iterator[tuple[list[dict[str, Any]], bool]]:
-    """The replayed entries in chunks bounded in count and bytes; the last one is final (it may be empty). The
+    """The replayed entries in chunks bounded in count and bytes; the last one is final (it may be empty). A
+    version's vector lines go with its entry (`vectors`), which the chunk takes once they are read. The
     lines are hashed again: a file changed since the check fails before the final chunk is sent."""
     chunk: list[dict[str, Any]] = []
     size = 0
     pending: dict[str, Any] | None = None
+    held: dict[str, Any] | None = None  # the last entry, waiting for its vectors
     digest = BundleDigest()
     for number, raw in _lines(path):
         line = decode_json(raw)
         kind = line.get("kind")
+        if kind == "vector":
+            digest.add(raw)
+            if held is not None:
+                held.setdefault("vectors", []).append({name: line[name] for name in VECTOR_FIELDS})
+            continue
+        if held is not None:
+            encoded = len(canonical_bytes(held))
+            if chunk and (len(chunk) >= CHUNK_ENTRIES or size + encoded > CHUNK_BYTES):
+                yield chunk, False
+                chunk, size = [], 0
+            chunk.append(held)
+            size += encoded
+            held = None
         if kind == "trailer":
             if digest.value != bundle_digest:  # the file changed after it was checked: the record is never sent
                 raise PamspecError.of("invalid_request", f"bundle line {number}: the file changed while it was"
@@ -318,18 +340,10 @@ def _chunks(path: Path, mapping: dict[str, str], bundle_digest: str) -> Iterator
         if kind != "event" or line["event"].get("event_type") not in REPLAYED:
             pending = None
             continue
-        entry: dict[str, Any] = {"event": remap_event(line["event"], mapping)}
+        held = {"event": remap_event(line["event"], mapping)}
         if pending is not None:
-            entry["envelope"] = remap_envelope(pending["envelope"], mapping)
+            held["envelope"] = remap_envelope(pending["envelope"], mapping)
             if pending.get("salt") is not None:
-                entry["salt"] = pending["salt"]
+                held["salt"] = pending["salt"]
         pending = None
-        encoded = len(canonical_bytes(entry))
-        if chunk and (len(chunk) >= CHUNK_ENTRIES or size + encoded > CHUNK_BYTES):
-            yield chunk, False
-            chunk, size = [], 0
-        chunk.append(entry)
-        size += encoded
     yield chunk, True
-
-

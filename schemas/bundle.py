@@ -25,13 +25,12 @@ from typing import Any, Literal
 import msgspec
 
 from schemas.canonical import canonical_bytes, salted_digest
-from schemas.embedding import EmbeddingSpace, space_digest
+from schemas.embedding import FLOAT4_MAX, EmbeddingSpace, space_digest
 from schemas.errors import InvalidRequest
 from schemas.events import Event
 
 FORMAT = "pamledger-bundle"
 FORMAT_VERSION = 1
-FLOAT4_MAX = 3.4028234663852886e38
 
 # The entries an import replays as themselves: everything that is the scope's memory (its versions, and the
 # event-only entries that record how memory was made). The others are the source service's operations — its

@@ -282,3 +282,51 @@ async def test_the_cli_exports_vectors(world: World) -> None:
     assert exported.returncode == 0, exported.stderr
     assert json.loads(exported.stdout)["counts"]["vectors"] == 3
     assert [{k: v for k, v in line.items()} for line in vector_lines(out)] == vector_lines(world.bundle)
+
+
+async def indexer_records(client: MemoryClient) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """(embedded, reused): the (object_id, version_id) the target's indexer recorded in the scope."""
+    events = await client.events(SCOPE, limit=1000)
+    payloads = [e["event"]["payload"] for e in events["events"] if e["event"]["event_type"] == "embedding_generated"]
+    return ({(o, v) for p in payloads for o, v in p["items"]}, {(o, v) for p in payloads for o, v in p.get("reused", [])})
+
+
+async def handoff_rows(env: Env) -> int:
+    async with await psycopg.AsyncConnection.connect(env.database_url, autocommit=True) as conn:
+        row = await (await conn.execute("SELECT count(*) FROM vector_handoff")).fetchone()
+    return int(row[0]) if row else -1
+
+
+async def test_an_import_into_the_same_space_stores_the_bundles_vectors_without_embedding(world: World) -> None:
+    async with _service(world.source, "vectors_same") as (target, client):
+        await settle(target)  # its space is registered (the same as the source's) before the import
+        result = await import_bundle(client, world.bundle, ACTOR)
+        assert result["result"] == "imported"
+        assert result["vectors"] == {"in_bundle": 3, "handed_over": 3, "left_to_indexer": 0}
+        await settle(target)
+        stored = await stored_vectors(target, SCOPE)
+        assert stored == await stored_vectors(world.source, SCOPE)  # the same versions, the same float4s
+        embedded, reused = await indexer_records(client)
+        assert {name for name, _ in reused} == EMBEDDED  # stored as handed over
+        assert not {(key[1], key[2]) for key in stored} & embedded  # no current vector was embedded here
+        assert await handoff_rows(target) == 0  # the indexer forgot them once it was past their versions
+        again = await import_bundle(client, world.bundle, ACTOR)
+        assert again["result"] == "already_imported" and again["vectors"]["handed_over"] == 0
+
+
+async def test_an_import_into_another_space_leaves_the_vectors_and_the_indexer_embeds(world: World) -> None:
+    async with _service(world.source, "vectors_other", model="hashing-8") as (target, client):
+        await settle(target)
+        # A space under the bundle's space id but with another descriptor: not the same space either.
+        forged = {**json.loads(canonical_bytes(SPACE)), "model_revision": "another revision"}
+        await client.command("register_embedding_space", {"scope_id": "system:pamledger", "space": forged,
+                                                          "actor": ACTOR})
+        result = await import_bundle(client, world.bundle, ACTOR)
+        assert result["vectors"] == {"in_bundle": 3, "handed_over": 0, "left_to_indexer": 3}
+        await settle(target)
+        stored = await stored_vectors(target, SCOPE)
+        assert {key[1] for key in stored} == EMBEDDED
+        assert {key[0] for key in stored} == {hashing_space(8).embedding_space_id}
+        embedded, reused = await indexer_records(client)
+        assert reused == set() and {(key[1], key[2]) for key in stored} <= embedded
+        assert await handoff_rows(target) == 0

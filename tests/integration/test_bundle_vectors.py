@@ -330,3 +330,23 @@ async def test_an_import_into_another_space_leaves_the_vectors_and_the_indexer_e
         embedded, reused = await indexer_records(client)
         assert reused == set() and {(key[1], key[2]) for key in stored} <= embedded
         assert await handoff_rows(target) == 0
+
+
+async def test_an_object_erased_before_the_indexer_took_its_vector_leaves_none_behind(world: World) -> None:
+    """The handed-over vectors wait for the indexer; a deletion in between reaches them as it reaches the
+    vector tables: the indexer drops them with the object's erasure."""
+    target = Env(world.source.servers, fresh_database(world.source.servers, "vectors_erase"),
+                 fresh_settings("vectors_erase"))
+    async with serving(target, ALL_ROLES, roles=ALL_ROLES):
+        await settle(target)  # its space registered and ready
+    async with serving(target) as client:  # the indexer stopped
+        result = await import_bundle(client, world.bundle, ACTOR)
+        assert result["vectors"]["handed_over"] == 3 and await handoff_rows(target) == 3
+        plain = await client.read(SCOPE, "mem:vec:plain")
+        await client.delete(SCOPE, "mem:vec:plain", plain["version_id"], ACTOR, PROVENANCE)
+    async with serving(target, ALL_ROLES, roles=ALL_ROLES) as client:
+        await settle(target)
+        assert {key[1] for key in await stored_vectors(target, SCOPE)} == EMBEDDED - {"mem:vec:plain"}
+        assert await handoff_rows(target) == 0
+        _, reused = await indexer_records(client)
+        assert {name for name, _ in reused} == EMBEDDED - {"mem:vec:plain"}

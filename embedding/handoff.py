@@ -79,7 +79,8 @@ async def drop_handed(conn: psycopg.AsyncConnection[Any], applied: Sequence[tupl
     (`applied`: scope_id, object_id, version sequence), and every vector of an object it erased."""
     if applied:
         await conn.execute(
-            "DELETE FROM vector_handoff h USING unnest(%s::text[], %s::text[], %s::int[]) AS d(scope_id, object_id, seq)"
+            "DELETE FROM vector_handoff h"
+            " USING unnest(%s::text[], %s::text[], %s::int[]) AS d(scope_id, object_id, seq)"
             " WHERE h.scope_id = d.scope_id AND h.object_id = d.object_id AND h.version_sequence <= d.seq",
             ([a[0] for a in applied], [a[1] for a in applied], [a[2] for a in applied]))
     if erased:

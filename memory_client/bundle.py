@@ -74,7 +74,8 @@ async def export_bundle(client: MemoryClient, scope_id: str, out: BinaryIO, at_s
 
     write(Header(format=FORMAT, format_version=FORMAT_VERSION, pamledger_version=installed_version(),
                  source_ledger_id=head["source_ledger_id"], scope=msgspec.convert(head["scope"], ScopeRecord),
-                 watermark=watermark, exported_at=timestamp_text(datetime.now(timezone.utc)), embedding_spaces=head["embedding_spaces"], vectors=vectors))
+                 watermark=watermark, exported_at=timestamp_text(datetime.now(timezone.utc)),
+                 embedding_spaces=head["embedding_spaces"], vectors=vectors))
     tick = _Ticker(progress)
     after = 0
     while True:

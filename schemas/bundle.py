@@ -11,8 +11,8 @@ Entries come in ledger order; a version's line comes just before the event that 
 or hidden, the tombstone marker on a deletion); `salt` is there only where the bundle carries the content, so
 the import can check the content against the event's salted digest. With `--vectors` (the header's
 `vectors`), a version whose content the bundle shows is followed, after its event, by one vector line per
-space holding a vector of that very version; erased, hidden or deleted versions have none. The trailer's sha256 is over the bytes
-of every line before it, newlines included; it is the bundle's digest. Pure: no I/O (memory_client.bundle
+space holding a vector of that very version; erased, hidden or deleted versions have none. The trailer's
+sha256 is over the bytes of every line before it, newlines included; it is the bundle's digest. Pure: no I/O (memory_client.bundle
 reads and writes files; docs/protocol.md documents the format).
 """
 
@@ -123,7 +123,7 @@ def vector_refusal(line: VectorLine, shown: tuple[int, str, str, str] | None, sp
         return "a vector follows the event of the version it names, whose content the bundle shows"
     dimensions = spaces.get((line.embedding_space_id, line.space_digest))
     if dimensions is None:
-        return (f"the space {line.embedding_space_id!r} with this digest is not one the header names")
+        return f"the space {line.embedding_space_id!r} with this digest is not one the header names"
     if line.embedding_space_id in seen:
         return f"a second vector of this version in the space {line.embedding_space_id!r}"
     if len(line.vector) != dimensions:

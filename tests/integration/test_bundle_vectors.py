@@ -288,7 +288,8 @@ async def indexer_records(client: MemoryClient) -> tuple[set[tuple[str, str]], s
     """(embedded, reused): the (object_id, version_id) the target's indexer recorded in the scope."""
     events = await client.events(SCOPE, limit=1000)
     payloads = [e["event"]["payload"] for e in events["events"] if e["event"]["event_type"] == "embedding_generated"]
-    return ({(o, v) for p in payloads for o, v in p["items"]}, {(o, v) for p in payloads for o, v in p.get("reused", [])})
+    embedded = {(o, v) for p in payloads for o, v in p["items"]}
+    return embedded, {(o, v) for p in payloads for o, v in p.get("reused", [])}
 
 
 async def handoff_rows(env: Env) -> int:

@@ -98,13 +98,13 @@ async def settle(env: Env) -> None:
     await wait_for(twice, timeout=90, interval=0.2)
 
 
-async def stored_vectors(env: Env, scope_id: str) -> dict[tuple[str, str, str], str]:
-    """(space id, object_id, version_id) -> the stored vector's text form, of every space's table."""
-    out: dict[tuple[str, str, str], str] = {}
+async def stored_vectors(env: Env, scope_id: str, form: str = "embedding::text") -> dict[tuple[str, str, str], Any]:
+    """(space id, object_id, version_id) -> the stored vector (its text form, or `form`), of every space's table."""
+    out: dict[tuple[str, str, str], Any] = {}
     async with await psycopg.AsyncConnection.connect(env.database_url, autocommit=True) as conn:
         for space in await list_spaces(conn):
-            cur = await conn.execute(sql.SQL("SELECT object_id, version_id, embedding::text FROM {}"
-                                             " WHERE scope_id = %s").format(space.table), (scope_id,))
+            cur = await conn.execute(sql.SQL("SELECT object_id, version_id, {} FROM {} WHERE scope_id = %s").format(
+                sql.SQL(form), space.table), (scope_id,))
             for object_id, version_id, text in await cur.fetchall():
                 out[(space.embedding_space_id, object_id, version_id)] = text
     return out
@@ -307,6 +307,8 @@ async def test_an_import_into_the_same_space_stores_the_bundles_vectors_without_
         await settle(target)
         stored = await stored_vectors(target, SCOPE)
         assert stored == await stored_vectors(world.source, SCOPE)  # the same versions, the same float4s
+        binary = "vector_send(embedding)"  # pgvector's binary form: byte for byte
+        assert await stored_vectors(target, SCOPE, binary) == await stored_vectors(world.source, SCOPE, binary)
         embedded, reused = await indexer_records(client)
         assert {name for name, _ in reused} == EMBEDDED  # stored as handed over
         assert not {(key[1], key[2]) for key in stored} & embedded  # no current vector was embedded here

@@ -24,7 +24,7 @@ from command_handler.core.references import delegation_named, erases_content, he
 from command_handler.stamps import new_stamp
 from command_handler.denials import admit, authority_of, refusal_entry
 from command_handler.guard import AppendGuard
-from command_handler.core.intake import Parsed, parse
+from command_handler.core.intake import Parsed, parse, space_key
 from command_handler.core.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch, refused_before_key_check
 from command_handler.core.imports import entry_ids
 from command_handler.core.state import ImportFacts, ObjectHead
@@ -37,6 +37,7 @@ from infra.request_shell import AllowAll, Policy, error_body, to_error
 from infra.settings import Settings
 from infra.subjects import command_subject, status_subject
 from schemas.canonical import canonical_bytes
+from schemas.common import SYSTEM_SCOPE
 from schemas.bundle import chunk_key
 from schemas.commands import CorrectProvenance, CreateScope, ImportEntries, TransitionState
 from schemas.redaction import Redact
@@ -255,8 +256,13 @@ class Writer:
             sorted({c.scope_id for c in chunks if c.chunk == 0}), sorted({i for c in chunks for i in entry_ids(c)}))
         previous = await self.store.load_idempotency(sorted(
             {(c.scope_id, chunk_key(c.bundle_digest, c.chunk - 1)) for c in chunks if c.chunk > 0}))
+        # A registration's record is keyed by its space id and holds its descriptor's digest (core.intake).
+        registered = await self.store.load_idempotency(sorted({(SYSTEM_SCOPE, space_key(v.embedding_space_id))
+                                                               for c in chunks for e in c.entries
+                                                               for v in e.vectors or ()}))
+        spaces = {r.idempotency_key.removeprefix(space_key("")): r.request_digest for r in registered.values()}
         return {(c.scope_id, chunk_key(c.bundle_digest, c.chunk)): ImportFacts(
-            occupied=c.scope_id in occupied, taken=frozenset(taken),
+            occupied=c.scope_id in occupied, taken=frozenset(taken), spaces=spaces,
             previous_committed=(c.scope_id, chunk_key(c.bundle_digest, c.chunk - 1)) in previous) for c in chunks}
 
     async def _retention_inputs(self, parsed: list[Parsed]) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:

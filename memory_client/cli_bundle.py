@@ -26,6 +26,8 @@ def add_bundle_parsers(sub: Any, import_sources: tuple[str, ...] = ("pamledger",
     export.add_argument("--out", help="the bundle file (default: stdout); written whole or not at all")
     export.add_argument("--at", type=int, default=None, dest="at_sequence",
                         help="the ledger sequence to export up to (default: the head)")
+    export.add_argument("--vectors", action="store_true",
+                        help="also each shown version's vectors, with their Embedding Space and its digest")
     export.add_argument("--quiet", action="store_true", help="no progress on stderr")
     imp: argparse.ArgumentParser = sub.add_parser("import", help="replay a bundle into a new or empty scope (an administrator's);"
                                         " importing it again changes nothing")
@@ -54,11 +56,12 @@ def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
         try:
             if args.out is None:
                 return await export_bundle(client, args.scope_id, sys.stdout.buffer, args.at_sequence,
-                                           _progress(args))
+                                           _progress(args), vectors=args.vectors)
             out = Path(args.out)
             partial = out.with_name(out.name + ".partial")
             with partial.open("wb") as handle:
-                summary = await export_bundle(client, args.scope_id, handle, args.at_sequence, _progress(args))
+                summary = await export_bundle(client, args.scope_id, handle, args.at_sequence, _progress(args),
+                                              vectors=args.vectors)
                 handle.flush()
                 os.fsync(handle.fileno())
             partial.replace(out)  # a bundle appears whole or not at all

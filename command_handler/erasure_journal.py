@@ -179,7 +179,7 @@ async def catch_up(journal: ErasureJournal, store: Any, ledger_id: str, partitio
         behind = [e for e in coverage.erasures if e.ledger_sequence > head]
         log.error("erasure_journal.ledger_behind", ledger_head=head, journal_through=start,
                   erasures_after_head=len(behind),
-                  hint="the database is older than the erasure journal: run `pamledger restore --reapply-erasures`"
+                  hint="the database is older than the erasure journal: run `pamledger restore --erasures-only`"
                        " so content erased since does not stay back")
         return 0  # no checkpoint: the journal keeps saying what the ledger lacks
     known = {e.event_id for e in coverage.erasures if e.ledger_sequence > start}

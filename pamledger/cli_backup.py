@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 from authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.settings import Settings
-from memory_client.cli_common import print_json
+from memory_client.cli_common import print_json, progress_lines
 from schemas.errors import InvalidRequest
 
 
@@ -42,20 +41,13 @@ def add_backup_parsers(sub: Any) -> None:
     restore.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
-def _progress(args: argparse.Namespace) -> Any:
-    def report(line: dict[str, Any]) -> None:
-        if not args.quiet:
-            print(json.dumps({"progress": line}, sort_keys=True), file=sys.stderr, flush=True)
-    return report
-
-
 def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
     from pamledger.backup import take_backup
 
     endpoints = resolve(settings)
     asyncio.run(require_operator(settings, endpoints.database_url))
     print_json(asyncio.run(take_backup(settings, endpoints.database_url, Path(args.out), args.include_secrets,
-                                       _progress(args))))
+                                       progress_lines(args.quiet))))
     return 0
 
 
@@ -101,10 +93,10 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> dict[str, An
     assert settings.nats_url and settings.database_url
     if args.erasures_only:
         journal = journal_for(settings)
-        outcome = await reapply_erasures(settings, settings.nats_url, settings.database_url, journal, _progress(args))
+        outcome = await reapply_erasures(settings, settings.nats_url, settings.database_url, journal, progress_lines(args.quiet))
         return {"erasures": {**outcome, "journal": str(journal.path)}}
     return await restore(settings, settings.nats_url, settings.database_url, Path(args.backup), args.replace,
-                         args.accept_unverified_erasures, _progress(args))
+                         args.accept_unverified_erasures, progress_lines(args.quiet))
 
 
 def _local_servers(settings: Settings) -> tuple[Any, Settings]:

@@ -24,6 +24,7 @@ import pytest
 
 from infra.ledger import ledger_tail
 from memory_client.errors import PamspecError
+from schemas.errors import PamledgerError
 from pamledger.supervisor import ROLES as ALL_ROLES
 from tests.conftest import ACTOR, Env, run_cli, serving
 from tests.integration.test_erasure_canary import STATISTICS, scan_database, scan_stream, settle, word
@@ -218,3 +219,22 @@ async def test_a_database_put_back_by_other_means_is_mended_by_erasures_only(env
     found = await scan_database(env.database_url, world.needles())
     for shape in ERASED:
         assert not [s for s, names in found.items() if shape in names and s != STATISTICS], shape
+
+
+async def test_secrets_are_in_a_backup_only_when_asked(env: Env, world: World, tmp_path: Path) -> None:
+    from pamledger.backup import take_backup
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "admin.token").write_text("pam_admin_secret\n")
+    settings = env.settings.model_copy(update={"state_dir": state})
+    left_out = await take_backup(settings, env.database_url, tmp_path / "plain")
+    assert left_out["secrets"]["included"] is False and "admin.token" in left_out["secrets"]["note"]
+    assert b"pam_admin_secret" not in b"".join(p.read_bytes() for p in (tmp_path / "plain").rglob("*") if p.is_file())
+    asked = await take_backup(settings, env.database_url, tmp_path / "asked", include_secrets=True)
+    assert asked["secrets"]["files"] == ["secrets/admin.token"]
+    copied = tmp_path / "asked" / "secrets" / "admin.token"
+    assert copied.read_text() == "pam_admin_secret\n" and copied.stat().st_mode & 0o077 == 0
+    with pytest.raises(PamledgerError) as refused:  # never over an existing backup
+        await take_backup(settings, env.database_url, tmp_path / "asked")
+    assert refused.value.code == "invalid_request"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -32,6 +33,8 @@ from command_handler.store import PostgresLedgerStore
 from infra.db_errors import map_db_error
 from infra.ledger import IdempotencyRow, LedgerRow, fetch_replay
 from infra.lru import LRU
+from infra.metrics import BATCH_SIZE, COMMIT_SECONDS, DENIALS_TOTAL, LEDGER_HEAD, RELAY_LAG, REPLY_SECONDS, \
+    count_commands, rule_label
 from infra.nats_raw import RawClient, parse_headers
 from infra.request_shell import AllowAll, Policy, error_body, to_error
 from infra.settings import Settings
@@ -86,6 +89,8 @@ class Writer:
         await self.guard.check()
         self.tail = await self.store.tail()
         await self._journal_catch_up()
+        LEDGER_HEAD.set_function(lambda: float(self.tail[0]))
+        RELAY_LAG.set_function(lambda: float(self.tail[0] - int(self.relay_status().get("relayed_sequence", 0))))
         prefix = self.settings.subject_prefix
         # One wildcard subscription: unknown command names get an invalid_request, not silence. Raw
         # deliveries go straight into the inbox from the client's read loop (no Msg, no task hop).
@@ -126,6 +131,7 @@ class Writer:
         if items is None:
             items = [self._parse(m) for m in msgs]
         parsed = [i for i in items if isinstance(i, Parsed)]
+        started = time.perf_counter()
         try:
             plan = await self._plan_and_append(items, parsed)
         except PamledgerError as exc:
@@ -154,10 +160,14 @@ class Writer:
             else:
                 await self._fail_all(msgs, items, PamledgerError("internal error while handling the command"))
             return
+        COMMIT_SECONDS.observe(time.perf_counter() - started)
+        BATCH_SIZE.observe(len(msgs))
         self._advance(plan)
         if plan.batch.erase:
             await self._journal(plan.batch.ledger)  # before the reply: an acknowledged erasure is journaled
         await self._reply(msgs, items, plan)
+        REPLY_SECONDS.observe(time.perf_counter() - started)
+        count_commands((_name(m), _outcome(o)) for m, o in zip(msgs, plan.outcomes))
         if plan.batch.ledger:
             self.committed(plan.batch.ledger)
 
@@ -190,8 +200,9 @@ class Writer:
             parsed = parse(name, msg.data, msg.headers, self.settings.writer.max_payload_bytes)
             admitted = admit(self.policy, self.denial_limiter, parsed, msg.subject, msg.headers)
             if admitted is not parsed:
-                log.info("request.denied", request=f"cmd.{name}",
-                         rule_id=getattr(admitted.refusal if isinstance(admitted, Parsed) else admitted, "rule_id", None))
+                rule = getattr(admitted.refusal if isinstance(admitted, Parsed) else admitted, "rule_id", None)
+                DENIALS_TOTAL.labels(rule_label(rule)).inc()
+                log.info("request.denied", request=f"cmd.{name}", rule_id=rule)
             return admitted
         except PamledgerError as exc:
             log.info("command.rejected", code=exc.code, command=name, reason=exc.message[:200])
@@ -350,6 +361,7 @@ class Writer:
         return await fetch_replay(self.store.conn, outcome.replay_of, self.store.partition)
 
     async def _fail_all(self, msgs: list[Command], items: list[Any], error: PamledgerError) -> None:
+        count_commands((_name(m), "rejected" if isinstance(i, PamledgerError) else "failed") for m, i in zip(msgs, items))
         for msg, item in zip(msgs, items):
             err = item if isinstance(item, PamledgerError) else error
             if msg.reply:
@@ -363,6 +375,21 @@ class Command(NamedTuple):
     reply: str
     data: bytes
     headers: dict[str, str] | None
+
+
+def _name(msg: Command) -> str:
+    return msg.subject.rsplit(".", 1)[-1]
+
+
+def _outcome(outcome: Outcome) -> str:
+    """A command's outcome as a metric label (infra.metrics.COMMANDS_TOTAL)."""
+    if outcome.accepted is not None:
+        return "denied" if outcome.accepted.parsed.refusal is not None else "committed"
+    if outcome.error is not None:
+        return "rejected"
+    if outcome.scope_result is not None:
+        return "committed"
+    return "replayed"  # an idempotent retry, or the same command twice in one batch
 
 
 def _op_id(msg: Command, item: Parsed | PamledgerError) -> str | None:

@@ -136,11 +136,24 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"state_dir": str(settings.state_dir)}
     report.update(nats_url=endpoints.nats_url, database_url=endpoints.database_url, source=endpoints.source)
     report.update(asyncio.run(_probe(settings, endpoints.nats_url, endpoints.database_url)))
+    report["probes"] = probe_urls(settings)
     report["problems"] = _problems(report)
     _print(report)
     for problem in report["problems"]:  # the same, for a person at a terminal (stdout stays one JSON value)
         print(f"pamledger status: {problem}", file=sys.stderr)
     return 0 if report["nats"]["answers"] and report["postgres"]["answers"] and not report["problems"] else 1
+
+
+def probe_urls(settings: Settings) -> dict[str, str]:
+    """Where each role's /metrics is (its /healthz and /readyz beside it), as `run` lays them out."""
+    from pamledger.runtime import PROBE_OFFSETS
+
+    base, host = settings.metrics.port, settings.metrics.host
+    if base <= 0:
+        return {}
+    single = settings.processes == "single"
+    return {role: f"http://{host}:{base + (0 if single else offset)}/metrics" for role, offset in PROBE_OFFSETS.items()
+            if role != "retention" or settings.retention.enabled}
 
 
 def _problems(report: dict[str, Any]) -> list[str]:

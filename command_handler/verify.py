@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +24,9 @@ from command_handler.core.chain import GENESIS_HASH, row_hash
 from infra.ledger import HEAD
 from infra.ledger_identity import IDENTITY, stream_ledger_id
 from infra.nats_log import ConnectionLog
+
+Progress = Callable[[dict[str, Any]], None]
+PROGRESS_SECONDS = 0.5
 
 _decode = msgspec.json.Decoder()
 # One pass in ledger order: each row with the version it committed and, for the events that brought new
@@ -202,14 +206,15 @@ def _timestamp(text: Any) -> datetime | None:
         return None
 
 
-def verify_tables(database_url: str, partition: int = 0) -> dict[str, Any]:
+def verify_tables(database_url: str, partition: int = 0, progress: Progress | None = None) -> dict[str, Any]:
     """The chain and every stored column, streamed through a server-side cursor (flat memory, one pass),
     then the rows of other tables no ledger row accounts for."""
     with psycopg.connect(database_url) as conn:
+        head_row = conn.execute(f"SELECT {HEAD}", (partition,)).fetchone()
         with conn.cursor(name="pamledger_verify") as cur:
             cur.itersize = 2000
             cur.execute(_ROWS_SQL, (partition,))
-            result = verify_rows(_rows(cur))
+            result = verify_rows(_rows(cur, progress, int(head_row[0]) if head_row else 0))
         if not result["ok"]:
             return result
         for check, statement in _ORPHAN_CHECKS:
@@ -227,15 +232,27 @@ def verify_tables(database_url: str, partition: int = 0) -> dict[str, Any]:
         return result
 
 
-def _rows(cur: psycopg.Cursor[Any]) -> Iterator[tuple[Any, ...]]:
-    yield from cur
+def _rows(cur: psycopg.Cursor[Any], progress: Progress | None, head: int) -> Iterator[tuple[Any, ...]]:
+    """The rows, saying how far the pass is at most every PROGRESS_SECONDS."""
+    if progress is None:
+        yield from cur
+        return
+    last = time.monotonic()
+    count = 0
+    for count, row in enumerate(cur, start=1):
+        if time.monotonic() - last >= PROGRESS_SECONDS:
+            last = time.monotonic()
+            progress({"rows_checked": count, "head": head})
+        yield row
+    progress({"rows_checked": count, "head": head})
 
 
 async def verify_ledger(database_url: str, nats_url: str | None = None, stream: str | None = None,
-                        partition: int = 0, nats_options: dict[str, Any] | None = None) -> dict[str, Any]:
+                        partition: int = 0, nats_options: dict[str, Any] | None = None,
+                        progress: Progress | None = None) -> dict[str, Any]:
     """Everything `verify_tables` checks, then the head against the JetStream replica. Without NATS the
     head is not anchored (a truncated tail would go unseen), so the answer is not ok and says why."""
-    result = await asyncio.to_thread(verify_tables, database_url, partition)
+    result = await asyncio.to_thread(verify_tables, database_url, partition, progress)
     if not (nats_url and stream):
         return result if not result["ok"] else {
             **result, "ok": False, "check": "stream.head",

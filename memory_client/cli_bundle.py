@@ -15,7 +15,7 @@ from typing import Any
 
 from infra.settings import Settings
 from memory_client.bundle import export_bundle, import_bundle
-from memory_client.cli_common import actor_of, add_actor_arguments, connect, invalid, pam_id, print_json, progress_lines
+from memory_client.cli_common import actor_of, add_actor_arguments, connect, invalid, pam_id, print_json, progress_for
 
 
 def add_bundle_parsers(sub: Any, import_sources: tuple[str, ...] = ("pamledger",)) -> argparse.ArgumentParser:
@@ -44,16 +44,18 @@ def add_bundle_parsers(sub: Any, import_sources: tuple[str, ...] = ("pamledger",
 
 
 def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
+    progress = progress_for(args, "export", "ledger_sequence", "watermark")
+
     async def run() -> dict[str, Any]:
         client = await connect(settings)
         try:
             if args.out is None:
                 return await export_bundle(client, args.scope_id, sys.stdout.buffer, args.at_sequence,
-                                           progress_lines(args.quiet), vectors=args.vectors)
+                                           progress, vectors=args.vectors)
             out = Path(args.out)
             partial = out.with_name(out.name + ".partial")
             with partial.open("wb") as handle:
-                summary = await export_bundle(client, args.scope_id, handle, args.at_sequence, progress_lines(args.quiet),
+                summary = await export_bundle(client, args.scope_id, handle, args.at_sequence, progress,
                                               vectors=args.vectors)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -63,6 +65,7 @@ def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
             await client.close()
 
     summary = asyncio.run(run())
+    progress.finish()
     if args.out is None:
         print(json.dumps({"exported": summary}, sort_keys=True), file=sys.stderr)
     else:
@@ -81,13 +84,16 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
     if not path.is_file():
         raise invalid("no such bundle file", file=str(path))
 
+    progress = progress_for(args, "import", "imported_entries", "of", "entries")
+
     async def run() -> dict[str, Any]:
         client = await connect(settings)
         try:
             actor = await actor_of(client, args)
-            return await import_bundle(client, path, actor, args.scope, mapping, progress_lines(args.quiet))
+            return await import_bundle(client, path, actor, args.scope, mapping, progress)
         finally:
             await client.close()
+            progress.finish()
 
     print_json(asyncio.run(run()))
     return 0

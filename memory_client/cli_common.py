@@ -10,13 +10,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, NoReturn
 
 from infra.settings import Settings
 from memory_client.client import MemoryClient
 from memory_client.connection import find_nats_url
 from memory_client.errors import PamspecError
+from memory_client.progress import ProgressReporter
 from schemas.common import is_valid_id
 
 
@@ -130,10 +130,8 @@ def provenance_of(args: argparse.Namespace, actor: dict[str, str]) -> dict[str, 
             "activity": getattr(args, "activity", "cli")}
 
 
-def progress_lines(quiet: bool) -> Callable[[dict[str, Any]], None]:
-    """Progress of long work as JSON lines on stderr (`{"progress": {...}}`), nothing when `quiet`; stdout
-    keeps the one JSON result."""
-    def report(line: dict[str, Any]) -> None:
-        if not quiet:
-            print(json.dumps({"progress": line}, sort_keys=True), file=sys.stderr, flush=True)
-    return report
+def progress_for(args: argparse.Namespace, task: str, done_key: str | None = None, total_key: str | None = None,
+                 unit: str = "") -> ProgressReporter:
+    """The one progress style (memory_client.progress): a bar on a terminal, JSON lines on stderr otherwise,
+    nothing with --quiet; stdout keeps the one JSON result."""
+    return ProgressReporter(task, done_key, total_key, quiet=bool(getattr(args, "quiet", False)), unit=unit)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 from typing import Any
 
 import psycopg
@@ -15,7 +14,7 @@ from infra.endpoints import resolve
 from infra.ledger import ledger_head
 from infra.scopes import scope_exists
 from infra.settings import Settings
-from memory_client.cli_common import invalid, pam_id, sequence
+from memory_client.cli_common import invalid, pam_id, progress_for, sequence
 
 
 def add_audit_parsers(sub: Any) -> None:
@@ -31,10 +30,6 @@ def add_audit_parsers(sub: Any) -> None:
                    help="a ledger sequence, 0 to the ledger head (default: the head, the scope as it stands)")
 
 
-def _progress(update: dict[str, Any]) -> None:
-    print(json.dumps({"progress": update}), file=sys.stderr, flush=True)
-
-
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     from projector.replay import ReplayOptions, replay
 
@@ -43,10 +38,13 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     database_url = resolve(settings).database_url
     asyncio.run(require_operator(settings, database_url))
     asyncio.run(_check_replay_arguments(database_url, settings.partition, args.scope_id, args.to_sequence))
+    progress = progress_for(args, "replay", "done", "total", "events")
     try:
-        report = asyncio.run(replay(database_url, options, _progress))
+        report = asyncio.run(replay(database_url, options, progress))
     except ValueError as exc:
         raise invalid(str(exc)) from None
+    finally:
+        progress.finish()
     print(json.dumps(report, indent=2, sort_keys=True))
     return 0 if report.get("verify", {}).get("equal", True) else 1
 

@@ -16,7 +16,7 @@ from typing import Any
 from authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.settings import Settings
-from memory_client.cli_common import print_json, progress_lines
+from memory_client.cli_common import print_json, progress_for
 from schemas.errors import InvalidRequest
 
 
@@ -46,8 +46,10 @@ def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
 
     endpoints = resolve(settings)
     asyncio.run(require_operator(settings, endpoints.database_url))
-    print_json(asyncio.run(take_backup(settings, endpoints.database_url, Path(args.out), args.include_secrets,
-                                       progress_lines(args.quiet))))
+    progress = progress_for(args, "backup")
+    result = asyncio.run(take_backup(settings, endpoints.database_url, Path(args.out), args.include_secrets, progress))
+    progress.finish()
+    print_json(result)
     return 0
 
 
@@ -67,7 +69,9 @@ def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
     try:
         migrate(settings.database_url)  # a new state dir's database: the operator check reads its grants
         asyncio.run(require_operator(settings, settings.database_url))
-        result = asyncio.run(_restore(settings, args))
+        progress = progress_for(args, "restore", "done", "of", "erasures")
+        result = asyncio.run(_restore(settings, args, progress))
+        progress.finish()
         if stack is not None:
             from pamledger.nats_users import sync_nats_users
 
@@ -86,17 +90,17 @@ def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
     return 2 if refused else 0
 
 
-async def _restore(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+async def _restore(settings: Settings, args: argparse.Namespace, progress: Any) -> dict[str, Any]:
     from command_handler.erasure_journal import journal_for
     from pamledger.restore import reapply_erasures, restore
 
     assert settings.nats_url and settings.database_url
     if args.erasures_only:
         journal = journal_for(settings)
-        outcome = await reapply_erasures(settings, settings.nats_url, settings.database_url, journal, progress_lines(args.quiet))
+        outcome = await reapply_erasures(settings, settings.nats_url, settings.database_url, journal, progress)
         return {"erasures": {**outcome, "journal": str(journal.path)}}
     return await restore(settings, settings.nats_url, settings.database_url, Path(args.backup), args.replace,
-                         args.accept_unverified_erasures, progress_lines(args.quiet))
+                         args.accept_unverified_erasures, progress)
 
 
 def _local_servers(settings: Settings) -> tuple[Any, Settings]:

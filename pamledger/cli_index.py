@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
 import uuid
 from typing import Any
@@ -22,7 +21,7 @@ from authz.operator import require_operator
 from embedding.store import SpaceRow, find_space
 from infra.endpoints import resolve
 from infra.settings import Settings
-from memory_client.cli_common import invalid
+from memory_client.cli_common import invalid, progress_for
 from memory_client.errors import PamspecError
 
 WAIT_SECONDS = 60.0
@@ -117,15 +116,16 @@ async def _rebuild(settings: Settings, args: argparse.Namespace) -> dict[str, An
         if embedder is None:
             raise invalid("this build has no embedder for this space (another provider or descriptor)",
                           embedding_space_id=space_id)
-        bar = ProgressBar()
+        progress = progress_for(args, "index rebuild", "done", "total", "objects")
         while True:
             try:
-                report = await fill_space(conn, space, embedder, settings.indexer.rebuild_batch, bar.update)
+                report = await fill_space(conn, space, embedder, settings.indexer.rebuild_batch, lambda p: progress(
+                    {"done": p.done, "total": p.total, "embedded": p.embedded, "seconds": round(p.seconds, 1)}))
                 break
             except FillBusy:  # the indexer role is filling it: wait, then pass over what it left (cheap)
-                bar.note("another process is filling this space; waiting for it")
+                progress.note("another process is filling this space; waiting for it")
                 await asyncio.sleep(0.5)
-        bar.done()
+        progress.finish()
         return {"embedding_space_id": report.embedding_space_id, "state": "ready", "objects": report.total,
                 "embedded": report.embedded, "filled_sequence": report.filled_sequence,
                 "seconds": round(report.seconds, 3)}
@@ -150,35 +150,3 @@ async def _set_default(settings: Settings, args: argparse.Namespace) -> dict[str
         space = await _projected(conn, args.space, lambda s: s.is_default)
         return {"embedding_space_id": space.embedding_space_id, "default": True,
                 "default_sequence": space.default_sequence, "ledger_sequence": result.get("ledger_sequence")}
-
-
-class ProgressBar:
-    """done/total, rate and ETA on stderr: redrawn in place on a terminal, a line every 2 s otherwise."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
-        self.last = 0.0
-        self.line = ""
-
-    def update(self, p: Any) -> None:
-        rate = p.done / p.seconds if p.seconds > 0 else 0.0
-        eta = (p.total - p.done) / rate if rate > 0 and p.total > p.done else 0.0
-        width = 30
-        filled = int(width * p.done / p.total) if p.total else width
-        self.line = (f"[{'#' * filled}{'.' * (width - filled)}] {p.done}/{p.total} objects, {p.embedded} embedded,"
-                     f" {rate:.0f}/s, ETA {eta:.0f}s")
-        now = time.monotonic()
-        if self.tty:
-            print("\r" + self.line, end="", file=sys.stderr, flush=True)
-        elif now - self.last >= 2.0:
-            print(self.line, file=sys.stderr, flush=True)
-            self.last = now
-
-    def note(self, text: str) -> None:
-        if self.line != text:
-            print(text, file=sys.stderr, flush=True)
-            self.line = text
-
-    def done(self) -> None:
-        if self.line:
-            print(("\r" if self.tty else "") + self.line, file=sys.stderr, flush=True)

@@ -14,6 +14,7 @@ from typing import Any
 from authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.settings import Settings
+from memory_client.cli_common import progress_for
 
 
 def add_ledger_parsers(sub: Any) -> None:
@@ -36,8 +37,10 @@ def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
 
     endpoints = resolve(settings)
     asyncio.run(require_operator(settings, endpoints.database_url))
+    progress = progress_for(args, "verify", "rows_checked", "head", "rows")
     result = asyncio.run(verify_ledger(endpoints.database_url, endpoints.nats_url, settings.stream_name,
-                                       settings.partition, operator_nats_options(settings)))
+                                       settings.partition, operator_nats_options(settings), progress))
+    progress.finish()
     print(json.dumps(result, indent=2, sort_keys=True))
     return 0 if result["ok"] else 2
 

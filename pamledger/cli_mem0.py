@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from infra.settings import Settings
-from memory_client.cli_common import add_actor_arguments, actor_of, connect, emit_error, invalid, pam_id, print_json
+from memory_client.cli_common import (
+    add_actor_arguments, actor_of, connect, emit_error, invalid, pam_id, print_json, progress_for,
+)
 from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError
 from pamledger.mem0_import import ImportPlan, Mem0ExportRefused, Mem0Options, MemoryPlan, decode_export, plan_import
@@ -72,12 +74,14 @@ async def _import(settings: Settings, args: argparse.Namespace, data: bytes) -> 
     try:
         actor = await actor_of(client, args)
         plan = _plan(args, data, actor)
-        _progress({"planned_memories": len(plan.memories), "planned_versions": plan.versions, "file": args.file,
-                   "scopes": len(plan.scopes), "actor_id": actor["actor_id"]})
+        progress = progress_for(args, "mem0 import", "memories_done", "of", "memories")
+        progress({"planned_memories": len(plan.memories), "planned_versions": plan.versions, "file": args.file,
+                  "scopes": len(plan.scopes), "actor_id": actor["actor_id"]})
         for warning in plan.warnings:
-            _progress({"warning": warning})
+            progress({"warning": warning})
         scopes = [await client.create_scope(scope, args.scope_kind) for scope in plan.scopes]
-        tally = await send(client, plan, args.concurrency)
+        tally = await send(client, plan, args.concurrency, progress)
+        progress.finish()
     finally:
         await client.close()
     report = {"source": "mem0", "file": args.file, "shape": plan.shape, "memories": len(plan.memories),
@@ -125,7 +129,8 @@ class Tally:
                 "versions_present": self.versions_present, "failed": len(self.failed)}
 
 
-async def send(client: MemoryClient, plan: ImportPlan, concurrency: int) -> Tally:
+async def send(client: MemoryClient, plan: ImportPlan, concurrency: int,
+               progress: Callable[[dict[str, Any]], None] = lambda _: None) -> Tally:
     """Every memory's steps in order, `concurrency` memories at once; progress on stderr."""
     tally = Tally(total=len(plan.memories))
     gate = asyncio.Semaphore(concurrency)
@@ -137,16 +142,11 @@ async def send(client: MemoryClient, plan: ImportPlan, concurrency: int) -> Tall
         tally.done += 1
         if time.monotonic() - last[0] >= PROGRESS_EVERY_SECONDS:
             last[0] = time.monotonic()
-            _progress(tally.line())
+            progress(tally.line())
 
     await asyncio.gather(*(one(memory) for memory in plan.memories))
-    _progress(tally.line())
+    progress(tally.line())
     return tally
-
-
-def _progress(report: dict[str, Any]) -> None:
-    """Progress on stderr as JSON lines, as export and a bundle's import print it."""
-    print(json.dumps({"progress": report}, sort_keys=True), file=sys.stderr, flush=True)
 
 
 async def _send_memory(client: MemoryClient, memory: MemoryPlan, tally: Tally) -> None:

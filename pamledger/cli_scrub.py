@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
 from typing import Any
 
@@ -29,6 +28,8 @@ from psycopg import sql
 from authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.settings import Settings
+from memory_client.cli_common import progress_for
+from memory_client.progress import ProgressReporter
 from projector.replay import drop_leftovers
 
 # Tables whose dead tuples can hold erased content or something derived from it (full-text lexemes, the
@@ -52,10 +53,6 @@ def add_scrub_parser(sub: Any) -> None:
                        help="plain VACUUM (no exclusive lock; erased bytes may stay in pages until overwritten)")
 
 
-def _progress(update: dict[str, Any]) -> None:
-    print(json.dumps({"progress": update}), file=sys.stderr, flush=True)
-
-
 async def content_tables(conn: psycopg.AsyncConnection[Any]) -> list[str]:
     """The content-bearing tables that exist in this database, fixed ones first."""
     cur = await conn.execute("SELECT relname FROM pg_class WHERE relkind = 'r' AND relname = ANY(%s)"
@@ -65,8 +62,9 @@ async def content_tables(conn: psycopg.AsyncConnection[Any]) -> list[str]:
     return [t for t in CONTENT_TABLES if t in present] + derived
 
 
-async def scrub(database_url: str, full: bool = True, progress: Any = _progress) -> dict[str, Any]:
+async def scrub(database_url: str, full: bool = True, progress: Any = None) -> dict[str, Any]:
     """Vacuum the content-bearing tables, then CHECKPOINT, switch the WAL segment and CHECKPOINT again."""
+    progress = progress if progress is not None else ProgressReporter("scrub")
     started = time.perf_counter()
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         # a replay killed midway leaves scratch tables (rebuilt rows, search vectors) holding live copies of
@@ -115,6 +113,8 @@ async def scrub(database_url: str, full: bool = True, progress: Any = _progress)
 def cmd_scrub(settings: Settings, args: argparse.Namespace) -> int:
     database_url = resolve(settings).database_url
     asyncio.run(require_operator(settings, database_url))
-    report = asyncio.run(scrub(database_url, full=not args.no_full))
+    progress = progress_for(args, "scrub")
+    report = asyncio.run(scrub(database_url, full=not args.no_full, progress=progress))
+    progress.finish()
     print(json.dumps(report, indent=2, sort_keys=True))
     return 0

@@ -221,7 +221,8 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConn
                 if progress and count % 50_000 == 0 and time.perf_counter() - last_report > 1.0:
                     last_report = time.perf_counter()
                     progress({"phase": "reading", "events": count, "rows": len(lines), "at_sequence": sequence,
-                              "from_sequence": through, "down_to_sequence": after})  # newest first
+                              "from_sequence": through, "down_to_sequence": after,  # newest first
+                              "done": through - sequence, "total": through - after})
         for key in ((row[0], row[1]) for row in relationships):
             del lines[key]  # objects only from here on: `lines` is the object digest's input
         if progress:

@@ -60,7 +60,8 @@ async def test_a_new_space_fills_from_existing_objects_while_the_old_default_kee
     code, out, err = await asyncio.to_thread(cli_json, env, "index", "rebuild", "--model", "hashing-24")
     assert code == 0, err
     assert out["embedding_space_id"] == NEW.embedding_space_id and out["state"] == "ready"
-    assert "objects" in err  # the progress line on stderr
+    progress = [json.loads(line)["progress"] for line in err.splitlines() if line.startswith('{"progress"')]
+    assert progress and progress[-1]["done"] == progress[-1]["total"] == len(made)  # JSON lines off a terminal
     filled = await table(env, NEW.embedding_space_id)
     assert {oid: v for oid, (v, _) in filled.items()} == {m["object_id"]: m["version_id"] for m in made}
     assert await table(env, OLD.embedding_space_id) == before

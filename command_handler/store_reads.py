@@ -73,6 +73,14 @@ class LedgerReads:
         return {r[0]: DelegationState(delegation_id=r[0], scope_id=r[1], grant=msgspec.json.decode(bytes(r[2])),
                                       uses=int(r[3]), revoked=bool(r[4])) for r in await cur.fetchall()}
 
+    async def sealed_snapshots(self, snapshot_ids: list[str]) -> set[str]:
+        """Which of these evaluation snapshot ids are sealed (in any scope: the ids are the service's)."""
+        if not snapshot_ids:
+            return set()
+        cur = await self.conn.execute("SELECT snapshot_id FROM evaluation_snapshots WHERE snapshot_id = ANY(%s)",
+                                      (snapshot_ids,))
+        return {r[0] for r in await cur.fetchall()}
+
     async def load_restorable(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
         """Per object, the digest of its newest version that was available with content, where content storage
         still holds it (what a suppressing redaction hid and a restoration may bring back)."""

@@ -38,6 +38,7 @@ from infra.settings import Settings
 from infra.subjects import command_subject, status_subject
 from schemas.canonical import canonical_bytes
 from schemas.common import SYSTEM_SCOPE
+from schemas.snapshots import CreateSnapshot
 from schemas.bundle import chunk_key
 from schemas.commands import CorrectProvenance, CreateScope, ImportEntries, TransitionState
 from schemas.redaction import Redact
@@ -243,6 +244,8 @@ class Writer:
                           contents=await self.store.load_contents(digests), restorable=restorable,
                           scope_policies=policies, created_at=created_at,
                           delegations=await self.store.load_delegations(delegation_ids),
+                          sealed=frozenset(await self.store.sealed_snapshots(sorted(
+                              {p.command.snapshot.snapshot_id for p in parsed if isinstance(p.command, CreateSnapshot)}))),
                           authority=authority_of(self.policy), imports=await self._import_facts(parsed),
                           record_refusal=lambda item, exc: refusal_entry(self.denial_limiter, item, exc))
 

@@ -1,0 +1,11 @@
+-- [E1] Sealed evaluation snapshots (PAMSPEC-Evaluation, schemas/snapshots.py). The writer records each one as an
+-- event-only `index_rebuilt` entry (action `snapshot_sealed`) and keeps its descriptor here, by id, in the same
+-- transaction, so reads at a snapshot find it in one look-up. Written once, never updated: a sealed snapshot
+-- never changes. The ledger stays the source of truth: each row can be rebuilt from its entry.
+CREATE TABLE evaluation_snapshots (
+    snapshot_id     text   PRIMARY KEY,
+    scope_id        text   NOT NULL,
+    ledger_sequence bigint NOT NULL,  -- of the entry that sealed it
+    descriptor      bytea  NOT NULL   -- evaluation-snapshot.schema.json, canonical JSON
+);
+CREATE INDEX evaluation_snapshots_by_scope ON evaluation_snapshots (scope_id, ledger_sequence);

@@ -1,0 +1,199 @@
+"""Sealed evaluation snapshots against the real service: sealing, frozen ids, and read/history/query at a
+snapshot answering the same bytes after later updates, deletes and creates, erasure aside (and counted)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+from infra.subjects import command_subject, query_subject
+from memory_client.client import MemoryClient, PamspecError
+from tests.conftest import ACTOR, PROVENANCE, pamspec_dir
+from tests.integration.test_pamspec_conformance import validator
+
+SCOPE = "workspace:snapshots"
+OTHER = "workspace:snapshots-other"
+SCHEMA = "evaluation-snapshot.schema.json"
+# Every lifecycle and validation state (the default is the trusted target: active and corroborated only).
+WIDE = {"lifecycle_states": ["scratch", "candidate", "active", "superseded", "deprecated", "archived"],
+        "validation_states": ["unverified", "corroborated", "disputed", "rejected"]}
+
+
+def schema_errors(instance: Any) -> list[str]:
+    """Errors of `instance` against the official evaluation-snapshot schema (read from ../shared)."""
+    return [e.message for e in validator(SCHEMA).iter_errors(instance)]
+
+
+async def raw(client: MemoryClient, name: str, body: dict[str, Any]) -> bytes:
+    """A query's reply bytes exactly as the service sent them."""
+    reply = await client.nc.request(query_subject(client.prefix, name), msgspec.json.encode(body), timeout=10)
+    return reply.data
+
+
+async def answers(client: MemoryClient, snapshot_id: str, objects: list[str]) -> dict[str, bytes]:
+    """Every answer at the snapshot this test compares: read and history of each object, and two queries."""
+    found = {}
+    for object_id in objects:
+        for name in ("read", "history"):
+            found[f"{name}:{object_id}"] = await raw(client, name, {"scope_id": SCOPE, "object_id": object_id,
+                                                                     "snapshot_id": snapshot_id})
+    found["query"] = await raw(client, "query", {"scope_id": SCOPE, "snapshot_id": snapshot_id, **WIDE})
+    found["query:text"] = await raw(client, "query", {"scope_id": SCOPE, "snapshot_id": snapshot_id, **WIDE,
+                                                      "text": "cats", "order": "score"})
+    return found
+
+
+async def claim(client: MemoryClient, text: str, scope: str = SCOPE) -> dict[str, Any]:
+    return await client.create(scope, "claim", {"statement": text}, ACTOR, PROVENANCE)
+
+
+@pytest.fixture(scope="module")
+async def made(client: MemoryClient) -> dict[str, Any]:
+    await client.create_scope(SCOPE)
+    await client.create_scope(OTHER)
+    objects = {name: await claim(client, text) for name, text in (
+        ("cats", "cats chase mice"), ("dogs", "dogs chase cats"), ("rain", "rain falls on cats"))}
+    objects["updated"] = await client.update(SCOPE, objects["dogs"]["object_id"], objects["dogs"]["version_id"],
+                                             {"statement": "dogs chase cats, twice"}, ACTOR, PROVENANCE)
+    return objects
+
+
+async def test_a_sealed_snapshot_is_a_valid_descriptor_recorded_in_the_ledger(client: MemoryClient,
+                                                                              made: dict[str, Any]) -> None:
+    sealed = await client.snapshot_create(SCOPE, ACTOR, evaluation_run_id="eval:run:one",
+                                          deterministic_clock={"clock_ref": "clock:eval:1",
+                                                               "start_at": "2026-07-17T00:00:00Z", "tick_ms": 1},
+                                          deterministic_rng_seed=1729)
+    descriptor = sealed["snapshot"]
+    assert schema_errors(descriptor) == []
+    assert descriptor["sealed"] is True and descriptor["scope_id"] == SCOPE
+    assert descriptor["ledger_sequence_high_watermark"] == sealed["ledger_sequence"] - 1  # the head it was sealed at
+    assert "included_object_ids" not in descriptor  # every object of the scope (the schema's absent)
+    assert descriptor["digest"].startswith("sha256:") and descriptor["created_by_actor_id"] == ACTOR["actor_id"]
+    shown = await client.snapshot_show(SCOPE, descriptor["snapshot_id"])
+    assert shown["snapshot"] == descriptor
+    listed = await client.snapshot_list(SCOPE)
+    assert descriptor in [s["snapshot"] for s in listed["snapshots"]]
+    entries = await client.events(SCOPE, after_sequence=sealed["ledger_sequence"] - 1, limit=1)
+    entry = entries["events"][0]["event"]
+    assert entry["event_type"] == "index_rebuilt"
+    assert entry["payload"] == {"action": "snapshot_sealed", "snapshot": descriptor}
+
+
+async def test_answers_at_a_snapshot_are_the_same_bytes_after_later_writes(client: MemoryClient,
+                                                                           made: dict[str, Any]) -> None:
+    members = [made[k]["object_id"] for k in ("cats", "dogs", "rain")]
+    sealed = await client.snapshot_create(SCOPE, ACTOR)
+    sid = sealed["snapshot"]["snapshot_id"]
+    before = await answers(client, sid, members)
+    query = json.loads(before["query"])["result"]
+    assert sorted(i["envelope"]["object_id"] for i in query["items"]) == sorted(members)
+    assert query["snapshot"] == {"snapshot_id": sid, "erased_since_seal": 0,
+                                 "ledger_sequence_high_watermark": sealed["snapshot"]["ledger_sequence_high_watermark"]}
+    read = json.loads(before[f"read:{made['dogs']['object_id']}"])["result"]
+    assert read["envelope"]["canonical_content"] == {"statement": "dogs chase cats, twice"}
+
+    cats = made["cats"]
+    await client.update(SCOPE, cats["object_id"], cats["version_id"], {"statement": "cats sleep"}, ACTOR, PROVENANCE)
+    rain = await client.read(SCOPE, made["rain"]["object_id"])
+    await client.transition(SCOPE, rain["object_id"], rain["version_id"], "lifecycle", "archived", ACTOR, PROVENANCE)
+    await claim(client, "cats everywhere, created after the seal")
+    await client.snapshot_create(SCOPE, ACTOR)  # another snapshot changes nothing of this one
+
+    assert await answers(client, sid, members) == before
+    live = await client.query(SCOPE, **WIDE)
+    assert len(live["items"]) == 4  # the live scope did move: one more claim  # the live scope did move
+
+
+async def test_a_snapshot_of_named_objects_answers_only_those(client: MemoryClient, made: dict[str, Any]) -> None:
+    cats, dogs = made["cats"]["object_id"], made["dogs"]["object_id"]
+    sealed = await client.snapshot_create(SCOPE, ACTOR, object_ids=[cats])
+    sid = sealed["snapshot"]["snapshot_id"]
+    assert sealed["snapshot"]["included_object_ids"] == [cats]
+    found = await client.query(SCOPE, snapshot_id=sid, **WIDE)
+    assert [i["envelope"]["object_id"] for i in found["items"]] == [cats]
+    with pytest.raises(PamspecError) as caught:
+        await client.read(SCOPE, dogs, snapshot_id=sid)
+    assert caught.value.code == "object_not_found"
+
+
+async def test_a_snapshot_at_an_earlier_sequence_answers_as_the_scope_stood_then(client: MemoryClient,
+                                                                                  made: dict[str, Any]) -> None:
+    dogs = made["dogs"]
+    sealed = await client.snapshot_create(SCOPE, ACTOR, at=dogs["ledger_sequence"])  # before its update
+    read = await client.read(SCOPE, dogs["object_id"], snapshot_id=sealed["snapshot"]["snapshot_id"])
+    assert read["envelope"]["canonical_content"] == {"statement": "dogs chase cats"}
+    history = await client.history(SCOPE, dogs["object_id"], snapshot_id=sealed["snapshot"]["snapshot_id"])
+    assert [v["sequence"] for v in history["versions"]] == [1]
+    assert all(e["ledger_sequence"] <= dogs["ledger_sequence"] for e in history["events"])
+
+
+async def test_erasure_after_the_seal_wins_and_the_snapshot_says_how_much_it_lost(client: MemoryClient) -> None:
+    victim = await claim(client, "a secret to forget")
+    kept = await claim(client, "a fact to keep")
+    sealed = await client.snapshot_create(SCOPE, ACTOR, object_ids=[victim["object_id"], kept["object_id"]])
+    sid = sealed["snapshot"]["snapshot_id"]
+    before = await client.read(SCOPE, victim["object_id"], snapshot_id=sid)
+    assert before["envelope"]["canonical_content"] == {"statement": "a secret to forget"}
+    await client.delete(SCOPE, victim["object_id"], victim["version_id"], ACTOR, PROVENANCE)
+    after = await client.read(SCOPE, victim["object_id"], snapshot_id=sid)
+    assert after["envelope"].get("canonical_content") is None
+    assert after["snapshot"]["erased_since_seal"] == 1
+    found = await raw(client, "query", {"scope_id": SCOPE, "snapshot_id": sid, **WIDE})
+    assert len(json.loads(found)["result"]["items"]) == 2
+    assert b"a secret to forget" not in found
+    assert json.loads(found)["result"]["snapshot"]["erased_since_seal"] == 1
+    history = await raw(client, "history", {"scope_id": SCOPE, "object_id": victim["object_id"], "snapshot_id": sid})
+    assert b"a secret to forget" not in history
+    kept_read = await client.read(SCOPE, kept["object_id"], snapshot_id=sid)
+    assert kept_read["envelope"]["canonical_content"] == {"statement": "a fact to keep"}
+
+
+async def test_a_sealed_snapshot_id_is_frozen(client: MemoryClient, made: dict[str, Any]) -> None:
+    sealed = await client.snapshot_create(SCOPE, ACTOR, object_ids=[made["cats"]["object_id"]])
+    sid = sealed["snapshot"]["snapshot_id"]
+    for scope, members in ((SCOPE, [made["cats"]["object_id"], made["dogs"]["object_id"]]), (OTHER, None)):
+        with pytest.raises(PamspecError) as caught:
+            await client.snapshot_create(scope, ACTOR, object_ids=members, snapshot_id=sid)
+        assert caught.value.code == "invalid_state_transition"
+        assert caught.value.details["rule"] == "evaluation_snapshot_membership_frozen"
+    assert (await client.snapshot_show(SCOPE, sid))["snapshot"] == sealed["snapshot"]
+
+
+async def test_unknown_snapshots_and_bad_requests_are_refused_with_their_codes(client: MemoryClient,
+                                                                               made: dict[str, Any]) -> None:
+    object_id = made["cats"]["object_id"]
+    for call in (client.read(SCOPE, object_id, snapshot_id="snap:never"),
+                 client.history(SCOPE, object_id, snapshot_id="snap:never"),
+                 client.query(SCOPE, snapshot_id="snap:never"),
+                 client.snapshot_show(SCOPE, "snap:never")):
+        with pytest.raises(PamspecError) as caught:
+            await call
+        assert caught.value.code == "snapshot_not_found"
+    sealed = await client.snapshot_create(SCOPE, ACTOR)
+    with pytest.raises(PamspecError) as caught:  # another scope's snapshot is not found there
+        await client.query(OTHER, snapshot_id=sealed["snapshot"]["snapshot_id"])
+    assert caught.value.code == "snapshot_not_found"
+    head = sealed["ledger_sequence"]
+    for at in (head + 100, -1):
+        with pytest.raises(PamspecError) as caught:
+            await client.snapshot_create(SCOPE, ACTOR, at=at)
+        assert caught.value.code == "invalid_request", at
+    for bad in ({"sealed": False}, {"unknown_field": 1}):
+        with pytest.raises(PamspecError) as caught:
+            await client.snapshot_create(SCOPE, ACTOR, **bad)
+        assert caught.value.code == "invalid_object", bad
+    with pytest.raises(PamspecError) as caught:
+        await client.snapshot_create("workspace:no-such-scope", ACTOR)
+    assert caught.value.code == "scope_not_found"
+
+
+async def test_the_unsealed_vector_is_refused_as_an_invalid_object(client: MemoryClient, made: dict[str, Any]) -> None:
+    vector = json.loads((pamspec_dir() / "test-vectors" / "invalid" / "evaluation-snapshot-unsealed.json").read_text())
+    instance = {**vector["instance"], "scope_id": SCOPE}
+    reply = await client.nc.request(command_subject(client.prefix, "snapshot_create"), msgspec.json.encode(
+        {"scope_id": SCOPE, "actor": ACTOR, "snapshot": instance}), timeout=10)
+    assert json.loads(reply.data)["error"]["code"] == vector["expected_failure"]

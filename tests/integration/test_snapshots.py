@@ -4,6 +4,7 @@ snapshot answering the same bytes after later updates, deletes and creates, eras
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -11,14 +12,15 @@ import pytest
 
 from infra.subjects import command_subject, query_subject
 from memory_client.client import MemoryClient, PamspecError
-from tests.conftest import ACTOR, PROVENANCE, pamspec_dir
+from tests.conftest import ACTOR, PROVENANCE, Env, pamspec_dir
+from tests.integration.test_cli import error_of, run
 from tests.integration.test_pamspec_conformance import validator
 
 SCOPE = "workspace:snapshots"
 OTHER = "workspace:snapshots-other"
 SCHEMA = "evaluation-snapshot.schema.json"
 # Every lifecycle and validation state (the default is the trusted target: active and corroborated only).
-WIDE = {"lifecycle_states": ["scratch", "candidate", "active", "superseded", "deprecated", "archived"],
+WIDE: dict[str, Any] = {"lifecycle_states": ["scratch", "candidate", "active", "superseded", "deprecated", "archived"],
         "validation_states": ["unverified", "corroborated", "disputed", "rejected"]}
 
 
@@ -197,3 +199,26 @@ async def test_the_unsealed_vector_is_refused_as_an_invalid_object(client: Memor
     reply = await client.nc.request(command_subject(client.prefix, "snapshot_create"), msgspec.json.encode(
         {"scope_id": SCOPE, "actor": ACTOR, "snapshot": instance}), timeout=10)
     assert json.loads(reply.data)["error"]["code"] == vector["expected_failure"]
+
+
+async def test_the_cli_seals_lists_shows_and_reads_at_a_snapshot(service: Env, client: MemoryClient,
+                                                                 made: dict[str, Any], tmp_path: Path) -> None:
+    cats = made["cats"]["object_id"]
+    code, sealed, err = await run(service, tmp_path, "snapshot", "create", SCOPE, "--objects", cats,
+                                  "--id", "snap:cli:1", "--evaluation-run-id", "eval:run:cli")
+    assert code == 0, err
+    assert schema_errors(sealed) == [] and sealed["included_object_ids"] == [cats]
+    code, shown, err = await run(service, tmp_path, "snapshot", "show", SCOPE, "snap:cli:1")
+    assert code == 0 and shown["snapshot"] == sealed, err
+    code, listed, err = await run(service, tmp_path, "snapshot", "list", SCOPE)
+    assert code == 0 and sealed in [s["snapshot"] for s in listed["snapshots"]], err
+    for args in (("read", SCOPE, cats), ("history", SCOPE, cats)):
+        code, found, err = await run(service, tmp_path, *args, "--snapshot", "snap:cli:1")
+        assert code == 0 and found["snapshot"]["snapshot_id"] == "snap:cli:1", err
+    code, found, err = await run(service, tmp_path, "query", SCOPE, "--snapshot", "snap:cli:1",
+                                 "--validation", "unverified", "--lifecycle", "active", "--lifecycle", "candidate")
+    assert code == 0 and [i["envelope"]["object_id"] for i in found["items"]] == [cats], err
+    code, _, err = await run(service, tmp_path, "snapshot", "create", SCOPE, "--id", "snap:cli:1")
+    assert code != 0 and error_of(err)["code"] == "invalid_state_transition"
+    code, _, err = await run(service, tmp_path, "read", SCOPE, cats, "--snapshot", "snap:cli:none")
+    assert code != 0 and error_of(err)["code"] == "snapshot_not_found"

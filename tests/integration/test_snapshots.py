@@ -3,6 +3,7 @@ snapshot answering the same bytes after later updates, deletes and creates, eras
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 
 from infra.subjects import command_subject, query_subject
 from memory_client.client import MemoryClient, PamspecError
-from tests.conftest import ACTOR, PROVENANCE, Env, pamspec_dir
+from tests.conftest import ACTOR, PROVENANCE, Env, pamspec_dir, run_cli
 from tests.integration.test_cli import error_of, run
 from tests.integration.test_pamspec_conformance import validator
 
@@ -133,7 +134,8 @@ async def test_a_snapshot_at_an_earlier_sequence_answers_as_the_scope_stood_then
     assert all(e["ledger_sequence"] <= dogs["ledger_sequence"] for e in history["events"])
 
 
-async def test_erasure_after_the_seal_wins_and_the_snapshot_says_how_much_it_lost(client: MemoryClient) -> None:
+async def test_erasure_after_the_seal_wins_and_the_snapshot_says_how_much_it_lost(client: MemoryClient,
+                                                                                  made: dict[str, Any]) -> None:
     victim = await claim(client, "a secret to forget")
     kept = await claim(client, "a fact to keep")
     sealed = await client.snapshot_create(SCOPE, ACTOR, object_ids=[victim["object_id"], kept["object_id"]])
@@ -152,6 +154,21 @@ async def test_erasure_after_the_seal_wins_and_the_snapshot_says_how_much_it_los
     assert b"a secret to forget" not in history
     kept_read = await client.read(SCOPE, kept["object_id"], snapshot_id=sid)
     assert kept_read["envelope"]["canonical_content"] == {"statement": "a fact to keep"}
+
+
+async def test_content_a_redaction_suppresses_after_the_seal_is_hidden_at_the_snapshot_too(
+        client: MemoryClient, made: dict[str, Any]) -> None:
+    """Suppressed content stays in storage (a restoration may bring it back) but no answer shows it."""
+    hushed = await claim(client, "a suppressed remark")
+    sealed = await client.snapshot_create(SCOPE, ACTOR, object_ids=[hushed["object_id"]])
+    sid = sealed["snapshot"]["snapshot_id"]
+    await client.redact(SCOPE, hushed["object_id"], hushed["version_id"], ACTOR, PROVENANCE, "policy:test",
+                        erase=False)
+    found = await client.read(SCOPE, hushed["object_id"], snapshot_id=sid)
+    assert found["envelope"].get("canonical_content") is None and found["snapshot"]["erased_since_seal"] == 1
+    for name, body in (("history", {"object_id": hushed["object_id"]}), ("query", WIDE)):
+        reply = await raw(client, name, {"scope_id": SCOPE, "snapshot_id": sid, **body})
+        assert b"a suppressed remark" not in reply and b'"erased_since_seal":1' in reply, reply
 
 
 async def test_a_sealed_snapshot_id_is_frozen(client: MemoryClient, made: dict[str, Any]) -> None:
@@ -222,3 +239,12 @@ async def test_the_cli_seals_lists_shows_and_reads_at_a_snapshot(service: Env, c
     assert code != 0 and error_of(err)["code"] == "invalid_state_transition"
     code, _, err = await run(service, tmp_path, "read", SCOPE, cats, "--snapshot", "snap:cli:none")
     assert code != 0 and error_of(err)["code"] == "snapshot_not_found"
+
+
+async def test_the_ledger_with_sealed_snapshots_still_verifies(service: Env, client: MemoryClient,
+                                                              made: dict[str, Any]) -> None:
+    """The snapshot_sealed entries are ledger rows like any other: the chain and every column check out."""
+    await client.snapshot_create(SCOPE, ACTOR)
+    done = await asyncio.to_thread(run_cli, service, "verify")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["ok"] is True

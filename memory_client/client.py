@@ -135,17 +135,23 @@ class MemoryClient(ObjectCommands):
 
     async def snapshot_create(self, scope_id: str, actor: dict[str, Any], at: int | None = None,
                               object_ids: list[str] | None = None, snapshot_id: str | None = None,
-                              **descriptor: Any) -> dict[str, Any]:
+                              idempotency_key: str | None = None, **descriptor: Any) -> dict[str, Any]:
         """Seal an evaluation snapshot of the scope at ledger sequence `at` (default: the head), of
         `object_ids` (default: every object of the scope); `descriptor`: more fields of
         evaluation-snapshot.schema.json (evaluation_run_id, deterministic_clock, ...). Result: the sealed
-        descriptor under `snapshot`."""
+        descriptor under `snapshot`, with the entry's `ledger_sequence` and `event_id`."""
         snapshot: dict[str, Any] = {"snapshot_id": snapshot_id or f"snap:{uuid.uuid4()}", **descriptor}
         if at is not None:
             snapshot["ledger_sequence_high_watermark"] = at
         if object_ids is not None:
             snapshot["included_object_ids"] = list(object_ids)
-        return await self._command("snapshot_create", {"scope_id": scope_id, "actor": actor, "snapshot": snapshot})
+        body: dict[str, Any] = {"scope_id": scope_id, "actor": actor, "snapshot": snapshot}
+        if idempotency_key is not None:
+            body["idempotency_key"] = idempotency_key
+        result = await self._command("snapshot_create", body)
+        if "snapshot" not in result:  # a replayed result (a retry after a lost reply) names the entry only
+            result = {**result, **await self.snapshot_show(scope_id, snapshot["snapshot_id"])}
+        return result
 
     async def snapshot_list(self, scope_id: str, after_sequence: int = 0, limit: int = 100,
                             actor: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -184,6 +184,18 @@ async def test_a_sealed_snapshot_id_is_frozen(client: MemoryClient, made: dict[s
     assert (await client.snapshot_show(SCOPE, sid))["snapshot"] == sealed["snapshot"]
 
 
+async def test_a_retry_with_the_idempotency_key_replays_the_seal_and_the_sdk_still_returns_the_descriptor(
+        client: MemoryClient, made: dict[str, Any]) -> None:
+    body = {"scope_id": SCOPE, "actor": ACTOR, "snapshot": {"snapshot_id": "snap:retried"},
+            "idempotency_key": "k:snap:retried"}
+    first = await client.command("snapshot_create", body)
+    replayed = await client.command("snapshot_create", body)
+    assert replayed["idempotency_result"] == "replayed_original_result"
+    assert replayed["ledger_sequence"] == first["ledger_sequence"] and "snapshot" not in replayed
+    again = await client.snapshot_create(SCOPE, ACTOR, snapshot_id="snap:retried", idempotency_key="k:snap:retried")
+    assert again["snapshot"] == first["snapshot"] and again["ledger_sequence"] == first["ledger_sequence"]
+
+
 async def test_unknown_snapshots_and_bad_requests_are_refused_with_their_codes(client: MemoryClient,
                                                                                made: dict[str, Any]) -> None:
     object_id = made["cats"]["object_id"]

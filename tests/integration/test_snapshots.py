@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import psycopg
 import pytest
 
 from infra.subjects import command_subject, query_subject
@@ -255,10 +256,30 @@ async def test_the_cli_seals_lists_shows_and_reads_at_a_snapshot(service: Env, c
     assert code != 0 and error_of(err)["code"] == "snapshot_not_found"
 
 
-async def test_the_ledger_with_sealed_snapshots_still_verifies(service: Env, client: MemoryClient,
-                                                              made: dict[str, Any]) -> None:
-    """The snapshot_sealed entries are ledger rows like any other: the chain and every column check out."""
-    await client.snapshot_create(SCOPE, ACTOR)
+
+async def test_verify_checks_the_snapshot_rows_against_their_ledger_entries(service: Env, client: MemoryClient,
+                                                                             made: dict[str, Any]) -> None:
+    """The snapshot_sealed entries are ledger rows like any other, and each evaluation_snapshots row must be its
+    entry's descriptor: `pamledger verify` names a row that is not, or an entry without its row. The rows
+    themselves refuse any change. Runs last: it tampers with this module's database."""
+    from command_handler.verify import verify_tables
+
+    sealed = await client.snapshot_create(SCOPE, ACTOR)
     done = await asyncio.to_thread(run_cli, service, "verify")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert json.loads(done.stdout)["ok"] is True
+    assert done.returncode == 0 and json.loads(done.stdout)["ok"] is True, done.stdout + done.stderr
+    url, sid = service.database_url, sealed["snapshot"]["snapshot_id"]
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        for change in ("UPDATE evaluation_snapshots SET scope_id = 'workspace:x' WHERE snapshot_id = %s",
+                       "DELETE FROM evaluation_snapshots WHERE snapshot_id = %s"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                await conn.execute(change, (sid,))
+        await conn.execute("INSERT INTO evaluation_snapshots (snapshot_id, scope_id, ledger_sequence, descriptor)"
+                           " VALUES ('snap:forged', %s, %s, '{}')", (SCOPE, made["cats"]["ledger_sequence"]))
+        report = await asyncio.to_thread(verify_tables, url)
+        assert report["ok"] is False and report["check"] == "evaluation_snapshots.ledger_entry", report
+        assert "snap:forged" in report["reason"]
+        await conn.execute("ALTER TABLE evaluation_snapshots DISABLE TRIGGER USER")
+        await conn.execute("DELETE FROM evaluation_snapshots WHERE snapshot_id IN ('snap:forged', %s)", (sid,))
+        report = await asyncio.to_thread(verify_tables, url)
+        assert report["ok"] is False and report["check"] == "evaluation_snapshots.row", report
+        assert report["first_bad_sequence"] == sealed["ledger_sequence"]

@@ -134,6 +134,9 @@ class InMemoryLedgerStore:
                 found[key] = row.recorded_at
         return found
 
+    async def first_sequences(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        return {key: self.versions[(*key, 1)].ledger_sequence for key in keys if (*key, 1) in self.versions}
+
     async def known_scopes(self, scope_ids: list[str]) -> set[str]:
         return {s for s in scope_ids if s in self.scopes}
 

@@ -115,6 +115,16 @@ class LedgerReads:
             ([k[0] for k in keys], [k[1] for k in keys], self.partition))
         return {(r[0], r[1]): r[2] for r in await cur.fetchall()}
 
+    async def first_sequences(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The ledger sequence of each object's first version (when it came to be), for those that exist."""
+        if not keys:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT v.scope_id, v.object_id, v.ledger_sequence FROM memory_versions v"
+            " JOIN unnest(%s::text[], %s::text[]) AS k(s, o) ON v.scope_id = k.s AND v.object_id = k.o"
+            " WHERE v.sequence = 1", ([k[0] for k in keys], [k[1] for k in keys]))
+        return {(r[0], r[1]): int(r[2]) for r in await cur.fetchall()}
+
     async def load_import_facts(self, scope_ids: list[str], ids: list[str]) -> tuple[set[str], set[str]]:
         """Of `scope_ids`, those holding ledger entries; of `ids`, the event and version ids the ledger has."""
         if not (scope_ids or ids):

@@ -198,8 +198,8 @@ class MemoryClient(ObjectCommands):
         """Any query of docs/protocol.md by name (read, history, query, search, related, events, whoami) with its
         body as the NATS binding takes it. Query, search and related read what followers have applied, so they
         wait for this client's own writes (`min_sequence` = the last sequence it wrote) unless the body names
-        `min_sequence`, `as_of_sequence` or `snapshot_id`. A body's `operation_id` also travels as the Pam-Operation-Id header
-        (the id errors echo)."""
+        `min_sequence`, `as_of_sequence` or `snapshot_id`. A body's `operation_id` also travels as the
+        Pam-Operation-Id header (the id errors echo)."""
         body = dict(body)
         if name in _SEES_OWN_WRITES and self.last_sequence and "min_sequence" not in body \
                 and "as_of_sequence" not in body and "snapshot_id" not in body:

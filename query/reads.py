@@ -75,7 +75,8 @@ async def history(conn: psycopg.AsyncConnection[Any], scope_id: str, object_id: 
         raise ObjectNotFound("object not found in this scope", details={"object_id": object_id})
     cur = await conn.execute(
         "SELECT ledger_sequence, event FROM ledger WHERE scope_id = %s AND object_id = %s"
-        " AND ledger_sequence <= %s ORDER BY ledger_sequence", (scope_id, object_id, at if at is not None else 2**63 - 1),
+        " AND ledger_sequence <= %s ORDER BY ledger_sequence",
+        (scope_id, object_id, at if at is not None else 2**63 - 1),
     )
     events = [{"ledger_sequence": seq, "event": msgspec.Raw(bytes(ev))} for seq, ev in await cur.fetchall()]
     hidden = decode_json(bytes(every[-1][2]))["availability_state"] in HIDING_STATES  # all but the latest's

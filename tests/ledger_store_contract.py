@@ -331,9 +331,13 @@ class LedgerStoreContract:
     async def test_sealed_snapshots_are_known_by_id_and_an_id_sealed_again_is_refused(
             self, store: LedgerStore) -> None:
         ledger = Ledger()
-        await ledger.commit(store, scope(SCOPE), seal("snap:1"))
+        made = await ledger.commit(store, scope(SCOPE), create("mem:a"), seal("snap:1"))
         assert await store.sealed_snapshots(["snap:1", "snap:none"]) == {"snap:1"}
         assert await store.sealed_snapshots([]) == set()
+        await ledger.commit(store, update("mem:a", ledger.head("mem:a").version_id, "again"))
+        assert await store.first_sequences([(SCOPE, "mem:a"), (SCOPE, "mem:none"), (OTHER, "mem:a")]) == {
+            (SCOPE, "mem:a"): made.batch.versions[0].ledger_sequence}  # its first version's, not its latest's
+        assert await store.first_sequences([]) == {}
         tail = await store.tail()
         again = ledger.plan([seal("snap:1")])  # a planner that was not told snap:1 is sealed
         with pytest.raises(self.refusals) as raised:

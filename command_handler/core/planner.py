@@ -88,6 +88,7 @@ class PlanInputs:
     # By (scope_id, the chunk's idempotency key): what an import's chunk needs to know (core.imports)
     imports: dict[tuple[str, str], ImportFacts] = field(default_factory=dict)
     sealed: frozenset[str] = frozenset()  # snapshot ids this batch's snapshot_create commands name, already sealed
+    born: dict[tuple[str, str], int] = field(default_factory=dict)  # their named members: first version's sequence
     # A refused delegation command -> the access_denied entry recording it (None: the limiter leaves it out).
     record_refusal: Callable[[Parsed, AccessDenied], Parsed | None] = lambda item, exc: None
 
@@ -116,6 +117,7 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
     outcomes: list[Outcome] = []
     delegations: dict[str, DelegationState] = {}
     sealed = set(inputs.sealed)  # snapshot ids sealed before this batch, then by it
+    born: ChainMap[tuple[str, str], int] = ChainMap({}, inputs.born)  # objects' first sequences, this batch's too
     # Contents by digest: as loaded, then what this batch's own versions carry (a transition of an object the
     # batch created replies with its content; a partial redaction of it reads it).
     batch_contents: dict[str, bytes] = {}
@@ -155,7 +157,7 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
                 or inputs.authority is EVERYTHING else \
                 exercise_for(command, head.meta if head is not None else None)  # type: ignore[arg-type]
             if isinstance(command, CreateSnapshot):
-                decision = seal(command, stamp, seq, sealed)
+                decision = seal(command, stamp, seq, sealed, born)
             elif isinstance(command, DELEGATION_COMMANDS):
                 if isinstance(command, CheckDelegation) and command.object_type is None and head is not None:
                     item = msgspec.structs.replace(item, command=msgspec.structs.replace(  # its type, from the head
@@ -204,6 +206,8 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             prev = new_hash
             if entry.head is not None:
                 heads[(entry.head.scope_id, entry.head.object_id)] = entry.head
+                if entry.head.sequence == 1:
+                    born[(entry.head.scope_id, entry.head.object_id)] = seq
                 if entry.content is not None and entry.head.content_digest is not None:
                     batch_contents[entry.head.content_digest] = entry.content
         decision = entries[0][0]

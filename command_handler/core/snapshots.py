@@ -1,16 +1,17 @@
 """Sealing an evaluation snapshot (PAMSPEC 18.11): pure, decided against the head and the ids already sealed.
 
 The watermark is a ledger sequence at or below the head the command is decided at (the entries committed
-before it, this batch's earlier ones included); absent, it is that head. Members are an explicit list or,
-absent, every object of the scope at the watermark (the schema's meaning of a missing
-`included_object_ids`, so sealing copies nothing however large the scope). A sealed id never changes: any
+before it, this batch's earlier ones included); absent, it is that head. Members are an explicit list of
+objects the scope held at the watermark (else object_not_found) or, absent, every object of the scope at the
+watermark (the schema's meaning of a missing `included_object_ids`, so sealing copies nothing however large
+the scope). A sealed id never changes: any
 command naming one again is invalid_state_transition, rule evaluation_snapshot_membership_frozen (a retry
 with its idempotency key replays the original result before this is asked).
 """
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from typing import Any
 
 import msgspec
@@ -18,15 +19,17 @@ import msgspec
 from command_handler.core.state import Decision, Stamp
 from command_handler.core.versions import entry_event
 from schemas.common import timestamp_text
-from schemas.errors import InvalidObject, InvalidRequest, InvalidStateTransition
+from schemas.errors import InvalidObject, InvalidRequest, InvalidStateTransition, ObjectNotFound
 from schemas.snapshots import FROZEN_RULE, SNAPSHOT_ACTION, CreateSnapshot, with_digest
 
 _OPTIONAL = ("included_object_ids", "included_embedding_space_ids", "deterministic_clock", "deterministic_rng_seed",
              "evaluation_run_id")
 
 
-def seal(command: CreateSnapshot, stamp: Stamp, head: int, sealed: Container[str]) -> Decision:
-    """The `index_rebuilt` {snapshot_sealed} entry of a new snapshot, its descriptor as the result, or raise."""
+def seal(command: CreateSnapshot, stamp: Stamp, head: int, sealed: Container[str],
+         born: Mapping[tuple[str, str], int]) -> Decision:
+    """The `index_rebuilt` {snapshot_sealed} entry of a new snapshot, its descriptor as the result, or raise.
+    `born`: the ledger sequence at which each named member came to be (its first version), where it exists."""
     request = command.snapshot
     if request.snapshot_id in sealed:
         raise InvalidStateTransition(
@@ -42,6 +45,11 @@ def seal(command: CreateSnapshot, stamp: Stamp, head: int, sealed: Container[str
     members = request.included_object_ids
     if members is not None and len(set(members)) != len(members):
         raise InvalidRequest("included_object_ids names an object twice", details={"field": "included_object_ids"})
+    missing = [m for m in members or () if born.get((command.scope_id, m), at + 1) > at]
+    if missing:
+        raise ObjectNotFound("included_object_ids names objects this scope did not hold at the watermark",
+                             details={"object_ids": missing[:20], "missing": len(missing),
+                                      "ledger_sequence_high_watermark": at})
     descriptor: dict[str, Any] = {
         "snapshot_id": request.snapshot_id, "scope_id": command.scope_id, "sealed": True,
         "created_at": timestamp_text(stamp.now), "created_by_actor_id": command.actor.actor_id,

@@ -126,6 +126,19 @@ async def test_a_snapshot_of_named_objects_answers_only_those(client: MemoryClie
     assert caught.value.code == "object_not_found"
 
 
+async def test_named_members_the_scope_did_not_hold_at_the_watermark_are_refused(client: MemoryClient,
+                                                                                  made: dict[str, Any]) -> None:
+    cats, late = made["cats"], await claim(client, "made after the watermark")
+    for members, at in (([cats["object_id"], "mem:never"], None), ([cats["object_id"], late["object_id"]],
+                                                                     late["ledger_sequence"] - 1)):
+        with pytest.raises(PamspecError) as caught:
+            await client.snapshot_create(SCOPE, ACTOR, object_ids=members, at=at)
+        assert caught.value.code == "object_not_found" and caught.value.details["object_ids"] == members[1:]
+    with pytest.raises(PamspecError) as caught:  # another scope's object is not this scope's
+        await client.snapshot_create(OTHER, ACTOR, object_ids=[cats["object_id"]])
+    assert caught.value.code == "object_not_found"
+
+
 async def test_a_snapshot_at_an_earlier_sequence_answers_as_the_scope_stood_then(client: MemoryClient,
                                                                                   made: dict[str, Any]) -> None:
     dogs = made["dogs"]

@@ -21,9 +21,11 @@ def seal(snapshot: dict[str, Any], scope: str = SCOPE) -> Parsed:
     return parse("snapshot_create", msgspec.json.encode(body), {}, 1 << 20)
 
 
-def plan(items: list[Parsed | PamledgerError], sealed: frozenset[str] = frozenset()) -> Plan:
+def plan(items: list[Parsed | PamledgerError], sealed: frozenset[str] = frozenset(),
+         born: dict[tuple[str, str], int] | None = None) -> Plan:
     return plan_batch(items, PlanInputs(heads={}, idempotency={}, scope_known={SCOPE}.__contains__,
-                                        stamp=numbered_stamps(), tail=TAIL, registry=REGISTRY, sealed=sealed))
+                                        stamp=numbered_stamps(), tail=TAIL, registry=REGISTRY, sealed=sealed,
+                                        born=born or {}))
 
 
 def sealed_descriptor(result: Plan, index: int = 0) -> dict[str, Any]:
@@ -49,11 +51,12 @@ def test_a_snapshot_is_sealed_at_the_head_it_is_decided_at() -> None:
 
 
 def test_what_a_client_sends_in_the_writers_fields_is_replaced_by_what_it_seals() -> None:
-    result = plan([seal({"snapshot_id": "snap:1", "created_at": "2020-01-01T00:00:00Z", "digest": "sha256:x",
+    result = plan([create("mem:a"), seal({
+                         "snapshot_id": "snap:1", "created_at": "2020-01-01T00:00:00Z", "digest": "sha256:x",
                          "created_by_actor_id": "actor:someone:else", "included_object_ids": ["mem:a"],
                          "evaluation_run_id": "eval:run:1", "deterministic_rng_seed": 7,
                          "deterministic_clock": {"clock_ref": "clock:1", "start_at": "2026-07-17T00:00:00Z"}})])
-    descriptor = sealed_descriptor(result)
+    descriptor = sealed_descriptor(result, 1)
     assert descriptor["created_at"] == "2026-11-29T12:00:00.000000Z"
     assert descriptor["created_by_actor_id"] == ACTOR["actor_id"]
     assert descriptor["digest"] == snapshot_digest(descriptor)
@@ -95,3 +98,19 @@ def test_named_members_twice_or_another_scope_in_the_descriptor_are_refused() ->
 def test_a_snapshot_of_an_unknown_scope_is_scope_not_found() -> None:
     assert codes(plan([seal({"snapshot_id": "snap:1"}, scope="workspace:nowhere")])) == ["scope_not_found"]
 
+
+
+def test_named_members_must_be_objects_the_scope_held_at_the_watermark() -> None:
+    born = {(SCOPE, "mem:old"): 10, (SCOPE, "mem:late"): 30}
+    result = plan([seal({"snapshot_id": "snap:1", "included_object_ids": ["mem:old"],
+                         "ledger_sequence_high_watermark": 20}),
+                   seal({"snapshot_id": "snap:2", "included_object_ids": ["mem:old", "mem:late", "mem:never"],
+                         "ledger_sequence_high_watermark": 20}),
+                   create("mem:new"),
+                   seal({"snapshot_id": "snap:3", "included_object_ids": ["mem:old", "mem:late", "mem:new"]})],
+                  born=born)
+    assert codes(result) == [None, "object_not_found", None, None]  # mem:new: created earlier in this batch
+    refused = result.outcomes[1].error
+    assert refused is not None and refused.details["object_ids"] == ["mem:late", "mem:never"]
+    assert refused.details["missing"] == 2
+    assert sealed_descriptor(result, 3)["ledger_sequence_high_watermark"] == TAIL[0] + 2

@@ -77,14 +77,24 @@ async def pinned(conn: psycopg.AsyncConnection[Any], scope_id: str, snapshot_id:
     return Pinned(decode_json(bytes(row[0])))
 
 
-async def pin_report(conn: psycopg.AsyncConnection[Any], pin: Pinned) -> dict[str, Any]:
+def lost_statement(pin: Pinned) -> tuple[str, tuple[Any, ...]]:
+    """The count of the snapshot's versions that lost content since the seal, as (SQL, parameters), for a
+    caller that runs it in the same transaction as its rows."""
+    members = pin.members
+    return _LOST, (pin.descriptor["scope_id"], pin.watermark, members, members)
+
+
+def report_of(pin: Pinned, lost: int) -> dict[str, Any]:
     """What every answer at a snapshot carries: which snapshot, its watermark, and how many of its versions
     lost content since it was sealed."""
-    members = pin.members
-    cur = await conn.execute(_LOST, (pin.descriptor["scope_id"], pin.watermark, members, members))
-    row = await cur.fetchone()
     return {"snapshot_id": pin.descriptor["snapshot_id"], "ledger_sequence_high_watermark": pin.watermark,
-            "erased_since_seal": int(row[0]) if row else 0}
+            "erased_since_seal": lost}
+
+
+async def pin_report(conn: psycopg.AsyncConnection[Any], pin: Pinned) -> dict[str, Any]:
+    cur = await conn.execute(*lost_statement(pin))
+    row = await cur.fetchone()
+    return report_of(pin, int(row[0]) if row else 0)
 
 
 async def snapshots(conn: psycopg.AsyncConnection[Any], request: SnapshotsRequest) -> bytes:

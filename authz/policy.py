@@ -46,6 +46,8 @@ REQUEST_OPERATIONS: Mapping[str, str] = {
     "query.events": "inspect_history",  # a scope's ledger events in order (Inspect History of the whole scope)
     "query.export": "read",  # and inspect_history (ALSO_NEEDS): a scope's whole memory and its ledger
     "cmd.import_entries": "create",  # and administering the service (authorize)
+    "cmd.snapshot_create": "read",  # sealing a snapshot writes no memory: it pins what the caller may read
+    "query.snapshots": "read",  # a scope's sealed snapshots (list) or one of them (show)
     "sub.open": "subscribe", "sub.poll": "subscribe", "sub.ack": "subscribe", "sub.resume": "subscribe",
     "sub.status": "subscribe", "sub.close": "unsubscribe", "sub.list": "subscribe",
 }

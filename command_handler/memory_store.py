@@ -17,7 +17,7 @@ import msgspec
 from command_handler.core.chain import GENESIS_HASH
 from command_handler.core.state import HandoffRow, ObjectHead
 from command_handler.core.batch import (
-    Batch, ContentRow, VersionRow, forgotten, kept_content, last_erasures, tail_problem,
+    Batch, ContentRow, SnapshotRow, VersionRow, forgotten, kept_content, last_erasures, tail_problem,
 )
 from infra.ledger import IdempotencyRow, LedgerRow
 from schemas.canonical import decode_json
@@ -33,6 +33,7 @@ VERSION_ID = "memory_versions_version_id_key"
 CONTENT_DIGEST = "content_store_pkey"
 IDEMPOTENCY_KEY = "idempotency_records_pkey"
 DELEGATION_ID = "delegations_pkey"
+SNAPSHOT_ID = "evaluation_snapshots_pkey"
 POSITIVE_LEDGER_SEQUENCE = "ledger_ledger_sequence_check"
 POSITIVE_SEQUENCE = "memory_versions_sequence_check"
 VERSION_OR_ENTRY = "idempotency_records_version_or_entry"
@@ -70,6 +71,7 @@ class InMemoryLedgerStore:
         self.scopes: dict[str, ScopeRow] = {
             SYSTEM_SCOPE: ScopeRow(scope_id=SYSTEM_SCOPE, scope_kind="system", parent_scope_id=None, policy=None)}
         self.delegations: dict[str, DelegationState] = {}
+        self.snapshots: dict[str, SnapshotRow] = {}
         self.handoff: list[HandoffRow] = []  # vectors imports handed to the indexer (no indexer here)
         self._event_ids: set[str] = set()
         self._version_ids: set[str] = set()
@@ -105,6 +107,9 @@ class InMemoryLedgerStore:
     async def load_delegations(self, ids: list[str]) -> dict[str, DelegationState]:
         return {i: _copied(self.delegations[i]) for i in ids if i in self.delegations}
 
+    async def sealed_snapshots(self, snapshot_ids: list[str]) -> set[str]:
+        return {i for i in snapshot_ids if i in self.snapshots}
+
     async def load_restorable(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
         """Per object, the digest of its newest version that was available with content still stored."""
         found = {}
@@ -128,6 +133,9 @@ class InMemoryLedgerStore:
             if row is not None:
                 found[key] = row.recorded_at
         return found
+
+    async def first_sequences(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        return {key: self.versions[(*key, 1)].ledger_sequence for key in keys if (*key, 1) in self.versions}
 
     async def known_scopes(self, scope_ids: list[str]) -> set[str]:
         return {s for s in scope_ids if s in self.scopes}
@@ -164,6 +172,7 @@ class InMemoryLedgerStore:
         _unique(CONTENT_DIGEST, self.content, (c.content_digest for c in content))
         _unique(IDEMPOTENCY_KEY, self.idempotency, ((r.scope_id, r.idempotency_key) for r in batch.idempotency))
         _unique(DELEGATION_ID, set(), (d.delegation_id for d in batch.delegations))  # twice in one batch
+        _unique(SNAPSHOT_ID, self.snapshots, (r.snapshot_id for r in batch.snapshots))
         _holds(POSITIVE_LEDGER_SEQUENCE, all(r.ledger_sequence >= 1 for r in batch.ledger))
         _holds(POSITIVE_SEQUENCE, all(v.sequence >= 1 for v in batch.versions))
         _holds(VERSION_OR_ENTRY, all((r.object_id is None) == (r.version_id is None) for r in batch.idempotency))
@@ -185,6 +194,7 @@ class InMemoryLedgerStore:
             sequences.sort()
         self.content.update((c.content_digest, c) for c in content)
         self.idempotency.update(((r.scope_id, r.idempotency_key), r) for r in batch.idempotency)
+        self.snapshots.update((r.snapshot_id, r) for r in batch.snapshots)
         for state in batch.delegations:
             known = self.delegations.get(state.delegation_id)  # a known delegation changes its uses and revoked only
             self.delegations[state.delegation_id] = _copied(state) if known is None else msgspec.structs.replace(

@@ -66,6 +66,11 @@ _APPEND_PARTS = {
   FROM json_to_recordset(%(delegations)s::json)
        AS d(delegation_id text, scope_id text, "grant" json, uses int, revoked boolean)
   ON CONFLICT (delegation_id) DO UPDATE SET uses = excluded.uses, revoked = excluded.revoked)""",
+    "snapshots": """sealed_snapshots AS (
+  INSERT INTO evaluation_snapshots (snapshot_id, scope_id, ledger_sequence, descriptor)
+  SELECT s.snapshot_id, s.scope_id, s.ledger_sequence, decode(s.descriptor, 'base64')
+  FROM json_to_recordset(%(snapshots)s::json)
+       AS s(snapshot_id text, scope_id text, ledger_sequence bigint, descriptor text))""",
     "erase": """erased AS (
   DELETE FROM content_store c USING json_to_recordset(%(erase)s::json)
                                     AS k(scope_id text, object_id text, keep text, seq bigint)
@@ -141,7 +146,7 @@ class PostgresLedgerStore(LedgerReads):
             "ledger": batch.ledger, "versions": batch.versions, "content": content,
             "idempotency": batch.idempotency,
             "erase": [{"scope_id": e[0], "object_id": e[1], "keep": e[2], "seq": e[3]} for e in batch.erase],
-            "delegations": batch.delegations,
+            "delegations": batch.delegations, "snapshots": batch.snapshots,
         }
         params: dict[str, Any] = {part: _batch_json.encode(rows[part]).decode() for part in parts if rows[part]}
         if not params:
@@ -169,7 +174,7 @@ class PostgresLedgerStore(LedgerReads):
                           " version_id, ledger_sequence)",
                           [(i.scope_id, i.idempotency_key, i.request_digest, i.object_id, i.version_id,
                             i.ledger_sequence) for i in batch.idempotency])
-        await self._append_parts(batch, content, ("erase", "delegations"))
+        await self._append_parts(batch, content, ("erase", "delegations", "snapshots"))
 
     @staticmethod
     async def _copy(cur: psycopg.AsyncCursor[Any], target: str, rows: list[tuple[Any, ...]]) -> None:

@@ -73,6 +73,14 @@ class LedgerReads:
         return {r[0]: DelegationState(delegation_id=r[0], scope_id=r[1], grant=msgspec.json.decode(bytes(r[2])),
                                       uses=int(r[3]), revoked=bool(r[4])) for r in await cur.fetchall()}
 
+    async def sealed_snapshots(self, snapshot_ids: list[str]) -> set[str]:
+        """Which of these evaluation snapshot ids are sealed (in any scope: the ids are the service's)."""
+        if not snapshot_ids:
+            return set()
+        cur = await self.conn.execute("SELECT snapshot_id FROM evaluation_snapshots WHERE snapshot_id = ANY(%s)",
+                                      (snapshot_ids,))
+        return {r[0] for r in await cur.fetchall()}
+
     async def load_restorable(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
         """Per object, the digest of its newest version that was available with content, where content storage
         still holds it (what a suppressing redaction hid and a restoration may bring back)."""
@@ -106,6 +114,16 @@ class LedgerReads:
             " JOIN ledger l ON l.partition = %s AND l.ledger_sequence = v.ledger_sequence WHERE v.sequence = 1",
             ([k[0] for k in keys], [k[1] for k in keys], self.partition))
         return {(r[0], r[1]): r[2] for r in await cur.fetchall()}
+
+    async def first_sequences(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The ledger sequence of each object's first version (when it came to be), for those that exist."""
+        if not keys:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT v.scope_id, v.object_id, v.ledger_sequence FROM memory_versions v"
+            " JOIN unnest(%s::text[], %s::text[]) AS k(s, o) ON v.scope_id = k.s AND v.object_id = k.o"
+            " WHERE v.sequence = 1", ([k[0] for k in keys], [k[1] for k in keys]))
+        return {(r[0], r[1]): int(r[2]) for r in await cur.fetchall()}
 
     async def load_import_facts(self, scope_ids: list[str], ids: list[str]) -> tuple[set[str], set[str]]:
         """Of `scope_ids`, those holding ledger entries; of `ids`, the event and version ids the ledger has."""

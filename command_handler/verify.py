@@ -101,6 +101,22 @@ _DELEGATION_CHECKS = (
      " WHERE e.event_type = 'delegation_granted' AND NOT EXISTS (SELECT 1 FROM delegations d"
      " WHERE d.delegation_id = e.p -> 'delegation' ->> 'delegation_id') ORDER BY e.ledger_sequence LIMIT 1"),
 )
+# Each sealed snapshot's row is its snapshot_sealed entry's descriptor, at the entry's sequence and scope, and
+# every such entry has its row. (One partition is wired: rows carry no partition of their own.)
+_SNAPSHOT_ENTRIES = """(SELECT l.ledger_sequence, l.scope_id, convert_from(l.event, 'UTF8')::jsonb -> 'payload' AS p
+   FROM ledger l WHERE l.partition = %(p)s AND l.event_type = 'index_rebuilt'
+   AND convert_from(l.event, 'UTF8')::jsonb #>> '{payload,action}' = 'snapshot_sealed')"""
+_SNAPSHOT_CHECKS = (
+    ("evaluation_snapshots.ledger_entry",
+     "SELECT s.ledger_sequence, s.snapshot_id FROM evaluation_snapshots s LEFT JOIN " + _SNAPSHOT_ENTRIES +
+     " e ON e.ledger_sequence = s.ledger_sequence WHERE e.p IS NULL OR e.scope_id <> s.scope_id"
+     " OR e.p -> 'snapshot' <> convert_from(s.descriptor, 'UTF8')::jsonb ORDER BY s.ledger_sequence LIMIT 1",
+     "its row is not its ledger entry's descriptor"),
+    ("evaluation_snapshots.row",
+     "SELECT e.ledger_sequence, e.p -> 'snapshot' ->> 'snapshot_id' FROM " + _SNAPSHOT_ENTRIES + " e"
+     " WHERE NOT EXISTS (SELECT 1 FROM evaluation_snapshots s WHERE s.ledger_sequence = e.ledger_sequence)"
+     " ORDER BY e.ledger_sequence LIMIT 1", "it is sealed in the ledger but has no row"),
+)
 _LEDGER_COLUMNS = ("event_id", "operation_id", "scope_id", "object_id", "version_id", "event_type")
 
 
@@ -229,6 +245,10 @@ def verify_tables(database_url: str, partition: int = 0, progress: Progress | No
                                    " disagree" if check.endswith("entries") else
                                    f"delegation {found[1]!r} is granted in the ledger but has no row"),
                                result["rows_checked"])
+        for check, statement, why in _SNAPSHOT_CHECKS:
+            found = conn.execute(statement, {"p": partition}).fetchone()
+            if found is not None:
+                return failure(Bad(found[0], check, f"snapshot {found[1]!r}: {why}"), result["rows_checked"])
         return result
 
 

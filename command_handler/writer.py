@@ -41,6 +41,7 @@ from infra.settings import Settings
 from infra.subjects import command_subject, status_subject
 from schemas.canonical import canonical_bytes
 from schemas.common import SYSTEM_SCOPE
+from schemas.snapshots import CreateSnapshot
 from schemas.bundle import chunk_key
 from schemas.commands import CorrectProvenance, CreateScope, ImportEntries, TransitionState
 from schemas.redaction import Redact
@@ -249,11 +250,16 @@ class Writer:
         digests.extend(restorable.values())
         policies, created_at = await self._retention_inputs(parsed)
         delegation_ids = sorted({d for p in parsed for d in [delegation_named(p.command)] if d})
+        snapshots = [p.command for p in parsed if isinstance(p.command, CreateSnapshot)]
         return PlanInputs(heads=heads, idempotency=idem, scope_known=self.scopes.__contains__,
                           stamp=new_stamp, tail=self.tail, registry=self.registry,
                           contents=await self.store.load_contents(digests), restorable=restorable,
                           scope_policies=policies, created_at=created_at,
                           delegations=await self.store.load_delegations(delegation_ids),
+                          sealed=frozenset(await self.store.sealed_snapshots(sorted(
+                              {s.snapshot.snapshot_id for s in snapshots}))),
+                          born=await self.store.first_sequences(sorted(
+                              {(s.scope_id, m) for s in snapshots for m in s.snapshot.included_object_ids or ()})),
                           authority=authority_of(self.policy), imports=await self._import_facts(parsed),
                           record_refusal=lambda item, exc: refusal_entry(self.denial_limiter, item, exc))
 

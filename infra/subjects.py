@@ -7,8 +7,9 @@ import base64
 # The commands an agent may send (the rest of `{prefix}.cmd.*` is the service's own: open_subscription,
 # record_*, register_embedding_space): what a credential's NATS login may publish.
 COMMANDS = ("create", "update", "transition", "delete", "create_scope", "grant_delegation", "check_delegation",
-            "revoke_delegation", "relate", "redact", "promote", "correct_provenance", "import_entries")
-QUERIES = ("read", "history", "query", "search", "whoami", "related", "events", "export")
+            "revoke_delegation", "relate", "redact", "promote", "correct_provenance", "import_entries",
+            "snapshot_create")
+QUERIES = ("read", "history", "query", "search", "whoami", "related", "events", "export", "snapshots")
 # The Subscribe gateway's requests ({prefix}.sub.<call>): the gateway answers each, a credential may send each.
 SUBSCRIPTION_CALLS = ("open", "poll", "ack", "resume", "close", "status", "list")
 

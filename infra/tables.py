@@ -57,6 +57,9 @@ TABLES: dict[str, Table] = {
                                                      "projector.store": "the full-text vector of a version"}),
     "idempotency_records": Table("command_handler.store", {**_WRITER_READS, **_VACUUM}),
     "delegations": Table("command_handler.store", _WRITER_READS),
+    "evaluation_snapshots": Table("command_handler.store", {
+        **_WRITER_READS, "query.snapshots": "reads at a snapshot, and list/show, find its sealed descriptor by id",
+    }),
     "scopes": Table("command_handler.store", {
         "command_handler.store_reads": _WRITER_READS["command_handler.store_reads"],
         "infra.scopes": "the kernel's scope reads: whether a scope exists, its record, policies by key",

@@ -104,7 +104,7 @@ def query_call(arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
             raise invalid("embedding_space_id names the space of a semantic query: give `semantic` too",
                           field="embedding_space_id")
         body = {"scope_id": arguments["scope_id"], **mapped_filters(arguments.get("filters"), QUERY_ONLY)}
-        return "query", {**body, **_present(arguments, "cursor", "limit", "operation_id")}
+        return "query", {**body, **_present(arguments, "cursor", "limit", "operation_id", "snapshot_id")}
     unknown = sorted(set(semantic) - SEMANTIC_KEYS)
     if unknown:
         raise invalid(f"unknown key {unknown[0]!r} in semantic (text, vector, mode)", field=f"semantic/{unknown[0]}")

@@ -55,9 +55,10 @@ async def _run(caller: Caller, name: str, args: dict[str, Any]) -> tuple[dict[st
         client = await caller.client()
         return await client.command(command, body), key
     client = await caller.client()
-    if args.get("snapshot_id") is not None:
-        raise PamspecError.of("snapshot_not_found", "no evaluation snapshot has this id (pamledger has no "
-                              "evaluation snapshots yet)", {"snapshot_id": args["snapshot_id"]})
+    if args.get("snapshot_id") is not None and not (name == "pamspec.read" or (
+            name == "pamspec.query" and args.get("semantic") is None)):
+        raise invalid("reads at an evaluation snapshot are read and structured query; semantic query at a "
+                      "snapshot is not built yet", field="snapshot_id")
     match name:
         case "pamspec.read":
             return await client.query_request("read", args), None

@@ -39,6 +39,7 @@ from memory_client.cli_errors import failed
 from memory_client.cli_query import add_query_parser, query_filters
 from memory_client.cli_related import add_related_parser, cmd_related
 from memory_client.cli_search import add_search_parser, search_arguments
+from memory_client.cli_snapshot import add_snapshot_parser, cmd_snapshot
 from memory_client.cli_subscribe import add_subscribe_parser, cmd_subscribe, cmd_subscriptions
 from schemas.common import DIMENSION_STATES
 
@@ -78,9 +79,10 @@ async def _client_call(settings: Settings, args: argparse.Namespace) -> Any:
                 return await client.delete(args.scope_id, args.object_id, args.expected_version_id, actor,
                                            provenance)
             case "read":
-                return await client.read(args.scope_id, args.object_id, args.version_id)
+                return await client.read(args.scope_id, args.object_id, args.version_id,
+                                         snapshot_id=args.snapshot_id)
             case "history":
-                return await client.history(args.scope_id, args.object_id)
+                return await client.history(args.scope_id, args.object_id, snapshot_id=args.snapshot_id)
             case "query":
                 return await client.query(args.scope_id, **query_filters(args))
             case "search":
@@ -138,6 +140,10 @@ def add_client_parsers(sub: Any, import_sources: tuple[str, ...] = ("pamledger",
     hist = sub.add_parser("history", help="versions oldest first and the object's ledger events")
     hist.add_argument("scope_id", type=pam_id)
     hist.add_argument("object_id", type=pam_id)
+    for parser in (read, hist):
+        parser.add_argument("--snapshot", type=pam_id, dest="snapshot_id",
+                            help="as this sealed evaluation snapshot holds the object (`pamledger snapshot create`)")
+    add_snapshot_parser(sub)
     add_object_parsers(sub)
     add_query_parser(sub)
     add_search_parser(sub)
@@ -157,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 CLIENT_HANDLERS: dict[str, Handler] = {
     "conformance-adapter": cmd_conformance, "subscribe": cmd_subscribe, "subscriptions": cmd_subscriptions,
     "actors": cmd_actors, "tokens": cmd_tokens, "related": cmd_related, "export": cmd_export, "import": cmd_import,
+    "snapshot": cmd_snapshot,
 }
 CLIENT_HANDLERS.update((name, cmd_objects) for name in OBJECT_COMMANDS)
 

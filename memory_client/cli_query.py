@@ -39,6 +39,8 @@ def add_query_parser(sub: Any) -> None:
     q.add_argument("--cursor", help="the next_cursor of the previous page")
     q.add_argument("--min-sequence", type=sequence, help="wait until the projection has reached this sequence")
     q.add_argument("--as-of", type=sequence, dest="as_of_sequence", help="the scope as of this ledger sequence")
+    q.add_argument("--snapshot", type=pam_id, dest="snapshot_id",
+                   help="the scope as this sealed evaluation snapshot holds it (`pamledger snapshot create`)")
 
 
 def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +68,7 @@ def query_filters(args: argparse.Namespace) -> dict[str, Any]:
     seq = {k: v for k, v in (("gte", args.seq_gte), ("lte", args.seq_lte)) if v is not None}
     if seq:
         body["ledger_sequence"] = seq
-    for name in ("text", "cursor", "min_sequence", "as_of_sequence"):
+    for name in ("text", "cursor", "min_sequence", "as_of_sequence", "snapshot_id"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
     body.update(order=args.order, limit=args.limit)

@@ -117,14 +117,52 @@ class MemoryClient(ObjectCommands):
         return await self._command("delete", body)
 
     async def read(self, scope_id: str, object_id: str, version_id: str | None = None,
-                   actor: dict[str, Any] | None = None) -> dict[str, Any]:
+                   actor: dict[str, Any] | None = None, snapshot_id: str | None = None) -> dict[str, Any]:
+        """The object's envelope; at a sealed snapshot (`snapshot_id`): {envelope, snapshot}."""
         body: dict[str, Any] = {"scope_id": scope_id, "object_id": object_id}
         if version_id is not None:
             body["version_id"] = version_id
+        if snapshot_id is not None:
+            body["snapshot_id"] = snapshot_id
         return await self.query_request("read", body, actor)
 
-    async def history(self, scope_id: str, object_id: str, actor: dict[str, Any] | None = None) -> dict[str, Any]:
-        return await self.query_request("history", {"scope_id": scope_id, "object_id": object_id}, actor)
+    async def history(self, scope_id: str, object_id: str, actor: dict[str, Any] | None = None,
+                      snapshot_id: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"scope_id": scope_id, "object_id": object_id}
+        if snapshot_id is not None:
+            body["snapshot_id"] = snapshot_id
+        return await self.query_request("history", body, actor)
+
+    async def snapshot_create(self, scope_id: str, actor: dict[str, Any], at: int | None = None,
+                              object_ids: list[str] | None = None, snapshot_id: str | None = None,
+                              idempotency_key: str | None = None, **descriptor: Any) -> dict[str, Any]:
+        """Seal an evaluation snapshot of the scope at ledger sequence `at` (default: the head), of
+        `object_ids` (default: every object of the scope); `descriptor`: more fields of
+        evaluation-snapshot.schema.json (evaluation_run_id, deterministic_clock, ...). Result: the sealed
+        descriptor under `snapshot`, with the entry's `ledger_sequence` and `event_id`."""
+        snapshot: dict[str, Any] = {"snapshot_id": snapshot_id or f"snap:{uuid.uuid4()}", **descriptor}
+        if at is not None:
+            snapshot["ledger_sequence_high_watermark"] = at
+        if object_ids is not None:
+            snapshot["included_object_ids"] = list(object_ids)
+        body: dict[str, Any] = {"scope_id": scope_id, "actor": actor, "snapshot": snapshot}
+        if idempotency_key is not None:
+            body["idempotency_key"] = idempotency_key
+        result = await self._command("snapshot_create", body)
+        if "snapshot" not in result:  # a replayed result (a retry after a lost reply) names the entry only
+            result = {**result, **await self.snapshot_show(scope_id, snapshot["snapshot_id"])}
+        return result
+
+    async def snapshot_list(self, scope_id: str, after_sequence: int = 0, limit: int = 100,
+                            actor: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The scope's sealed snapshots in sealing order: {snapshots: [{ledger_sequence, snapshot}], more}."""
+        return await self.query_request("snapshots", {"scope_id": scope_id, "after_sequence": after_sequence,
+                                                      "limit": limit}, actor)
+
+    async def snapshot_show(self, scope_id: str, snapshot_id: str, actor: dict[str, Any] | None = None
+                            ) -> dict[str, Any]:
+        """One sealed snapshot's descriptor: {snapshot}."""
+        return await self.query_request("snapshots", {"scope_id": scope_id, "snapshot_id": snapshot_id}, actor)
 
     async def query(self, scope_id: str, actor: dict[str, Any] | None = None, **filters: Any) -> dict[str, Any]:
         """Query the scope (filters as in docs/protocol.md). Sends the last ledger sequence this client
@@ -160,11 +198,11 @@ class MemoryClient(ObjectCommands):
         """Any query of docs/protocol.md by name (read, history, query, search, related, events, whoami) with its
         body as the NATS binding takes it. Query, search and related read what followers have applied, so they
         wait for this client's own writes (`min_sequence` = the last sequence it wrote) unless the body names
-        `min_sequence` or `as_of_sequence`. A body's `operation_id` also travels as the Pam-Operation-Id header
-        (the id errors echo)."""
+        `min_sequence`, `as_of_sequence` or `snapshot_id`. A body's `operation_id` also travels as the
+        Pam-Operation-Id header (the id errors echo)."""
         body = dict(body)
         if name in _SEES_OWN_WRITES and self.last_sequence and "min_sequence" not in body \
-                and "as_of_sequence" not in body:
+                and "as_of_sequence" not in body and "snapshot_id" not in body:
             body["min_sequence"] = self.last_sequence
         headers = self.actor_header(actor)
         if body.get("operation_id"):

@@ -88,8 +88,10 @@ def _quality_key(signal: str, direction: str) -> list[tuple[str, str, str]]:
     return [(f"coalesce({value}, {sentinel})", value, f"coalesce(%s::double precision, {sentinel})")]
 
 
-def build(request: QueryRequest, after: list[Any] | None, as_of: int | None) -> tuple[sql.Composed, list[Any]]:
-    """The SELECT for one page: rows of (meta, content, sort key values…)."""
+def build(request: QueryRequest, after: list[Any] | None, as_of: int | None,
+          members: list[str] | None = None) -> tuple[sql.Composed, list[Any]]:
+    """The SELECT for one page: rows of (meta, content, sort key values…); `members`: only these objects (a
+    snapshot's named members)."""
     params: list[Any] = []
     if as_of is not None:
         search = SEARCH_EXPRESSION if request.text else "NULL::tsvector"
@@ -107,6 +109,9 @@ def build(request: QueryRequest, after: list[Any] | None, as_of: int | None) -> 
     where, where_params = _where(request, after, keys, direction)
     parts.append(sql.SQL(" WHERE ") + where)
     params += where_params
+    if members is not None:
+        parts.append(sql.SQL(" AND p.object_id = ANY(%s)"))
+        params.append(members)
     order_by = sql.SQL(", ").join(sql.SQL(f"{expr} {direction}") for expr, _, _ in keys)
     parts.append(sql.SQL(" ORDER BY {order} LIMIT %s").format(order=order_by))
     params.append(request.limit + 1)

@@ -25,17 +25,23 @@ _VERSIONS = (
 
 
 async def read_envelope(
-    conn: psycopg.AsyncConnection[Any], scope_id: str, object_id: str, version_id: str | None
+    conn: psycopg.AsyncConnection[Any], scope_id: str, object_id: str, version_id: str | None,
+    at: int | None = None,
 ) -> bytes:
-    """The canonical envelope of the current (or named) version, or the error Read answers."""
+    """The canonical envelope of the current (or named) version, or the error Read answers. `at`: as the
+    object stood at that ledger sequence (a snapshot's watermark), content hidden or erased since still
+    absent."""
     await _require_scope(conn, scope_id)
-    cur = await conn.execute(_VERSIONS + " ORDER BY v.sequence DESC LIMIT 1", (scope_id, object_id))
+    bound, params = (" AND v.ledger_sequence <= %s", (scope_id, object_id, at)) if at is not None \
+        else ("", (scope_id, object_id))
+    cur = await conn.execute(_VERSIONS + bound + " ORDER BY v.sequence DESC LIMIT 1", params)
     latest = await cur.fetchone()
     if latest is None:
         raise ObjectNotFound("object not found in this scope", details={"object_id": object_id})
+    hidden_since = at is not None and await _hidden_now(conn, scope_id, object_id, latest[0])
     row = latest
     if version_id is not None and version_id != latest[0]:
-        cur = await conn.execute(_VERSIONS + " AND v.version_id = %s", (scope_id, object_id, version_id))
+        cur = await conn.execute(_VERSIONS + bound + " AND v.version_id = %s", (*params, version_id))
         row = await cur.fetchone()
         if row is None:
             raise ObjectNotFound("version not found for this object", details={"object_id": object_id,
@@ -54,29 +60,41 @@ async def read_envelope(
                                                                  "tombstone_version_id": latest[0]})
     if meta["availability_state"] == "redacted":
         raise ObjectRedacted("object content is redacted", details={"object_id": object_id, "version_id": row[0]})
-    return envelope_bytes(meta, bytes(row[3]) if row[3] is not None else None)
+    return envelope_bytes(meta, bytes(row[3]) if row[3] is not None and not hidden_since else None)
 
 
-async def history(conn: psycopg.AsyncConnection[Any], scope_id: str, object_id: str) -> bytes:
-    """Versions oldest first (content null where erased) and the object's ledger events in ledger order."""
+async def history(conn: psycopg.AsyncConnection[Any], scope_id: str, object_id: str, at: int | None = None,
+                  extra: dict[str, Any] | None = None) -> bytes:
+    """Versions oldest first (content null where erased) and the object's ledger events in ledger order; `at`:
+    only those at or before that ledger sequence (a snapshot's watermark), `extra`: more result fields."""
     await _require_scope(conn, scope_id)
     cur = await conn.execute(_VERSIONS + " ORDER BY v.sequence", (scope_id, object_id))
-    versions = await cur.fetchall()
+    every = await cur.fetchall()
+    versions = [v for v in every if at is None or v[4] <= at]
     if not versions:
         raise ObjectNotFound("object not found in this scope", details={"object_id": object_id})
     cur = await conn.execute(
-        "SELECT ledger_sequence, event FROM ledger WHERE scope_id = %s AND object_id = %s ORDER BY ledger_sequence",
-        (scope_id, object_id),
+        "SELECT ledger_sequence, event FROM ledger WHERE scope_id = %s AND object_id = %s"
+        " AND ledger_sequence <= %s ORDER BY ledger_sequence",
+        (scope_id, object_id, at if at is not None else 2**63 - 1),
     )
     events = [{"ledger_sequence": seq, "event": msgspec.Raw(bytes(ev))} for seq, ev in await cur.fetchall()]
-    hidden = decode_json(bytes(versions[-1][2]))["availability_state"] in HIDING_STATES  # all but the latest's
+    hidden = decode_json(bytes(every[-1][2]))["availability_state"] in HIDING_STATES  # all but the latest's
     envelopes = [
         msgspec.Raw(envelope_bytes(decode_json(bytes(v[2])), bytes(v[3]) if v[3] is not None and not (
-            hidden and v is not versions[-1]) else None))
+            hidden and v[0] != every[-1][0]) else None))
         for v in versions
     ]
     return canonical_bytes({"result": {"object_id": object_id, "scope_id": scope_id,
-                                       "versions": envelopes, "events": events}})
+                                       "versions": envelopes, "events": events, **(extra or {})}})
+
+
+async def _hidden_now(conn: psycopg.AsyncConnection[Any], scope_id: str, object_id: str, version_id: str) -> bool:
+    """Whether the object's newest version (now) is another one whose availability hides earlier content."""
+    cur = await conn.execute(_VERSIONS + " ORDER BY v.sequence DESC LIMIT 1", (scope_id, object_id))
+    newest = await cur.fetchone()
+    return newest is not None and newest[0] != version_id and \
+        decode_json(bytes(newest[2]))["availability_state"] in HIDING_STATES
 
 
 async def scope_events(conn: psycopg.AsyncConnection[Any], scope_id: str, partition: int, after: int, limit: int,

@@ -22,6 +22,8 @@ from infra.scopes import SCOPE_EXISTS
 from query.cursor import decode_cursor, encode_cursor
 from query.plan import build
 from query.snapshot import BEGIN_SNAPSHOT
+from query.snapshots import Pinned, lost_statement, report_of
+from query.snapshots import pinned as snapshot_pin
 from schemas.queries import QueryRequest
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.errors import InvalidRequest, ScopeNotFound
@@ -75,27 +77,36 @@ async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, 
                     partition: int) -> bytes:
     after, pinned = decode_cursor(request)
     as_of = request.as_of_sequence if request.as_of_sequence is not None else pinned
+    pin: Pinned | None = None
+    if request.snapshot_id is not None:  # the scope as the snapshot pins it: its watermark, its members
+        async with pool.connection() as conn:
+            pin = await snapshot_pin(conn, request.scope_id, request.snapshot_id)
+        as_of = pin.watermark
     reached = True
     if request.min_sequence is not None and as_of is None and watcher.sequence < request.min_sequence:
         reached = await watcher.wait_for(request.min_sequence, request.wait_ms / 1000)
-    statement, params = build(request, after, as_of)
+    statement, params = build(request, after, as_of, pin.members if pin is not None else None)
     async with pool.connection() as conn:
-        # One snapshot for the scope check, the checkpoint and the rows; pipelined, so the whole
-        # transaction costs one round trip. Rows of an unknown scope are empty and never returned.
+        # One snapshot for the scope check, the checkpoint and the rows (and, at an evaluation snapshot, the
+        # count of its erased versions); pipelined, so the whole transaction costs one round trip. Rows of an
+        # unknown scope are empty and never returned.
         async with pipelined_transaction(conn, BEGIN_SNAPSHOT):
             state = await conn.execute(_STATE, (request.scope_id, PROJECTION, partition))
             found = await conn.execute(statement, params)
+            lost = await conn.execute(*lost_statement(pin)) if pin is not None else None
         known, projected, head = await state.fetchone() or (False, 0, 0)
         rows = await found.fetchall()
+        erased = (await lost.fetchone() or (0,))[0] if lost is not None else 0
     if not known:
         raise ScopeNotFound("scope not found", details={"scope_id": request.scope_id})
     if as_of is not None and as_of > head:
         raise InvalidRequest("as_of_sequence is beyond the ledger head", details={"as_of_sequence": as_of})
     snapshot = as_of if as_of is not None else projected
-    return _reply(request, rows, snapshot, as_of, reached)
+    return _reply(request, rows, snapshot, as_of, reached, report_of(pin, int(erased)) if pin is not None else None)
 
 
-def _reply(request: QueryRequest, rows: list[Any], snapshot: int, as_of: int | None, reached: bool) -> bytes:
+def _reply(request: QueryRequest, rows: list[Any], snapshot: int, as_of: int | None, reached: bool,
+           report: dict[str, Any] | None = None) -> bytes:
     page = rows[: request.limit]
     items = []
     for row in page:
@@ -113,4 +124,6 @@ def _reply(request: QueryRequest, rows: list[Any], snapshot: int, as_of: int | N
                               "order": request.order}
     if request.min_sequence is not None:
         result["min_sequence_reached"] = reached and snapshot >= request.min_sequence
+    if report is not None:
+        result["snapshot"] = report
     return canonical_bytes({"result": result})

@@ -27,13 +27,14 @@ from infra.subjects import QUERIES, query_subject, status_subject
 from query.export import ExportRequest, export_entries, export_header
 from query.reads import history, read_envelope, scope_events
 from query.related import relationship_refs, run_related
+from query.snapshots import SnapshotsRequest, pin_report, pinned, snapshots
 from query.hybrid import run_search
 from query.search import CheckpointWatcher, run_query
 from schemas.queries import RelatedRequest, decode_query, decode_related, decode_request
 from schemas.search import SearchRequest, decode_search
 from schemas.canonical import canonical_bytes
 from schemas.common import Id
-from schemas.errors import InvalidRequest, ServiceUnavailable
+from schemas.errors import InvalidRequest, ObjectNotFound, ServiceUnavailable
 from schemas.replies import OPERATION_HEADER, error_reply
 
 log = structlog.get_logger(__name__)
@@ -46,6 +47,7 @@ class ReadRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     # The non-authoritative relationship_refs projection, beside the envelope (never in it: the envelope's
     # bytes stay those of the committed version): result {envelope, relationship_refs, as_of_sequence}.
     include_relationship_refs: bool = False
+    snapshot_id: Id | None = None  # as the sealed snapshot holds it: result {envelope, snapshot}
     operation_id: Annotated[str, msgspec.Meta(max_length=512)] | None = None
 
 
@@ -58,6 +60,7 @@ class WhoamiRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 class HistoryRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     scope_id: Id
     object_id: Id
+    snapshot_id: Id | None = None  # the versions and events up to the sealed snapshot's watermark
     operation_id: Annotated[str, msgspec.Meta(max_length=512)] | None = None
 
 
@@ -77,6 +80,7 @@ _events_decoder = msgspec.json.Decoder(EventsRequest)
 _history_decoder = msgspec.json.Decoder(HistoryRequest)
 _whoami_decoder = msgspec.json.Decoder(WhoamiRequest)
 _export_decoder = msgspec.json.Decoder(ExportRequest)
+_snapshots_decoder = msgspec.json.Decoder(SnapshotsRequest)
 
 
 class QueryService:
@@ -165,6 +169,8 @@ class QueryService:
                 return decode_request(_events_decoder, data, "events request")
             if name == "export":
                 return decode_request(_export_decoder, data, "export request")
+            if name == "snapshots":
+                return decode_request(_snapshots_decoder, data, "snapshots request")
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidRequest(f"malformed {name} request: {exc}", details={"reason": str(exc)}) from None
         raise InvalidRequest(f"unknown query {name!r}")
@@ -196,6 +202,11 @@ class QueryService:
                                                "actor_kind": context.principal.actor_kind,
                                                "authenticated": context.authenticated,
                                                "grants": self._grants_of(context)}})
+        if isinstance(request, (ReadRequest, HistoryRequest)) and request.snapshot_id is not None:
+            return await self._at_snapshot(request)
+        if isinstance(request, SnapshotsRequest):
+            async with self.pool.connection() as conn:
+                return await snapshots(conn, request)
         if isinstance(request, ReadRequest):
             async with self.pool.connection() as conn:
                 envelope = await read_envelope(conn, request.scope_id, request.object_id, request.version_id)
@@ -221,3 +232,20 @@ class QueryService:
         if isinstance(request, RelatedRequest):
             return await run_related(self.pool, self.watcher, request, lambda scope: self._may_read(context, scope))
         return await run_query(self.pool, self.watcher, request, self.partition)
+
+    async def _at_snapshot(self, request: ReadRequest | HistoryRequest) -> bytes:
+        """Read or history as a sealed snapshot holds the object: at its watermark, members only."""
+        assert request.snapshot_id is not None
+        if isinstance(request, ReadRequest) and request.include_relationship_refs:
+            raise InvalidRequest("relationship_refs are the current projection's: not at a snapshot",
+                                 details={"field": "include_relationship_refs"})
+        async with self.pool.connection() as conn:
+            pin = await pinned(conn, request.scope_id, request.snapshot_id)
+            if not pin.holds(request.object_id):
+                raise ObjectNotFound("object not found in this snapshot", details={"object_id": request.object_id})
+            report = await pin_report(conn, pin)
+            if isinstance(request, HistoryRequest):
+                return await history(conn, request.scope_id, request.object_id, pin.watermark, {"snapshot": report})
+            envelope = await read_envelope(conn, request.scope_id, request.object_id, request.version_id,
+                                           pin.watermark)
+        return canonical_bytes({"result": {"envelope": msgspec.Raw(envelope), "snapshot": report}})

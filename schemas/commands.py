@@ -29,6 +29,7 @@ from schemas.embedding import FLOAT4_MAX, MAX_DIMENSIONS, EmbeddingSpace
 from schemas.envelope import Actor, Integrity, Provenance, QualitySignals
 from schemas.redaction import Redact
 from schemas.relationship import Relate
+from schemas.snapshots import CreateSnapshot
 
 # `\Z`, not `$`: `$` also matches before a final newline (see schemas.common.ID_PATTERN).
 SchemaUri = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9+.-]*:[^\s\x00]+\Z", max_length=1024)]
@@ -285,7 +286,7 @@ class ImportEntries(msgspec.Struct, tag="import_entries", **COMMAND_STRUCT):
 
 ObjectCommand = CreateObject | UpdateObject | TransitionState | DeleteObject | Relate | Redact | Promote | CorrectProvenance
 EventOnlyCommand = OpenSubscription | CloseSubscription | RegisterEmbeddingSpace | RecordIndexEvent | RecordAccessDenied
-Command = ObjectCommand | EventOnlyCommand | CreateScope | DelegationCommand | ImportEntries
+Command = ObjectCommand | EventOnlyCommand | CreateScope | DelegationCommand | ImportEntries | CreateSnapshot
 
 COMMAND_TYPES: dict[str, type[Command]] = {
     "create": CreateObject,
@@ -306,6 +307,7 @@ COMMAND_TYPES: dict[str, type[Command]] = {
     "check_delegation": CheckDelegation,
     "revoke_delegation": RevokeDelegation,
     "import_entries": ImportEntries,
+    "snapshot_create": CreateSnapshot,
 }
 
 DECODERS: dict[str, msgspec.json.Decoder[Any]] = {

@@ -98,6 +98,10 @@ class ScopeNotFound(CommandRejected):
     code: ErrorCode = "scope_not_found"
 
 
+class SnapshotNotFound(CommandRejected):
+    code: ErrorCode = "snapshot_not_found"
+
+
 class VersionConflict(CommandRejected):
     code: ErrorCode = "version_conflict"
 

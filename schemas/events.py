@@ -196,6 +196,12 @@ class ScopeImported(_IndexAction, tag="scope_imported", frozen=True, kw_only=Tru
     counts: dict[str, int] | None = None
 
 
+class SnapshotSealed(_IndexAction, tag="snapshot_sealed", frozen=True, kw_only=True, omit_defaults=True):
+    """The entry that seals an evaluation snapshot (schemas.snapshots): its descriptor, digest included."""
+
+    snapshot: dict[str, Any]  # evaluation-snapshot.schema.json
+
+
 class Embedded(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     embedding_space_id: str
     space_digest: str
@@ -343,7 +349,7 @@ class _EntryEvent(_Event, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class IndexRebuilt(_EntryEvent, tag="index_rebuilt", frozen=True, kw_only=True, omit_defaults=True):
-    payload: SpaceRegistered | DefaultSpaceSet | RebuildCompleted | ScopeImported
+    payload: SpaceRegistered | DefaultSpaceSet | RebuildCompleted | ScopeImported | SnapshotSealed
 
 
 class EmbeddingGenerated(_EntryEvent, tag="embedding_generated", frozen=True, kw_only=True, omit_defaults=True):

@@ -91,6 +91,7 @@ class QueryRequest(Filters, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     min_sequence: Annotated[int, msgspec.Meta(ge=0)] | None = None
     wait_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_WAIT_MS)] = 2000
     as_of_sequence: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    snapshot_id: Id | None = None  # answer at this sealed evaluation snapshot (query.snapshots)
     operation_id: Annotated[str, msgspec.Meta(max_length=512)] | None = None
 
 
@@ -117,6 +118,9 @@ def decode_query(data: bytes) -> QueryRequest:
     check_ranges(request)
     if request.order == "score" and request.text is None:
         raise InvalidRequest("order 'score' needs a text query", details={"order": "score"})
+    if request.snapshot_id is not None and request.as_of_sequence is not None:
+        raise InvalidRequest("a snapshot pins its own sequence: send snapshot_id or as_of_sequence, not both",
+                             details={"field": "as_of_sequence"})
     return request
 
 

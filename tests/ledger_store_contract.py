@@ -88,6 +88,10 @@ def check(delegation_id: str) -> Parsed:
                    operation="read")
 
 
+def seal(snapshot_id: str) -> Parsed:
+    return command("snapshot_create", snapshot={"snapshot_id": snapshot_id})
+
+
 class Stamps:
     """Stamps op:n, evt:n, ver:n numbered across every batch of a test (a second after NOW per n, salt n);
     `overrides` gives a named object's next stamp some fields of the test's choosing (a reused id)."""
@@ -323,6 +327,23 @@ class LedgerStoreContract:
                                  delegations=[changed]))
         assert await store.load_delegations(["del:1"]) == {
             "del:1": msgspec.structs.replace(state, uses=5, revoked=True)}  # uses and revoked move, nothing else
+
+    async def test_sealed_snapshots_are_known_by_id_and_an_id_sealed_again_is_refused(
+            self, store: LedgerStore) -> None:
+        ledger = Ledger()
+        made = await ledger.commit(store, scope(SCOPE), create("mem:a"), seal("snap:1"))
+        assert await store.sealed_snapshots(["snap:1", "snap:none"]) == {"snap:1"}
+        assert await store.sealed_snapshots([]) == set()
+        await ledger.commit(store, update("mem:a", ledger.head("mem:a").version_id, "again"))
+        assert await store.first_sequences([(SCOPE, "mem:a"), (SCOPE, "mem:none"), (OTHER, "mem:a")]) == {
+            (SCOPE, "mem:a"): made.batch.versions[0].ledger_sequence}  # its first version's, not its latest's
+        assert await store.first_sequences([]) == {}
+        tail = await store.tail()
+        again = ledger.plan([seal("snap:1")])  # a planner that was not told snap:1 is sealed
+        with pytest.raises(self.refusals) as raised:
+            await store.append(again.batch)
+        assert self.constraint(raised.value) == "evaluation_snapshots_pkey"
+        assert await store.tail() == tail
 
     async def test_the_tail_is_the_last_rows_sequence_and_hash_and_the_chain_links(self, store: LedgerStore) -> None:
         ledger = Ledger()

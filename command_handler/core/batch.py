@@ -45,6 +45,15 @@ class ContentRow(msgspec.Struct, frozen=True, kw_only=True):
     content: bytes
 
 
+class SnapshotRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A sealed evaluation snapshot, by id (schemas.snapshots): written once, never changed."""
+
+    snapshot_id: str
+    scope_id: str
+    ledger_sequence: int  # of the entry that sealed it
+    descriptor: bytes  # canonical JSON of the sealed descriptor
+
+
 class Batch(msgspec.Struct, kw_only=True):
     """Everything one group commit writes."""
 
@@ -59,6 +68,7 @@ class Batch(msgspec.Struct, kw_only=True):
     scopes: list[tuple[str, str, str | None, str | None]]
     delegations: list[DelegationState] = []  # each changed delegation's state after the batch, once
     handoff: list[HandoffRow] = []  # vectors imported versions bring for the indexer (embedding.handoff)
+    snapshots: list[SnapshotRow] = []  # evaluation snapshots this batch seals
 
 
 class LedgerStore(Protocol):
@@ -78,6 +88,8 @@ class LedgerStore(Protocol):
     async def load_scope_policies(self, scope_ids: list[str]) -> dict[str, Any]: ...
     async def load_created_at(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], datetime]: ...
     async def known_scopes(self, scope_ids: list[str]) -> set[str]: ...
+    async def sealed_snapshots(self, snapshot_ids: list[str]) -> set[str]: ...
+    async def first_sequences(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]: ...
     async def load_import_facts(self, scope_ids: list[str], ids: list[str]) -> tuple[set[str], set[str]]: ...
     async def load_contents(self, digests: list[str]) -> dict[str, bytes]: ...
     async def load_delegations(self, ids: list[str]) -> dict[str, DelegationState]: ...

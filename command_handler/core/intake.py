@@ -62,7 +62,8 @@ def parse(name: str, data: bytes, headers: dict[str, str] | None, max_bytes: int
         plain: dict[str, Any] = msgspec.to_builtins(command)
     except msgspec.ValidationError as exc:
         field = _field(str(exc), data)
-        error = InvalidObject if top_field(field) in ENVELOPE_FIELDS else InvalidRequest
+        descriptor = name == "snapshot_create" and top_field(field) == "snapshot"  # a bad snapshot descriptor
+        error = InvalidObject if top_field(field) in ENVELOPE_FIELDS or descriptor else InvalidRequest
         raise error(f"invalid {name} command: {exc}", details={"reason": str(exc), "field": field}) from None
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"malformed {name} command: {exc}", details={"reason": str(exc)}) from None

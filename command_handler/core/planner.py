@@ -21,14 +21,16 @@ from command_handler.core.delegations import decide_delegation, exercise_for
 from command_handler.core.intake import Parsed
 from command_handler.core.idempotency import same_request
 from command_handler.core.references import DELEGATION_COMMANDS
+from command_handler.core.snapshots import seal
 from command_handler.core.state import EVERYTHING, Authority, Context, Decision, ImportFacts, ObjectHead, Stamp
-from command_handler.core.batch import Batch, ContentRow, VersionRow
+from command_handler.core.batch import Batch, ContentRow, SnapshotRow, VersionRow
 from infra.ledger import IdempotencyRow, LedgerRow
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateScope, ImportEntries, RecordAccessDenied
 from schemas.delegation import CheckDelegation, DelegationState
 from schemas.errors import AccessDenied, PamledgerError, ScopeNotFound
 from schemas.registry import TypeRegistry
+from schemas.snapshots import CreateSnapshot
 
 log = structlog.get_logger(__name__)
 
@@ -85,6 +87,8 @@ class PlanInputs:
     authority: Authority = EVERYTHING
     # By (scope_id, the chunk's idempotency key): what an import's chunk needs to know (core.imports)
     imports: dict[tuple[str, str], ImportFacts] = field(default_factory=dict)
+    sealed: frozenset[str] = frozenset()  # snapshot ids this batch's snapshot_create commands name, already sealed
+    born: dict[tuple[str, str], int] = field(default_factory=dict)  # their named members: first version's sequence
     # A refused delegation command -> the access_denied entry recording it (None: the limiter leaves it out).
     record_refusal: Callable[[Parsed, AccessDenied], Parsed | None] = lambda item, exc: None
 
@@ -112,6 +116,8 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
     new_scopes: set[str] = set()
     outcomes: list[Outcome] = []
     delegations: dict[str, DelegationState] = {}
+    sealed = set(inputs.sealed)  # snapshot ids sealed before this batch, then by it
+    born: ChainMap[tuple[str, str], int] = ChainMap({}, inputs.born)  # objects' first sequences, this batch's too
     # Contents by digest: as loaded, then what this batch's own versions carry (a transition of an object the
     # batch created replies with its content; a partial redaction of it reads it).
     batch_contents: dict[str, bytes] = {}
@@ -147,9 +153,12 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             head = heads.get(key) or inputs.heads.get(key)
             exercise: tuple[Decision, DelegationState] | None = None
             # With auth off there is no policy to stand in for: a delegation named in an actor is only recorded.
-            check = None if isinstance(command, DELEGATION_COMMANDS) or inputs.authority is EVERYTHING else \
+            check = None if isinstance(command, (*DELEGATION_COMMANDS, CreateSnapshot)) \
+                or inputs.authority is EVERYTHING else \
                 exercise_for(command, head.meta if head is not None else None)  # type: ignore[arg-type]
-            if isinstance(command, DELEGATION_COMMANDS):
+            if isinstance(command, CreateSnapshot):
+                decision = seal(command, stamp, seq, sealed, born)
+            elif isinstance(command, DELEGATION_COMMANDS):
                 if isinstance(command, CheckDelegation) and command.object_type is None and head is not None:
                     item = msgspec.structs.replace(item, command=msgspec.structs.replace(  # its type, from the head
                         command, object_type=head.meta.get("object_type")))
@@ -197,9 +206,16 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             prev = new_hash
             if entry.head is not None:
                 heads[(entry.head.scope_id, entry.head.object_id)] = entry.head
+                if entry.head.sequence == 1:
+                    born[(entry.head.scope_id, entry.head.object_id)] = seq
                 if entry.content is not None and entry.head.content_digest is not None:
                     batch_contents[entry.head.content_digest] = entry.content
         decision = entries[0][0]
+        if isinstance(command, CreateSnapshot) and decision.result is not None:
+            sealed.add(command.snapshot.snapshot_id)
+            batch.snapshots.append(SnapshotRow(snapshot_id=command.snapshot.snapshot_id, scope_id=command.scope_id,
+                                               ledger_sequence=first,
+                                               descriptor=canonical_bytes(decision.result["snapshot"])))
         if item.idempotency_key is not None:
             keys[(command.scope_id, item.idempotency_key)] = (item.request_digest, index)
         content = decision.content

@@ -653,6 +653,32 @@ async def _vector_without_space(client: MemoryClient, vector: dict[str, Any]) ->
     return await client.search(SCOPE, vector=vector["instance"]["vector"], mode="semantic")
 
 
+async def _sealed_then_mutated(client: MemoryClient, vector: dict[str, Any]) -> Any:
+    """The vector's snapshot sealed without its member added after the seal, then the vector's descriptor
+    (that member added) sent under the same id: a sealed snapshot never changes."""
+    i = vector["instance"]
+    snapshot_id = f"{i['snapshot_id']}:{uuid.uuid4().hex[:8]}"
+    members = [m for m in i["included_object_ids"] if "added-after-seal" not in m]
+    for member in members:  # a snapshot's named members are objects its scope holds
+        with contextlib.suppress(PamspecError):  # made by an earlier run of this driver: version_conflict
+            await client.create(SCOPE, "claim", {"statement": member}, ACTOR, PROVENANCE, object_id=member)
+    sealed = await client.snapshot_create(SCOPE, ACTOR, object_ids=members, snapshot_id=snapshot_id,
+                                          evaluation_run_id=i["evaluation_run_id"])
+    assert_valid("evaluation-snapshot.schema.json", sealed["snapshot"])
+    try:
+        return await client.command("snapshot_create", {"scope_id": SCOPE, "actor": ACTOR, "snapshot": {
+            **i, "snapshot_id": snapshot_id, "scope_id": SCOPE}})
+    except PamspecError as exc:
+        assert exc.details.get("rule") == vector["semanticRule"], exc
+        raise
+
+
+async def _unsealed_snapshot(client: MemoryClient, vector: dict[str, Any]) -> Any:
+    """The vector's descriptor (sealed: false) sent to be sealed: a client cannot send an unsealed one."""
+    return await client.command("snapshot_create", {"scope_id": SCOPE, "actor": ACTOR,
+                                                    "snapshot": {**vector["instance"], "scope_id": SCOPE}})
+
+
 LEFT, RIGHT = descriptor_for(TEST_SPACE), descriptor_for("hashing-32")  # two incompatible spaces
 
 
@@ -688,13 +714,14 @@ DRIVERS: dict[str, Driver] = {
     "working-memory-missing-task-ref": _content_of("working_memory"),
     "delegation-window-inverted": _inverted_delegation,
     "vector-without-embedding-space": _vector_without_space,
+    "evaluation-snapshot-membership-mutated": _sealed_then_mutated,
+    "evaluation-snapshot-unsealed": _unsealed_snapshot,
 }
 # Vectors that need Embedding Spaces, driven against a second service that runs the indexer (`spaces_client`).
 SPACE_DRIVERS: dict[str, Driver] = {
     "comparison-across-incompatible-spaces": _across_spaces,
 }
 SKIPS = {
-    "evaluation-snapshot-membership-mutated": "evaluation snapshots are a later issue (PAMSPEC-Evaluation)",
     "reused-immutable-version-identifier": "only an import carries given version ids: its refusal of a reused"
                                            " one (invalid_object, version_id_reuse) is tested in test_bundle.py;"
                                            " this vector's two bare envelopes are no bundle to import",

@@ -21,9 +21,12 @@ SERVICE_ID, SERVICE = new_token()
 ALICE_ID, ALICE = new_token()
 OLD_ID, OLD = new_token()
 ORPHAN_ID, ORPHAN = new_token()
+WRITER_ID, WRITER = new_token()  # carol: create alone, no read
 alice = ActorRecord(actor_id="actor:alice", actor_kind="agent", grants=[
     ScopeGrant(scopes=["team:a:*"], operations=["read", "query", "create"]),
     ScopeGrant(scopes=["team:shared"], operations=["*"])])
+carol = ActorRecord(actor_id="actor:carol", actor_kind="agent", grants=[
+    ScopeGrant(scopes=["team:c:*"], operations=["create"])])
 
 
 def grants() -> Grants:
@@ -35,8 +38,10 @@ def grants() -> Grants:
                                                         token_digest=token_digest(OLD),
                                                         not_after=NOW - timedelta(seconds=1)),
                                ORPHAN_ID: CredentialRecord(token_id=ORPHAN_ID, actor_id="actor:gone",
-                                                           token_digest=token_digest(ORPHAN))},
-                  actors={**base.actors, "actor:alice": alice})
+                                                           token_digest=token_digest(ORPHAN)),
+                               WRITER_ID: CredentialRecord(token_id=WRITER_ID, actor_id="actor:carol",
+                                                           token_digest=token_digest(WRITER))},
+                  actors={**base.actors, "actor:alice": alice, "actor:carol": carol})
 
 
 def bearer(token: str) -> str:
@@ -84,6 +89,17 @@ CASES = [
     (bearer(ALICE), "cmd.import_entries", "team:b:1", Claim("actor:alice"), "authz.scope_not_granted"),
     (bearer(ADMIN), "cmd.import_entries", "anything:else", Claim("actor:pamledger:admin"), None),
     (bearer(ADMIN), "cmd.import_entries", "anything:else", Claim("actor:alice"), "authz.actor_mismatch"),
+    # sealing an evaluation snapshot pins what the caller may read: it needs read on the scope, nothing more
+    (bearer(ALICE), "cmd.snapshot_create", "team:a:1", Claim("actor:alice"), None),
+    (bearer(ALICE), "cmd.snapshot_create", "team:b:1", Claim("actor:alice"), "authz.scope_not_granted"),
+    (bearer(ALICE), "cmd.snapshot_create", "team:a:1", Claim("actor:mallory"), "authz.actor_mismatch"),
+    (bearer(ALICE), "cmd.snapshot_create", "team:b:1", Claim("actor:alice", delegation_id="del:1"),
+     "delegation.not_found"),  # not made under a delegation
+    (bearer(WRITER), "cmd.snapshot_create", "team:c:1", Claim("actor:carol"), "authz.operation_not_granted"),
+    (bearer(WRITER), "cmd.create", "team:c:1", Claim("actor:carol"), None),
+    (bearer(ALICE), "query.snapshots", "team:a:1", None, None),
+    (bearer(ALICE), "query.snapshots", "team:b:1", None, "authz.scope_not_granted"),
+    (bearer(WRITER), "query.snapshots", "team:c:1", None, "authz.operation_not_granted"),
 ]
 
 

@@ -1,0 +1,56 @@
+"""`pamledger snapshot create | list | show`: sealed evaluation snapshots (docs/protocol.md, snapshot_create).
+
+`create` prints the sealed descriptor; reads at a snapshot are `--snapshot ID` on read, history and query.
+Every request names its scope (one scope per operation), so `show` takes SCOPE as well as the id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from infra.settings import Settings
+from memory_client.cli_common import actor_of, add_actor_arguments, connect, pam_id, print_json, sequence
+
+
+def add_snapshot_parser(sub: Any) -> None:
+    snapshot = sub.add_parser("snapshot", help="sealed evaluation snapshots: create, list, show")
+    calls = snapshot.add_subparsers(dest="snapshot_command", required=True)
+    create = calls.add_parser("create", help="seal a snapshot of the scope (prints its descriptor)",
+                              description="Pins SCOPE at ledger sequence --at (default: the head), restricted to "
+                                          "--objects when given (default: every object of the scope). Once sealed "
+                                          "it never changes.")
+    create.add_argument("scope_id", type=pam_id)
+    create.add_argument("--at", type=sequence, help="the watermark ledger sequence (default: the head)")
+    create.add_argument("--objects", type=pam_id, nargs="+", metavar="ID", help="the member objects")
+    create.add_argument("--id", type=pam_id, dest="snapshot_id", help="the snapshot's id (default: snap:<uuid>)")
+    create.add_argument("--evaluation-run-id", type=pam_id, help="the evaluation run it is sealed for")
+    add_actor_arguments(create)
+    listing = calls.add_parser("list", help="the scope's sealed snapshots, in sealing order")
+    listing.add_argument("scope_id", type=pam_id)
+    listing.add_argument("--after", type=sequence, default=0, help="those sealed after this ledger sequence")
+    listing.add_argument("--limit", type=int, default=100, help="1 to 1000 (default: %(default)s)")
+    show = calls.add_parser("show", help="one sealed snapshot's descriptor")
+    show.add_argument("scope_id", type=pam_id)
+    show.add_argument("snapshot_id", type=pam_id)
+
+
+def cmd_snapshot(settings: Settings, args: argparse.Namespace) -> int:
+    print_json(asyncio.run(_call(settings, args)))
+    return 0
+
+
+async def _call(settings: Settings, args: argparse.Namespace) -> Any:
+    client = await connect(settings)
+    try:
+        if args.snapshot_command == "list":
+            return await client.snapshot_list(args.scope_id, args.after, args.limit)
+        if args.snapshot_command == "show":
+            return await client.snapshot_show(args.scope_id, args.snapshot_id)
+        extra = {"evaluation_run_id": args.evaluation_run_id} if args.evaluation_run_id else {}
+        sealed = await client.snapshot_create(args.scope_id, await actor_of(client, args), at=args.at,
+                                              object_ids=args.objects, snapshot_id=args.snapshot_id, **extra)
+        return sealed["snapshot"]
+    finally:
+        await client.close()

@@ -11,6 +11,7 @@ changes nothing and says so.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -37,6 +38,19 @@ CHUNK_BYTES = 262_144  # a chunk stops growing past this; the writer takes comma
 MAX_LINE_BYTES = 2 * 1024 * 1024
 
 
+class _Page(msgspec.Struct, frozen=True):
+    """An export page (query.export) with its bundle lines left as the service rendered them."""
+
+    lines: list[msgspec.Raw]
+    versions: int
+    events: int
+    last_sequence: int
+    more: bool
+
+
+_page_decoder = msgspec.json.Decoder(_Page)
+
+
 def _quiet(_: dict[str, Any]) -> None:
     pass
 
@@ -55,7 +69,7 @@ class _Ticker:
 
 
 async def export_bundle(client: MemoryClient, scope_id: str, out: BinaryIO, at_sequence: int | None = None,
-                        progress: Progress = _quiet, page_limit: int = 500) -> dict[str, Any]:
+                        progress: Progress = _quiet, page_limit: int = 2000) -> dict[str, Any]:
     """Write the scope's bundle to `out`; returns the trailer's counts, the digest and the watermark."""
     head = await client.query_request("export", {"scope_id": scope_id, "part": "header",
                                                  **({"at_sequence": at_sequence} if at_sequence is not None else {})})
@@ -73,21 +87,27 @@ async def export_bundle(client: MemoryClient, scope_id: str, out: BinaryIO, at_s
                  source_ledger_id=head["source_ledger_id"], scope=msgspec.convert(head["scope"], ScopeRecord),
                  watermark=watermark, exported_at=timestamp_text(datetime.now(timezone.utc)), embedding_spaces=head["embedding_spaces"]))
     tick = _Ticker(progress)
-    after = 0
-    while True:
-        page = await client.query_request("export", {"scope_id": scope_id, "part": "entries", "limit": page_limit,
-                                                     "at_sequence": watermark, "after_sequence": after})
-        for entry in page["entries"]:
-            if "envelope" in entry:
-                write(VersionLine(ledger_sequence=entry["ledger_sequence"], envelope=entry["envelope"],
-                                  salt=entry.get("salt")))
-                counts["versions"] += 1
-            write(EventLine(ledger_sequence=entry["ledger_sequence"], event=entry["event"]))
-            counts["events"] += 1
-        after = int(page["last_sequence"])
-        tick({"exported_events": counts["events"], "ledger_sequence": after, "watermark": watermark})
-        if not page["more"]:
-            break
+    after, more = 0, True
+
+    async def fetch(after: int) -> _Page:
+        body = {"scope_id": scope_id, "part": "entries", "limit": page_limit, "at_sequence": watermark,
+                "after_sequence": after}
+        return _page_decoder.decode(await client.query_raw("export", body))
+
+    pending = asyncio.ensure_future(fetch(after))
+    try:
+        while more:
+            page = await pending
+            after, more = page.last_sequence, page.more
+            if more:  # the next page is asked for before this one is written: the service works meanwhile
+                pending = asyncio.ensure_future(fetch(after))
+            block = b"\n".join(page.lines) + b"\n" if page.lines else b""
+            digest.add(block)
+            out.write(block)
+            counts.update(lines=len(page.lines), versions=page.versions, events=page.events)
+            tick({"exported_events": counts["events"], "ledger_sequence": after, "watermark": watermark})
+    finally:
+        pending.cancel()
     totals = {"versions": counts["versions"], "events": counts["events"], "vectors": 0, "lines": counts["lines"]}
     out.write(canonical_bytes(Trailer(counts=totals, sha256=digest.value)) + b"\n")
     tick({"exported_events": counts["events"], "ledger_sequence": after, "watermark": watermark}, final=True)

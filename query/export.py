@@ -4,8 +4,9 @@ A page is the scope's ledger rows after a position and up to the export's waterm
 with the version it commits rendered exactly as history renders it (content null where erased, or hidden
 by a later redaction; the tombstone marker on a deletion) and the salt of the content's digest where the
 content is shown. Erased content is gone from the content store, so no page can carry it. Pages are bounded
-in rows and in bytes, so a reply fits a NATS message whatever the contents' sizes. memory_client.bundle
-turns the pages into a bundle (schemas.bundle).
+in rows and in bytes, so a reply fits a NATS message whatever the contents' sizes. A page carries its entries
+as the bundle's lines (schemas.bundle), rendered around the event's stored bytes and the envelope's bytes as history
+renders them, neither decoded again; memory_client.bundle writes them as they come.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from schemas.canonical import canonical_bytes, decode_json
 from schemas.common import Id
 from schemas.embedding import space_digest
 from schemas.errors import InvalidRequest, ScopeNotFound
+from schemas.bundle import event_line, version_line
 from schemas.replies import envelope_bytes
 
-PAGE_BYTES = 262_144  # a page stops growing past this (one entry at least): a reply stays far below 1 MiB
+PAGE_BYTES = 786_432  # a page's lines stay within this (or are one entry): a reply fits 1 MiB with room for its
+# own few fields, and an entry alone is at most the writer's 512 KiB command with its event
+FETCH_ROWS = 64  # rows read from the page's cursor at a time
 
 
 class ExportRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -74,27 +78,49 @@ async def export_header(conn: psycopg.AsyncConnection[Any], request: ExportReque
 async def export_entries(conn: psycopg.AsyncConnection[Any], request: ExportRequest, partition: int) -> bytes:
     if request.at_sequence is None:
         raise InvalidRequest("an entries page names the export's at_sequence (the header's watermark)")
-    cur = await conn.execute(_ENTRIES, (request.scope_id, partition, request.after_sequence, request.at_sequence,
-                                        request.limit))
-    rows = await cur.fetchall()
-    if not rows and not await scope_exists(conn, request.scope_id):  # asked only when a page comes back empty
+    page = _Page()
+    # A cursor, read FETCH_ROWS at a time: the rows past the page's byte bound are never computed or sent
+    # (with LIMIT alone, Postgres and this process did the whole limit's work for the page's first rows).
+    async with conn.transaction(), conn.cursor("export_entries", binary=True) as cur:
+        await cur.execute(_ENTRIES, (request.scope_id, partition, request.after_sequence, request.at_sequence,
+                                     request.limit))
+        while not page.full and (rows := await cur.fetchmany(FETCH_ROWS)):
+            for row in rows:
+                if not page.add(*row):
+                    break
+    if not page.rows and not await scope_exists(conn, request.scope_id):  # asked only when a page comes back empty
         raise ScopeNotFound("scope not found", details={"scope_id": request.scope_id})
-    entries: list[dict[str, Any]] = []
-    size = 0
-    for seq, event, meta, content, salt in rows:
-        entry: dict[str, Any] = {"ledger_sequence": seq, "event": msgspec.Raw(bytes(event))}
-        size += len(event)
+    last = page.last if page.lines else request.at_sequence
+    more = page.full or page.rows == request.limit
+    return canonical_bytes({"result": {"scope_id": request.scope_id, "lines": page.lines, "versions": page.versions,
+                                       "events": page.events, "last_sequence": last, "more": more}})
+
+
+class _Page:
+    """One page's bundle lines (schemas.bundle), rendered from the stored bytes without decoding them, and
+    bounded: a line pair that would take the page past PAGE_BYTES waits for the next page (the first always
+    goes in, so a page makes progress whatever one entry's size)."""
+
+    def __init__(self) -> None:
+        self.lines: list[msgspec.Raw] = []
+        self.size = self.rows = self.versions = self.events = self.last = 0
+        self.full = False
+
+    def add(self, seq: int, event: bytes, meta: bytes | None, content: bytes | None, salt: bytes | None) -> bool:
+        pair = [event_line(seq, event)]
         if meta is not None:
-            decoded = decode_json(bytes(meta))
-            shown = bytes(content) if content is not None else None
-            entry["envelope"] = msgspec.Raw(envelope_bytes(decoded, shown))
-            if shown is not None and salt is not None and decoded.get("availability_state") != "deleted":
-                entry["salt"] = bytes(salt).hex()
-            size += len(meta) + len(shown or b"")
-        entries.append(entry)
-        if size >= PAGE_BYTES:
-            break
-    last = entries[-1]["ledger_sequence"] if entries else request.at_sequence
-    more = len(entries) < len(rows) or len(rows) == request.limit
-    return canonical_bytes({"result": {"scope_id": request.scope_id, "entries": entries,
-                                       "last_sequence": last, "more": more}})
+            decoded = decode_json(meta)
+            salt_hex = bytes(salt).hex() if content is not None and salt is not None \
+                and decoded.get("availability_state") != "deleted" else None
+            pair.insert(0, version_line(seq, envelope_bytes(decoded, content), salt_hex))
+        size = sum(len(line) + 1 for line in pair)
+        if self.lines and self.size + size > PAGE_BYTES:
+            self.full = True
+            return False
+        self.lines.extend(msgspec.Raw(line) for line in pair)
+        self.size += size
+        self.rows += 1
+        self.versions += len(pair) - 1
+        self.events += 1
+        self.last = seq
+        return True

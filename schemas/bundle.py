@@ -16,7 +16,7 @@ reads and writes files; docs/protocol.md documents the format).
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import msgspec
 
@@ -69,6 +69,18 @@ class VersionLine(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
 class EventLine(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="kind", tag="event"):
     ledger_sequence: int
     event: dict[str, Any]
+
+
+def version_line(ledger_sequence: int, envelope: bytes, salt: str | None) -> bytes:
+    """A version line's bytes (no newline) around an envelope's canonical bytes, as they are: the bytes
+    canonical_bytes(VersionLine(...)) gives for the decoded envelope, without decoding it."""
+    raw = cast(dict[str, Any], msgspec.Raw(envelope))
+    return canonical_bytes(VersionLine(ledger_sequence=ledger_sequence, envelope=raw, salt=salt))
+
+
+def event_line(ledger_sequence: int, event: bytes) -> bytes:
+    """An event line's bytes (no newline) around the ledger entry's canonical bytes, as they are."""
+    return canonical_bytes(EventLine(ledger_sequence=ledger_sequence, event=cast(dict[str, Any], msgspec.Raw(event))))
 
 
 class VectorLine(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="kind", tag="vector"):

@@ -1,0 +1,30 @@
+"""The export's line rendering (schemas.bundle.version_line / event_line): around the stored bytes, as they are,
+the very bytes a decoded line encodes to. Why: the service renders a page's lines without decoding them, and a
+bundle's bytes (and so its digest) must stay what they were for the same state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from schemas.bundle import EventLine, VersionLine, decode_line, event_line, version_line
+from schemas.canonical import canonical_bytes
+
+ENVELOPE: dict[str, Any] = {"object_id": "mem:1", "canonical_content": {"text": "é \"quoted\" \\ ü", "n": 1.5,
+                                                                          "nested": {"z": [1, None], "a": True}},
+                            "availability_state": "available", "sequence": 2}
+EVENT: dict[str, Any] = {"event_type": "object_created", "payload": {"content_digest": "sha256:00"}, "sequence": 1}
+
+
+@pytest.mark.parametrize("salt", ["ab" * 16, None])
+def test_a_version_line_is_the_decoded_lines_bytes(salt: str | None) -> None:
+    rendered = version_line(7, canonical_bytes(ENVELOPE), salt)
+    assert rendered == canonical_bytes(VersionLine(ledger_sequence=7, envelope=ENVELOPE, salt=salt))
+    assert decode_line(rendered) == VersionLine(ledger_sequence=7, envelope=ENVELOPE, salt=salt)
+
+
+def test_an_event_line_is_the_decoded_lines_bytes() -> None:
+    rendered = event_line(9, canonical_bytes(EVENT))
+    assert rendered == canonical_bytes(EventLine(ledger_sequence=9, event=EVENT))
+    assert decode_line(rendered) == EventLine(ledger_sequence=9, event=EVENT)

@@ -29,7 +29,7 @@ from schemas.replies import envelope_bytes
 
 PAGE_BYTES = 786_432  # a page's lines stay within this (or are one entry): a reply fits 1 MiB with room for its
 # own few fields, and an entry alone is at most the writer's 512 KiB command with its event
-FETCH_ROWS = 64  # rows read from the page's cursor at a time
+FETCH_ROWS = 64  # rows of a page's first read from its cursor
 
 
 class ExportRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -79,12 +79,13 @@ async def export_entries(conn: psycopg.AsyncConnection[Any], request: ExportRequ
     if request.at_sequence is None:
         raise InvalidRequest("an entries page names the export's at_sequence (the header's watermark)")
     page = _Page()
-    # A cursor, read FETCH_ROWS at a time: the rows past the page's byte bound are never computed or sent
-    # (with LIMIT alone, Postgres and this process did the whole limit's work for the page's first rows).
+    # A cursor, read in a few steps sized to what the page still holds: the rows past the page's byte bound are
+    # never computed or sent (with LIMIT alone, Postgres and this process did the whole limit's work for the
+    # page's first rows).
     async with conn.transaction(), conn.cursor("export_entries", binary=True) as cur:
         await cur.execute(_ENTRIES, (request.scope_id, partition, request.after_sequence, request.at_sequence,
                                      request.limit))
-        while not page.full and (rows := await cur.fetchmany(FETCH_ROWS)):
+        while not page.full and (rows := await cur.fetchmany(page.wanted())):
             for row in rows:
                 if not page.add(*row):
                     break
@@ -105,6 +106,13 @@ class _Page:
         self.lines: list[msgspec.Raw] = []
         self.size = self.rows = self.versions = self.events = self.last = 0
         self.full = False
+
+    def wanted(self) -> int:
+        """The rows to read next: FETCH_ROWS first, then about what the rest of the byte bound holds at the
+        mean size so far, and a few more, so a page takes two or three reads and leaves few rows unused."""
+        if not self.rows:
+            return FETCH_ROWS
+        return max(8, int((PAGE_BYTES - self.size) * self.rows / self.size) + 8)
 
     def add(self, seq: int, event: bytes, meta: bytes | None, content: bytes | None, salt: bytes | None) -> bool:
         pair = [event_line(seq, event)]

@@ -20,12 +20,12 @@ from embedding.store import list_spaces
 from infra.ledger import HEAD, hidden_by_latest, latest_version
 from infra.ledger_identity import IDENTITY
 from infra.scopes import scope_exists, scope_record
-from schemas.canonical import canonical_bytes, decode_json
+from schemas.canonical import canonical_bytes
 from schemas.common import Id
 from schemas.embedding import space_digest
 from schemas.errors import InvalidRequest, ScopeNotFound
 from schemas.bundle import event_line, version_line
-from schemas.replies import envelope_bytes
+from schemas.replies import stored_envelope_bytes
 
 PAGE_BYTES = 786_432  # a page's lines stay within this (or are one entry): a reply fits 1 MiB with room for its
 # own few fields, and an entry alone is at most the writer's 512 KiB command with its event
@@ -117,10 +117,9 @@ class _Page:
     def add(self, seq: int, event: bytes, meta: bytes | None, content: bytes | None, salt: bytes | None) -> bool:
         pair = [event_line(seq, event)]
         if meta is not None:
-            decoded = decode_json(meta)
-            salt_hex = bytes(salt).hex() if content is not None and salt is not None \
-                and decoded.get("availability_state") != "deleted" else None
-            pair.insert(0, version_line(seq, envelope_bytes(decoded, content), salt_hex))
+            envelope, deleted = stored_envelope_bytes(meta, content)
+            salt_hex = bytes(salt).hex() if content is not None and salt is not None and not deleted else None
+            pair.insert(0, version_line(seq, envelope, salt_hex))
         size = sum(len(line) + 1 for line in pair)
         if self.lines and self.size + size > PAGE_BYTES:
             self.full = True

@@ -1,6 +1,7 @@
-"""The export's line rendering (schemas.bundle.version_line / event_line): around the stored bytes, as they are,
-the very bytes a decoded line encodes to. Why: the service renders a page's lines without decoding them, and a
-bundle's bytes (and so its digest) must stay what they were for the same state."""
+"""The export's line rendering (schemas.bundle.version_line / event_line, schemas.replies.stored_envelope_bytes):
+around the stored bytes, as they are, the very bytes a decoded line or envelope encodes to. Why: the service
+renders a page's lines without decoding them, and a bundle's bytes (and so its digest) must stay what they were
+for the same state; a deletion still shows its tombstone marker."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from schemas.bundle import EventLine, VersionLine, decode_line, event_line, version_line
 from schemas.canonical import canonical_bytes
+from schemas.replies import envelope_bytes, stored_envelope_bytes
 
 ENVELOPE: dict[str, Any] = {"object_id": "mem:1", "canonical_content": {"text": "é \"quoted\" \\ ü", "n": 1.5,
                                                                           "nested": {"z": [1, None], "a": True}},
@@ -28,3 +30,12 @@ def test_an_event_line_is_the_decoded_lines_bytes() -> None:
     rendered = event_line(9, canonical_bytes(EVENT))
     assert rendered == canonical_bytes(EventLine(ledger_sequence=9, event=EVENT))
     assert decode_line(rendered) == EventLine(ledger_sequence=9, event=EVENT)
+
+
+@pytest.mark.parametrize("state, content", [("available", b'{"text":"\xc3\xa9 kept"}'), ("redacted", None),
+                                            ("deleted", None), ("deleted", b'{"text":"still stored"}')])
+def test_an_envelope_from_stored_meta_is_the_decoded_envelope(state: str, content: bytes | None) -> None:
+    meta = {key: value for key, value in ENVELOPE.items() if key != "canonical_content"} | {"availability_state": state}
+    rendered, deleted = stored_envelope_bytes(canonical_bytes(meta), content)
+    assert rendered == envelope_bytes(meta, content)
+    assert deleted == (state == "deleted")

@@ -48,8 +48,10 @@ class ExportRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 # object's latest version hides it (the test infra.ledger.hidden_by_latest makes, on the LATERAL `latest`).
 _ENTRIES = (
     "SELECT l.ledger_sequence, l.event, v.meta,"
-    " CASE WHEN latest.hides AND latest.version_id <> v.version_id THEN NULL ELSE c.content END,"
-    " CASE WHEN latest.hides AND latest.version_id <> v.version_id THEN NULL ELSE c.salt END"
+    " CASE WHEN CASE WHEN latest.version_id <> v.version_id THEN convert_from(latest.meta, 'UTF8')::jsonb"
+    " ->> 'availability_state' IN ('redacted', 'partially_redacted') ELSE false END THEN NULL ELSE c.content END,"
+    " CASE WHEN CASE WHEN latest.version_id <> v.version_id THEN convert_from(latest.meta, 'UTF8')::jsonb"
+    " ->> 'availability_state' IN ('redacted', 'partially_redacted') ELSE false END THEN NULL ELSE c.salt END"
     " FROM ledger l LEFT JOIN memory_versions v ON v.version_id = l.version_id"
     " LEFT JOIN content_store c ON c.content_digest = v.content_digest "
 ) + latest_version("v", outer=True) + (

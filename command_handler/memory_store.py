@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from command_handler.core.chain import GENESIS_HASH
-from command_handler.core.state import ObjectHead
+from command_handler.core.state import HandoffRow, ObjectHead
 from command_handler.core.batch import (
     Batch, ContentRow, VersionRow, forgotten, kept_content, last_erasures, tail_problem,
 )
@@ -70,6 +70,7 @@ class InMemoryLedgerStore:
         self.scopes: dict[str, ScopeRow] = {
             SYSTEM_SCOPE: ScopeRow(scope_id=SYSTEM_SCOPE, scope_kind="system", parent_scope_id=None, policy=None)}
         self.delegations: dict[str, DelegationState] = {}
+        self.handoff: list[HandoffRow] = []  # vectors imports handed to the indexer (no indexer here)
         self._event_ids: set[str] = set()
         self._version_ids: set[str] = set()
         self._sequences: dict[tuple[str, str], list[int]] = {}  # per object, its versions' sequences ascending
@@ -144,6 +145,7 @@ class InMemoryLedgerStore:
         content = kept_content(batch)
         self._check(batch, content)
         self._keep(batch, content)
+        self.handoff.extend(batch.handoff)
         for scope_id, object_id, keep, seq in batch.erase:
             for digest in [d for d, c in self.content.items() if (c.scope_id, c.object_id) == (scope_id, object_id)
                            and d != keep]:

@@ -11,7 +11,8 @@ import msgspec
 import psycopg
 
 from command_handler.core.state import ObjectHead
-from infra.ledger import IdempotencyRow
+from infra.ledger import IdempotencyRow, LedgerRow
+from infra.ledger_identity import ledger_identity
 from schemas.canonical import decode_json
 from schemas.delegation import DelegationState
 
@@ -123,3 +124,18 @@ class LedgerReads:
             return set()
         cur = await self.conn.execute("SELECT scope_id FROM scopes WHERE scope_id = ANY(%s)", (scope_ids,))
         return {r[0] for r in await cur.fetchall()}
+
+    async def identity(self) -> str:
+        """This ledger partition's id (infra.ledger_identity: made with its first row)."""
+        return await ledger_identity(self.conn, self.partition)
+
+    async def erasing_rows(self, after: int, event_types: tuple[str, ...]) -> list[LedgerRow]:
+        """The partition's ledger rows of these event types after a sequence, in order (the erasure journal's
+        catch-up: command_handler.erasure_journal)."""
+        cur = await self.conn.execute(
+            "SELECT ledger_sequence, event_id, operation_id, scope_id, object_id, version_id, event_type,"
+            " recorded_at, event, prev_hash, row_hash FROM ledger WHERE partition = %s AND ledger_sequence > %s"
+            " AND event_type = ANY(%s) ORDER BY ledger_sequence", (self.partition, after, list(event_types)))
+        return [LedgerRow(ledger_sequence=r[0], event_id=r[1], operation_id=r[2], scope_id=r[3], object_id=r[4],
+                          version_id=r[5], event_type=r[6], recorded_at=r[7], event=bytes(r[8]),
+                          prev_hash=bytes(r[9]), row_hash=bytes(r[10])) for r in await cur.fetchall()]

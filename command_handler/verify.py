@@ -302,16 +302,19 @@ def check_anchor(database_url: str, partition: int, result: dict[str, Any], anch
     if last is None:
         return bad(None, "the head is not anchored: the stream is missing (`pamledger stream rebuild`)")
     with psycopg.connect(database_url) as conn:
-        ident = conn.execute(f"SELECT {IDENTITY}", (partition,)).fetchone()
+        # Read after the stream: on a live ledger rows are appended while verify runs, so the stream may hold
+        # more than the pass saw; only rows the ledger lacks NOW are a truncated tail.
+        ident = conn.execute(f"SELECT {IDENTITY}, {HEAD}", (partition, partition)).fetchone()
         row = conn.execute("SELECT event_id, event, row_hash FROM ledger WHERE partition = %s"
                            " AND ledger_sequence = %s", (partition, last)).fetchone() if last else None
-    ledger_id = ident[0] if ident else None
+    ledger_id, now = (ident[0], int(ident[1])) if ident else (None, head)
     if anchor["ledger_id"] not in (None, ledger_id):
         return bad(None, f"the stream belongs to ledger {anchor['ledger_id']}, this is {ledger_id}")
-    if last > head:
-        return bad(head + 1, f"the stream holds {last} events, the ledger {head}: rows {head + 1}..{last}"
-                             " are missing from the ledger (tail truncated)")
+    if last > max(head, now):
+        return bad(max(head, now) + 1, f"the stream holds {last} events, the ledger {max(head, now)}: rows"
+                                       f" {max(head, now) + 1}..{last} are missing from the ledger (tail truncated)")
     if last and (row is None or row[0] != anchor["event_id"] or bytes(row[1]) != anchor["event"]
                  or (anchor["row_hash"] is not None and bytes(row[2]).hex() != anchor["row_hash"])):
         return bad(last, f"ledger row {last} differs from the stream's message at that sequence")
-    return {**result, "anchored_sequence": last, "stream_behind": head - last, "ledger_id": ledger_id}
+    return {**result, "anchored_sequence": last, "stream_behind": max(0, head - last), "ledger_id": ledger_id,
+            "appended_during_verify": max(0, now - head)}  # past the checked head: the next run checks them

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -19,11 +20,12 @@ from nats.aio.msg import Msg
 
 from authz.audit import DenialLimiter
 from command_handler.core.redactions import minimum_retention_days
+from command_handler.erasure_journal import catch_up, erasures_in, journal_for
 from command_handler.core.references import delegation_named, erases_content, head_keys
 from command_handler.stamps import new_stamp
 from command_handler.denials import admit, authority_of, refusal_entry
 from command_handler.guard import AppendGuard
-from command_handler.core.intake import Parsed, parse
+from command_handler.core.intake import Parsed, parse, space_key
 from command_handler.core.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch, refused_before_key_check
 from command_handler.core.imports import entry_ids
 from command_handler.core.state import ImportFacts, ObjectHead
@@ -31,11 +33,14 @@ from command_handler.store import PostgresLedgerStore
 from infra.db_errors import map_db_error
 from infra.ledger import IdempotencyRow, LedgerRow, fetch_replay
 from infra.lru import LRU
+from infra.metrics import BATCH_SIZE, COMMIT_SECONDS, DENIALS_TOTAL, LEDGER_HEAD, RELAY_LAG, REPLY_SECONDS, \
+    count_commands, rule_label
 from infra.nats_raw import RawClient, parse_headers
 from infra.request_shell import AllowAll, Policy, error_body, to_error
 from infra.settings import Settings
 from infra.subjects import command_subject, status_subject
 from schemas.canonical import canonical_bytes
+from schemas.common import SYSTEM_SCOPE
 from schemas.bundle import chunk_key
 from schemas.commands import CorrectProvenance, CreateScope, ImportEntries, TransitionState
 from schemas.redaction import Redact
@@ -75,12 +80,17 @@ class Writer:
         self.scope_policies: LRU[str, Any] = LRU(cache)  # a scope's policy never changes once created
         self.tail: tuple[int, bytes] = (0, b"")
         self.guard = AppendGuard(settings, store, nc)  # while it refuses, nothing is appended
+        self.journal = journal_for(settings)  # every erasure, outside the database (command_handler.erasure_journal)
+        self.ledger_id: str | None = None
         self._subs: list[Any] = []
 
     async def serve(self) -> None:
         """Subscribe and run group commits until cancelled."""
         await self.guard.check()
         self.tail = await self.store.tail()
+        await self._journal_catch_up()
+        LEDGER_HEAD.set_function(lambda: float(self.tail[0]))
+        RELAY_LAG.set_function(lambda: float(self.tail[0] - int(self.relay_status().get("relayed_sequence", 0))))
         prefix = self.settings.subject_prefix
         # One wildcard subscription: unknown command names get an invalid_request, not silence. Raw
         # deliveries go straight into the inbox from the client's read loop (no Msg, no task hop).
@@ -121,6 +131,7 @@ class Writer:
         if items is None:
             items = [self._parse(m) for m in msgs]
         parsed = [i for i in items if isinstance(i, Parsed)]
+        started = time.perf_counter()
         try:
             plan = await self._plan_and_append(items, parsed)
         except PamledgerError as exc:
@@ -149,8 +160,14 @@ class Writer:
             else:
                 await self._fail_all(msgs, items, PamledgerError("internal error while handling the command"))
             return
+        COMMIT_SECONDS.observe(time.perf_counter() - started)
+        BATCH_SIZE.observe(len(msgs))
         self._advance(plan)
+        if plan.batch.erase:
+            await self._journal(plan.batch.ledger)  # before the reply: an acknowledged erasure is journaled
         await self._reply(msgs, items, plan)
+        REPLY_SECONDS.observe(time.perf_counter() - started)
+        count_commands((_name(m), _outcome(o)) for m, o in zip(msgs, plan.outcomes))
         if plan.batch.ledger:
             self.committed(plan.batch.ledger)
 
@@ -183,8 +200,9 @@ class Writer:
             parsed = parse(name, msg.data, msg.headers, self.settings.writer.max_payload_bytes)
             admitted = admit(self.policy, self.denial_limiter, parsed, msg.subject, msg.headers)
             if admitted is not parsed:
-                log.info("request.denied", request=f"cmd.{name}",
-                         rule_id=getattr(admitted.refusal if isinstance(admitted, Parsed) else admitted, "rule_id", None))
+                rule = getattr(admitted.refusal if isinstance(admitted, Parsed) else admitted, "rule_id", None)
+                DENIALS_TOTAL.labels(rule_label(rule)).inc()
+                log.info("request.denied", request=f"cmd.{name}", rule_id=rule)
             return admitted
         except PamledgerError as exc:
             log.info("command.rejected", code=exc.code, command=name, reason=exc.message[:200])
@@ -249,8 +267,13 @@ class Writer:
             sorted({c.scope_id for c in chunks if c.chunk == 0}), sorted({i for c in chunks for i in entry_ids(c)}))
         previous = await self.store.load_idempotency(sorted(
             {(c.scope_id, chunk_key(c.bundle_digest, c.chunk - 1)) for c in chunks if c.chunk > 0}))
+        # A registration's record is keyed by its space id and holds its descriptor's digest (core.intake).
+        registered = await self.store.load_idempotency(sorted({(SYSTEM_SCOPE, space_key(v.embedding_space_id))
+                                                               for c in chunks for e in c.entries
+                                                               for v in e.vectors or ()}))
+        spaces = {r.idempotency_key.removeprefix(space_key("")): r.request_digest for r in registered.values()}
         return {(c.scope_id, chunk_key(c.bundle_digest, c.chunk)): ImportFacts(
-            occupied=c.scope_id in occupied, taken=frozenset(taken),
+            occupied=c.scope_id in occupied, taken=frozenset(taken), spaces=spaces,
             previous_committed=(c.scope_id, chunk_key(c.bundle_digest, c.chunk - 1)) in previous) for c in chunks}
 
     async def _retention_inputs(self, parsed: list[Parsed]) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
@@ -266,6 +289,25 @@ class Writer:
         keys = sorted({(p.scope_id, str(getattr(p.command, "object_id"))) for p in erasing
                        if minimum_retention_days(policies.get(p.scope_id)) is not None})
         return policies, await self.store.load_created_at(keys)
+
+    async def _journal_catch_up(self) -> None:
+        """Journal what the ledger erased that the journal lacks (a writer that died between COMMIT and its
+        journal write), then checkpoint at the head (an empty ledger's first: the journal vouches from its start)."""
+        self.ledger_id = await self.store.identity()
+        try:
+            await catch_up(self.journal, self.store, self.ledger_id, self.store.partition, self.tail[0])
+        except OSError as exc:
+            log.error("erasure_journal.unwritable", path=str(self.journal.path), error=str(exc))
+
+    async def _journal(self, rows: list[LedgerRow]) -> None:
+        """Record the batch's erasures (committed) and fsync. A journal that cannot be written is logged and
+        made up for at the next start (catch-up reads the ledger); the commit stands."""
+        try:
+            if self.ledger_id is None:
+                self.ledger_id = await self.store.identity()
+            self.journal.append(list(erasures_in(rows, self.ledger_id, self.store.partition)))
+        except OSError as exc:
+            log.error("erasure_journal.unwritable", path=str(self.journal.path), error=str(exc))
 
     def _advance(self, plan: Plan) -> None:
         self.tail = plan.tail
@@ -319,6 +361,7 @@ class Writer:
         return await fetch_replay(self.store.conn, outcome.replay_of, self.store.partition)
 
     async def _fail_all(self, msgs: list[Command], items: list[Any], error: PamledgerError) -> None:
+        count_commands((_name(m), "rejected" if isinstance(i, PamledgerError) else "failed") for m, i in zip(msgs, items))
         for msg, item in zip(msgs, items):
             err = item if isinstance(item, PamledgerError) else error
             if msg.reply:
@@ -332,6 +375,21 @@ class Command(NamedTuple):
     reply: str
     data: bytes
     headers: dict[str, str] | None
+
+
+def _name(msg: Command) -> str:
+    return msg.subject.rsplit(".", 1)[-1]
+
+
+def _outcome(outcome: Outcome) -> str:
+    """A command's outcome as a metric label (infra.metrics.COMMANDS_TOTAL)."""
+    if outcome.accepted is not None:
+        return "denied" if outcome.accepted.parsed.refusal is not None else "committed"
+    if outcome.error is not None:
+        return "rejected"
+    if outcome.scope_result is not None:
+        return "committed"
+    return "replayed"  # an idempotent retry, or the same command twice in one batch
 
 
 def _op_id(msg: Command, item: Parsed | PamledgerError) -> str | None:

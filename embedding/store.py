@@ -211,6 +211,22 @@ async def vector_digests(conn: psycopg.AsyncConnection[Any], space: SpaceRow,
     return {(r[0], r[1]): r[2] for r in await cur.fetchall()}
 
 
+async def version_vectors(conn: psycopg.AsyncConnection[Any], space: SpaceRow, scope_id: str,
+                          versions: Sequence[tuple[str, str]]) -> list[tuple[str, str, str | None, str]]:
+    """The vectors this space holds for exactly these (object_id, version_id) of the scope (an object whose
+    vector names another version is left out), each as (object_id, version_id, content_digest, the vector in
+    pgvector's text form: a JSON array of the float4 values, each in its shortest exact decimal)."""
+    if not versions:
+        return []
+    cur = await conn.execute(sql.SQL(
+        "SELECT t.object_id, t.version_id, t.content_digest, t.embedding::text FROM {} t"
+        " JOIN unnest(%s::text[], %s::text[]) AS d(object_id, version_id)"
+        " ON t.scope_id = %s AND t.object_id = d.object_id AND t.version_id = d.version_id"
+        " ORDER BY t.object_id").format(space.table),
+        ([v[0] for v in versions], [v[1] for v in versions], scope_id))
+    return [(r[0], r[1], r[2], r[3]) for r in await cur.fetchall()]
+
+
 async def make_default(conn: psycopg.AsyncConnection[Any], embedding_space_id: str, sequence: int) -> bool:
     """Project a `default_space_set` entry: this space becomes the only default. False (nothing changed) for
     an id nobody registered. Two statements in one transaction: the unique index allows one default."""

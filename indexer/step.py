@@ -7,6 +7,11 @@ the vectors (never over a newer version), the moves of vectors to versions with 
 transition), one outbox entry per (scope, space) saying what was embedded, and the catalog of current
 versions a fill reads (indexer.catalog).
 
+A version an import brought with its vector (embedding.handoff: the writer stored it with the entries, for a
+space registered here with the same descriptor digest) is not embedded: that vector is written as it came,
+when it was made from the version's content digest and has the space's dimensions; the outbox entry names
+it under `reused`. The batch then forgets the handed-over vectors of every object it applied or erased.
+
 What `prepare` read may change before `apply` commits: a vector written since is newer and wins
 (`upsert_vectors` and `move_vectors` only move forward); content erased since has its erasure still to come
 in a later batch of this very follower, which deletes what this batch wrote. The follower prepares batch
@@ -31,6 +36,7 @@ from embedding.store import (
     INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL, MovedRow, SpaceRow, VectorRow, create_space, delete_object_vectors,
     list_spaces, make_default, move_vectors, upsert_vectors, vector_digests,
 )
+from embedding.handoff import HandedVector, drop_handed, handed_vectors
 from indexer.catalog import apply_catalog
 from indexer.outbox import Entry, add_entries, entry_key
 from indexer.plan import DefaultSwitch, Plan, Registration, Version, plan_batch
@@ -52,6 +58,8 @@ class Prepared:
     writes: dict[int, list[VectorRow]] = field(default_factory=dict)  # space_key → vectors
     moves: dict[int, list[MovedRow]] = field(default_factory=dict)
     textless: set[tuple[str, str]] = field(default_factory=set)  # current version has no text: no vector
+    reused: dict[int, list[VectorRow]] = field(default_factory=dict)  # space_key → vectors an import handed over
+    handed: dict[tuple[str, str, str], HandedVector] = field(default_factory=dict)  # (scope, object, space id)
 
 
 class IndexerStep:
@@ -73,6 +81,8 @@ class IndexerStep:
         prepared = Prepared(plan, await list_spaces(conn))
         unsure = set(pending.plan.versions) | pending.plan.erased if pending is not None else set()
         versions = list(plan.versions.values())
+        handed = await handed_vectors(conn, sorted(set(plan.versions) | plan.erased))
+        prepared.handed = {(h.scope_id, h.object_id, h.embedding_space_id): h for h in handed}
         if versions:
             await self._embed(conn, prepared, versions, unsure)
         return prepared
@@ -103,6 +113,15 @@ class IndexerStep:
             embedder = embedders[space.space_key]
             if not wanted or embedder is None:
                 continue
+            reused = [(v, h) for v in wanted for h in [prepared.handed.get((*v.key, space.embedding_space_id))]
+                      if h is not None and _made_for(h, v, space)]
+            prepared.reused[space.space_key] = [
+                VectorRow(v.scope_id, v.object_id, v.version_id, v.version_sequence, v.ledger_sequence,
+                          texts[v.version_id].truncated, h.vector, v.content_digest) for v, h in reused]
+            taken = {v.version_id for v, _ in reused}
+            wanted = [v for v in wanted if v.version_id not in taken]
+            if not wanted:
+                continue
             made = await embed(embedder, [texts[v.version_id] for v in wanted], self.settings.embed_batch)
             prepared.writes[space.space_key] = [
                 VectorRow(v.scope_id, v.object_id, v.version_id, v.version_sequence, v.ledger_sequence,
@@ -126,9 +145,13 @@ class IndexerStep:
         entries: list[Entry] = []
         for space in prepared.spaces:
             await move_vectors(conn, space, prepared.moves.get(space.space_key, []))
-            rows = prepared.writes.get(space.space_key, [])
-            await upsert_vectors(conn, space, rows)
-            entries.extend(generated_entries(space, rows, plan.from_sequence, plan.through_sequence))
+            rows, reused = prepared.writes.get(space.space_key, []), prepared.reused.get(space.space_key, [])
+            await upsert_vectors(conn, space, rows + reused)
+            entries.extend(generated_entries(space, rows, plan.from_sequence, plan.through_sequence, reused))
+        if prepared.handed:
+            held = {(h.scope_id, h.object_id) for h in prepared.handed.values()}
+            await drop_handed(conn, [(v.scope_id, v.object_id, v.version_sequence) for v in plan.versions.values()
+                                     if v.key in held], [key for key in gone if key in held])
         await add_entries(conn, entries)
         await apply_catalog(conn, plan)
 
@@ -149,16 +172,27 @@ async def _registry(conn: psycopg.AsyncConnection[Any], item: Registration | Def
     return await create_space(conn, space, encode_space(space), item.space_digest, item.ledger_sequence)
 
 
+def _made_for(handed: HandedVector, version: Version, space: SpaceRow) -> bool:
+    """Whether a handed-over vector is this version's in this space: same content, same space, right size."""
+    return (handed.space_digest == space.space_digest and handed.content_digest == version.content_digest
+            and len(handed.vector) == space.dimensions)
+
+
 def generated_entries(space: SpaceRow, rows: list[VectorRow], from_sequence: int,
-                      through_sequence: int) -> list[Entry]:
-    """One `embedding_generated` entry per scope for what this batch embedded in `space`."""
+                      through_sequence: int, reused: list[VectorRow] | None = None) -> list[Entry]:
+    """One `embedding_generated` entry per scope for what this batch embedded in `space` (`items`) and
+    stored as an import handed it over (`reused`, left out when none)."""
     by_scope: dict[str, list[list[str]]] = defaultdict(list)
+    taken: dict[str, list[list[str]]] = defaultdict(list)
     for row in rows:
         by_scope[row.scope_id].append([row.object_id, row.version_id])
+    for row in reused or ():
+        taken[row.scope_id].append([row.object_id, row.version_id])
     return [Entry(scope, "embedding_generated", entry_key("emb", space.space_key, through_sequence, scope), {
-        "embedding_space_id": space.embedding_space_id, "space_digest": space.space_digest, "count": len(items),
-        "items": items, "from_ledger_sequence": from_sequence, "through_ledger_sequence": through_sequence,
-    }) for scope, items in sorted(by_scope.items())]
+        "embedding_space_id": space.embedding_space_id, "space_digest": space.space_digest,
+        "count": len(by_scope[scope]), "items": by_scope[scope], "from_ledger_sequence": from_sequence,
+        "through_ledger_sequence": through_sequence, **({"reused": taken[scope]} if taken[scope] else {}),
+    }) for scope in sorted(set(by_scope) | set(taken))]
 
 
 def indexer_spec(settings: IndexerSettings | None = None, batch: int = 64) -> FollowerSpec:

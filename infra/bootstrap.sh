@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv (Python >= 3.11) and install pamledger editable with its test and bench extras.
-# Re-installs only when pyproject.toml is newer than .venv/.installed, so repeated `make` calls are fast.
+# Re-installs only when pyproject.toml or constraints.txt is newer than .venv/.installed, so repeated `make` calls
+# are fast. constraints.txt pins every package to the versions the suite last passed with (make and CI alike);
+# refresh it with `.venv/bin/pip freeze --exclude-editable | grep -v '^pamledger' > constraints.txt`.
 set -euo pipefail
 
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
@@ -50,11 +52,11 @@ fi
 "$VENV/bin/python" -c "$VERSION_CHECK" \
     || die "$VENV uses $("$VENV/bin/python" -V 2>&1); remove $VENV and re-run to rebuild it with Python >= 3.11"
 
-if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
-    say "installing pamledger into $VENV: pip install -e '.[test,bench]'"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,bench]' >&2
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ constraints.txt -nt "$STAMP" ]; then
+    say "installing pamledger into $VENV: pip install -c constraints.txt -e '.[test,bench]'"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench]' >&2
     touch "$STAMP"
     say "installed; stamp $STAMP"
 else
-    say "$VENV is up to date (pyproject.toml older than $STAMP)"
+    say "$VENV is up to date (pyproject.toml and constraints.txt older than $STAMP)"
 fi

@@ -61,6 +61,23 @@ async def ledger_head(conn: psycopg.AsyncConnection[Any], partition: int) -> int
 HIDING_STATES = ("redacted", "partially_redacted")
 
 
+async def ledger_tail(conn: psycopg.AsyncConnection[Any], partition: int) -> tuple[int, bytes | None]:
+    """The partition's last (ledger_sequence, row_hash); (0, None) for an empty ledger."""
+    cur = await conn.execute("SELECT ledger_sequence, row_hash FROM ledger WHERE partition = %s"
+                             " ORDER BY ledger_sequence DESC LIMIT 1", (partition,))
+    row = await cur.fetchone()
+    return (int(row[0]), bytes(row[1])) if row else (0, None)
+
+
+async def known_event_ids(conn: psycopg.AsyncConnection[Any], partition: int, event_ids: list[str]) -> set[str]:
+    """Which of these event ids the partition's ledger holds."""
+    if not event_ids:
+        return set()
+    cur = await conn.execute("SELECT event_id FROM ledger WHERE partition = %s AND event_id = ANY(%s)",
+                             (partition, event_ids))
+    return {str(row[0]) for row in await cur.fetchall()}
+
+
 def hidden_by_latest(alias: str) -> str:
     """SQL: whether the memory_versions row `alias` is an earlier version whose content `latest` hides. The
     latest version's metadata is parsed only for an earlier version (a CASE fixes the order): most rows are

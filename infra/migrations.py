@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib import resources
+from typing import Any
 
 import psycopg
 import structlog
@@ -43,3 +44,9 @@ def migrate(database_url: str) -> list[str]:
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (locks.MIGRATION,))
     return applied
+
+
+async def schema_version(conn: psycopg.AsyncConnection[Any]) -> int:
+    """The newest migration applied to the database (0: none)."""
+    row = await (await conn.execute("SELECT coalesce(max(version), 0) FROM pamledger_migrations")).fetchone()
+    return int(row[0]) if row else 0

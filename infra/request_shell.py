@@ -21,6 +21,7 @@ import nats.js.errors
 import psycopg
 import structlog
 
+from infra.metrics import DENIALS_TOTAL, rule_label
 from infra.db_errors import map_db_error
 from infra.tasks import reraise_if_cancelled
 from schemas.common import Id
@@ -250,6 +251,7 @@ class RequestShell:
             context = msgspec.structs.replace(context, operation_id=operation_id)
             context, decision = authorize(self.policy, context, request, operation)
             if isinstance(decision, Deny):
+                DENIALS_TOTAL.labels(rule_label(decision.rule_id)).inc()
                 log.info("request.denied", request=operation, rule_id=decision.rule_id)
                 if self.denials is not None:
                     await self.denials.denied(context, operation, decision)  # fails closed: raises

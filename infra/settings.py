@@ -36,6 +36,10 @@ class WriterSettings(_Group):
     # start, and while refused or unchecked); past it, it appends (Postgres decides) and checks again after
     # as long, before a later batch.
     stream_check_seconds: float = Field(default=2.0, gt=0, le=60)
+    # Where the writer records every erasure outside the database, for `pamledger restore` to erase again
+    # what was erased after a backup (command_handler.erasure_journal). Unset: <state_dir>/erasure-journal.jsonl.
+    # Put it on another disk than the database to survive the loss of both.
+    erasure_journal: Path | None = None
 
 
 class QuerySettings(_Group):
@@ -175,6 +179,16 @@ class McpSettings(_Group):
     max_in_flight: int = Field(default=32, ge=1, le=10_000)
 
 
+class MetricsSettings(_Group):
+    """Each role process's /metrics, /healthz and /readyz (infra.probes)."""
+
+    # The base port: a process serving one role adds the role's offset (writer 0, query 1, projector 2,
+    # indexer 3, gateway 4, retention 5: pamledger.runtime.probe_port); a process of several roles uses it as
+    # is. 0 turns the side door off. A port in use is logged and the role serves on without it.
+    port: int = Field(default=9464, ge=0, le=65535)
+    host: str = "127.0.0.1"
+
+
 class Settings(BaseSettings):
     """Everything a pamledger process needs; unset URLs mean 'the servers `pamledger up` started'."""
 
@@ -205,3 +219,4 @@ class Settings(BaseSettings):
     auth: AuthSettings = AuthSettings()
     retention: RetentionSettings = RetentionSettings()
     mcp: McpSettings = McpSettings()
+    metrics: MetricsSettings = MetricsSettings()

@@ -78,6 +78,7 @@ TABLES: dict[str, Table] = {
     "embedding_spaces": Table("embedding.store"),
     "index_outbox": Table("indexer.outbox", _VACUUM),
     "index_catalog": Table("indexer.catalog"),
+    "vector_handoff": Table("embedding.handoff", _VACUUM),
 }
 # Tables made at run time, one per Embedding Space: `embedding_vectors_<space_key>`.
 VECTOR_TABLE_PREFIX = "embedding_vectors_"

@@ -26,7 +26,8 @@ from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError
 from schemas.bundle import (
     FORMAT, FORMAT_VERSION, REPLAYED, VERSION_EVENTS, BundleDigest, EventLine, Header, ScopeRecord, Trailer,
-    VersionLine, chunk_key, decode_line, envelope_agrees, refused, remap_envelope, remap_event, shown_content, typed_event,
+    VectorLine, VersionLine, chunk_key, decode_line, envelope_agrees, header_spaces, refused, remap_envelope,
+    remap_event, shown_content, typed_event, vector_refusal,
 )
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.common import timestamp_text
@@ -36,6 +37,7 @@ Progress = Callable[[dict[str, Any]], None]
 CHUNK_ENTRIES = 500
 CHUNK_BYTES = 262_144  # a chunk stops growing past this; the writer takes commands up to 512 KiB
 MAX_LINE_BYTES = 2 * 1024 * 1024
+VECTOR_FIELDS = ("embedding_space_id", "space_digest", "vector")  # what an entry's vector takes of its line
 
 
 class _Page(msgspec.Struct, frozen=True):
@@ -46,6 +48,7 @@ class _Page(msgspec.Struct, frozen=True):
     events: int
     last_sequence: int
     more: bool
+    vectors: int = 0
 
 
 _page_decoder = msgspec.json.Decoder(_Page)
@@ -69,8 +72,9 @@ class _Ticker:
 
 
 async def export_bundle(client: MemoryClient, scope_id: str, out: BinaryIO, at_sequence: int | None = None,
-                        progress: Progress = _quiet, page_limit: int = 2000) -> dict[str, Any]:
-    """Write the scope's bundle to `out`; returns the trailer's counts, the digest and the watermark."""
+                        progress: Progress = _quiet, page_limit: int = 2000, vectors: bool = False) -> dict[str, Any]:
+    """Write the scope's bundle to `out`; returns the trailer's counts, the digest and the watermark. With
+    `vectors`, each version whose content the bundle shows is followed by its vectors (schemas.bundle)."""
     head = await client.query_request("export", {"scope_id": scope_id, "part": "header",
                                                  **({"at_sequence": at_sequence} if at_sequence is not None else {})})
     watermark = int(head["watermark"])
@@ -85,13 +89,14 @@ async def export_bundle(client: MemoryClient, scope_id: str, out: BinaryIO, at_s
 
     write(Header(format=FORMAT, format_version=FORMAT_VERSION, pamledger_version=installed_version(),
                  source_ledger_id=head["source_ledger_id"], scope=msgspec.convert(head["scope"], ScopeRecord),
-                 watermark=watermark, exported_at=timestamp_text(datetime.now(timezone.utc)), embedding_spaces=head["embedding_spaces"]))
+                 watermark=watermark, exported_at=timestamp_text(datetime.now(timezone.utc)),
+                 embedding_spaces=head["embedding_spaces"], vectors=vectors))
     tick = _Ticker(progress)
     after, more = 0, True
 
     async def fetch(after: int) -> _Page:
         body = {"scope_id": scope_id, "part": "entries", "limit": page_limit, "at_sequence": watermark,
-                "after_sequence": after}
+                "after_sequence": after, **({"vectors": True} if vectors else {})}
         return _page_decoder.decode(await client.query_raw("export", body))
 
     pending = asyncio.ensure_future(fetch(after))
@@ -104,11 +109,12 @@ async def export_bundle(client: MemoryClient, scope_id: str, out: BinaryIO, at_s
             block = b"\n".join(page.lines) + b"\n" if page.lines else b""
             digest.add(block)
             out.write(block)
-            counts.update(lines=len(page.lines), versions=page.versions, events=page.events)
+            counts.update(lines=len(page.lines), versions=page.versions, events=page.events, vectors=page.vectors)
             tick({"exported_events": counts["events"], "ledger_sequence": after, "watermark": watermark})
     finally:
         pending.cancel()
-    totals = {"versions": counts["versions"], "events": counts["events"], "vectors": 0, "lines": counts["lines"]}
+    totals = {"versions": counts["versions"], "events": counts["events"], "vectors": counts["vectors"],
+              "lines": counts["lines"]}
     out.write(canonical_bytes(Trailer(counts=totals, sha256=digest.value)) + b"\n")
     tick({"exported_events": counts["events"], "ledger_sequence": after, "watermark": watermark}, final=True)
     return {"scope_id": scope_id, "watermark": watermark, "source_ledger_id": head["source_ledger_id"],
@@ -150,6 +156,9 @@ def _check(path: Path, progress: Progress) -> Checked:
     header: Header | None = None
     trailer: Trailer | None = None
     pending: VersionLine | None = None
+    shown: tuple[int, str, str, str] | None = None  # the version whose vectors may follow (schemas.bundle)
+    seen: set[str] = set()  # the spaces of its vectors so far
+    spaces: dict[tuple[str, str], int] = {}
     last_sequence, number = 0, 0
     tick = _Ticker(progress)
     for number, raw in _lines(path):
@@ -171,16 +180,22 @@ def _check(path: Path, progress: Progress) -> Checked:
             if line.format_version != FORMAT_VERSION:
                 raise refused(1, f"format version {line.format_version} is not supported (this one reads"
                                  f" {FORMAT_VERSION})")
-            header = line
+            header, spaces = line, header_spaces(line)
         elif isinstance(line, Trailer):
             trailer = line
             continue
+        elif isinstance(line, VectorLine):
+            assert header is not None
+            _check_vector(number, line, header, shown, spaces, seen)
+            counts["vectors"] += 1
         else:
             assert header is not None
             _check_entry(number, line, header, pending, last_sequence, counts, not_replayed)
+            shown = None
             if isinstance(line, VersionLine):
                 pending = line
             elif isinstance(line, EventLine):
+                shown, seen = _shown(pending, line), set()
                 pending, last_sequence = None, line.ledger_sequence
         counts["lines"] += 1
         digest.add(raw)
@@ -208,9 +223,6 @@ def _check_entry(number: int, line: Any, header: Header, pending: VersionLine | 
             raise refused(number, "two versions in a row: a version's line is followed by its event's")
         counts["versions"] += 1
         return
-    if not isinstance(line, EventLine):  # a vector
-        counts["vectors"] += 1
-        return
     counts["events"] += 1
     if not last_sequence < line.ledger_sequence <= header.watermark:
         raise refused(number, f"ledger_sequence {line.ledger_sequence} is out of order (after {last_sequence},"
@@ -234,10 +246,37 @@ def _check_entry(number: int, line: Any, header: Header, pending: VersionLine | 
         raise refused(number - 1, "a version line before an entry that commits no version")
 
 
+def _check_vector(number: int, line: VectorLine, header: Header, shown: tuple[int, str, str, str] | None,
+                  spaces: dict[tuple[str, str], int], seen: set[str]) -> None:
+    if not header.vectors:
+        raise refused(number, "a vector in a bundle whose header says it carries none")
+    reason = vector_refusal(line, shown, spaces, seen)
+    if reason is not None:
+        raise refused(number, reason)
+    seen.add(line.embedding_space_id)
+
+
+def _shown(pending: VersionLine | None, line: EventLine) -> tuple[int, str, str, str] | None:
+    """The version an event line commits when the bundle shows its content (its line carries the salt, which
+    _check_entry held against the event's digest): vectors of it may follow."""
+    event = line.event
+    if pending is None or pending.salt is None or pending.envelope.get("availability_state") == "deleted":
+        return None
+    payload = event.get("payload")
+    digest = payload.get("content_digest") if isinstance(payload, dict) else None
+    name, version_id = event.get("object_id"), event.get("version_id")
+    if not (isinstance(name, str) and isinstance(version_id, str) and isinstance(digest, str)):
+        return None
+    return (line.ledger_sequence, name, version_id, digest)
+
+
 async def import_bundle(client: MemoryClient, path: Path, actor: dict[str, Any], scope_id: str | None = None,
                         scope_map: dict[str, str] | None = None, progress: Progress = _quiet) -> dict[str, Any]:
     """Check the bundle, then replay it into `scope_id` (default: its own scope id, or what `scope_map` maps
-    it to). Returns what was written, replayed from an earlier run, and left out."""
+    it to). Returns what was written, replayed from an earlier run, and left out. The bundle's vectors go with
+    their entries; the writer hands to the indexer those of a space registered here with the same descriptor
+    digest (`vectors.handed_over`) and leaves the others out: the indexer embeds those versions
+    (`vectors.left_to_indexer`; both count the chunks written now, not those an earlier run wrote)."""
     checked = check_bundle(path, progress)
     header = checked.header
     source = header.scope.scope_id
@@ -257,7 +296,7 @@ async def import_bundle(client: MemoryClient, path: Path, actor: dict[str, Any],
         **({"scope_map": {a: b for a, b in mapping.items() if a != b}} if any(a != b for a, b in mapping.items())
            else {}),
     }
-    written = replayed_chunks = chunk = sent = 0
+    written = replayed_chunks = chunk = sent = handed = left = 0
     tick = _Ticker(progress)
     for entries, final in _chunks(path, mapping, checked.bundle_digest):
         body = {**common, "chunk": chunk, "entries": entries, "final": final,
@@ -267,6 +306,8 @@ async def import_bundle(client: MemoryClient, path: Path, actor: dict[str, Any],
             replayed_chunks += 1
         else:
             written += len(entries)
+            handed += int(result.get("vectors_handed_over", 0))
+            left += int(result.get("vectors_left", 0))
         sent += len(entries)
         chunk += 1
         tick({"imported_entries": sent, "of": counts["replayed"], "chunk": chunk}, final=final)
@@ -274,19 +315,35 @@ async def import_bundle(client: MemoryClient, path: Path, actor: dict[str, Any],
     return {"result": verdict, "scope_id": target, "source_scope_id": source, "bundle_digest": checked.bundle_digest,
             "source_ledger_id": header.source_ledger_id, "chunks": chunk, "chunks_replayed": replayed_chunks,
             "entries_written": written, "counts": counts, "not_replayed": checked.not_replayed,
+            "vectors": {"in_bundle": counts["vectors"], "handed_over": handed, "left_to_indexer": left},
             **({"scope_map": common["scope_map"]} if "scope_map" in common else {})}
 
 
 def _chunks(path: Path, mapping: dict[str, str], bundle_digest: str) -> Iterator[tuple[list[dict[str, Any]], bool]]:
-    """The replayed entries in chunks bounded in count and bytes; the last one is final (it may be empty). The
+    """The replayed entries in chunks bounded in count and bytes; the last one is final (it may be empty). A
+    version's vector lines go with its entry (`vectors`), which the chunk takes once they are read. The
     lines are hashed again: a file changed since the check fails before the final chunk is sent."""
     chunk: list[dict[str, Any]] = []
     size = 0
     pending: dict[str, Any] | None = None
+    held: dict[str, Any] | None = None  # the last entry, waiting for its vectors
     digest = BundleDigest()
     for number, raw in _lines(path):
         line = decode_json(raw)
         kind = line.get("kind")
+        if kind == "vector":
+            digest.add(raw)
+            if held is not None:
+                held.setdefault("vectors", []).append({name: line[name] for name in VECTOR_FIELDS})
+            continue
+        if held is not None:
+            encoded = len(canonical_bytes(held))
+            if chunk and (len(chunk) >= CHUNK_ENTRIES or size + encoded > CHUNK_BYTES):
+                yield chunk, False
+                chunk, size = [], 0
+            chunk.append(held)
+            size += encoded
+            held = None
         if kind == "trailer":
             if digest.value != bundle_digest:  # the file changed after it was checked: the record is never sent
                 raise PamspecError.of("invalid_request", f"bundle line {number}: the file changed while it was"
@@ -299,18 +356,10 @@ def _chunks(path: Path, mapping: dict[str, str], bundle_digest: str) -> Iterator
         if kind != "event" or line["event"].get("event_type") not in REPLAYED:
             pending = None
             continue
-        entry: dict[str, Any] = {"event": remap_event(line["event"], mapping)}
+        held = {"event": remap_event(line["event"], mapping)}
         if pending is not None:
-            entry["envelope"] = remap_envelope(pending["envelope"], mapping)
+            held["envelope"] = remap_envelope(pending["envelope"], mapping)
             if pending.get("salt") is not None:
-                entry["salt"] = pending["salt"]
+                held["salt"] = pending["salt"]
         pending = None
-        encoded = len(canonical_bytes(entry))
-        if chunk and (len(chunk) >= CHUNK_ENTRIES or size + encoded > CHUNK_BYTES):
-            yield chunk, False
-            chunk, size = [], 0
-        chunk.append(entry)
-        size += encoded
     yield chunk, True
-
-

@@ -15,7 +15,7 @@ from typing import Any
 
 from infra.settings import Settings
 from memory_client.bundle import export_bundle, import_bundle
-from memory_client.cli_common import actor_of, add_actor_arguments, connect, invalid, pam_id, print_json
+from memory_client.cli_common import actor_of, add_actor_arguments, connect, invalid, pam_id, print_json, progress_lines
 
 
 def add_bundle_parsers(sub: Any, import_sources: tuple[str, ...] = ("pamledger",)) -> argparse.ArgumentParser:
@@ -26,6 +26,8 @@ def add_bundle_parsers(sub: Any, import_sources: tuple[str, ...] = ("pamledger",
     export.add_argument("--out", help="the bundle file (default: stdout); written whole or not at all")
     export.add_argument("--at", type=int, default=None, dest="at_sequence",
                         help="the ledger sequence to export up to (default: the head)")
+    export.add_argument("--vectors", action="store_true",
+                        help="also each shown version's vectors, with their Embedding Space and its digest")
     export.add_argument("--quiet", action="store_true", help="no progress on stderr")
     imp: argparse.ArgumentParser = sub.add_parser("import", help="replay a bundle into a new or empty scope (an administrator's);"
                                         " importing it again changes nothing")
@@ -41,24 +43,18 @@ def add_bundle_parsers(sub: Any, import_sources: tuple[str, ...] = ("pamledger",
     return imp
 
 
-def _progress(args: argparse.Namespace) -> Any:
-    def report(line: dict[str, Any]) -> None:
-        if not args.quiet:
-            print(json.dumps({"progress": line}, sort_keys=True), file=sys.stderr, flush=True)
-    return report
-
-
 def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     async def run() -> dict[str, Any]:
         client = await connect(settings)
         try:
             if args.out is None:
                 return await export_bundle(client, args.scope_id, sys.stdout.buffer, args.at_sequence,
-                                           _progress(args))
+                                           progress_lines(args.quiet), vectors=args.vectors)
             out = Path(args.out)
             partial = out.with_name(out.name + ".partial")
             with partial.open("wb") as handle:
-                summary = await export_bundle(client, args.scope_id, handle, args.at_sequence, _progress(args))
+                summary = await export_bundle(client, args.scope_id, handle, args.at_sequence, progress_lines(args.quiet),
+                                              vectors=args.vectors)
                 handle.flush()
                 os.fsync(handle.fileno())
             partial.replace(out)  # a bundle appears whole or not at all
@@ -89,7 +85,7 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
         client = await connect(settings)
         try:
             actor = await actor_of(client, args)
-            return await import_bundle(client, path, actor, args.scope, mapping, _progress(args))
+            return await import_bundle(client, path, actor, args.scope, mapping, progress_lines(args.quiet))
         finally:
             await client.close()
 

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from infra.settings import Settings
@@ -127,3 +128,12 @@ def provenance_of(args: argparse.Namespace, actor: dict[str, str]) -> dict[str, 
     """The provenance a CLI write records: --provenance-id (default prov:cli), the actor, --activity."""
     return {"provenance_id": getattr(args, "provenance_id", None) or "prov:cli", "actor": actor,
             "activity": getattr(args, "activity", "cli")}
+
+
+def progress_lines(quiet: bool) -> Callable[[dict[str, Any]], None]:
+    """Progress of long work as JSON lines on stderr (`{"progress": {...}}`), nothing when `quiet`; stdout
+    keeps the one JSON result."""
+    def report(line: dict[str, Any]) -> None:
+        if not quiet:
+            print(json.dumps({"progress": line}, sort_keys=True), file=sys.stderr, flush=True)
+    return report

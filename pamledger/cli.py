@@ -22,6 +22,7 @@ from memory_client.cli_bundle import cmd_import as cmd_import_bundle
 from memory_client.cli_common import Parser, installed_version, invalid, print_json
 from memory_client.client import MemoryClient, PamspecError
 from pamledger.cli_audit import add_audit_parsers, cmd_audit, cmd_replay
+from pamledger.cli_backup import add_backup_parsers, cmd_backup, cmd_restore
 from pamledger.cli_index import add_index_parsers, cmd_index, cmd_spaces
 from pamledger.cli_mem0 import add_mem0_arguments, cmd_import_mem0
 from pamledger.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report
@@ -135,11 +136,24 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"state_dir": str(settings.state_dir)}
     report.update(nats_url=endpoints.nats_url, database_url=endpoints.database_url, source=endpoints.source)
     report.update(asyncio.run(_probe(settings, endpoints.nats_url, endpoints.database_url)))
+    report["probes"] = probe_urls(settings)
     report["problems"] = _problems(report)
     _print(report)
     for problem in report["problems"]:  # the same, for a person at a terminal (stdout stays one JSON value)
         print(f"pamledger status: {problem}", file=sys.stderr)
     return 0 if report["nats"]["answers"] and report["postgres"]["answers"] and not report["problems"] else 1
+
+
+def probe_urls(settings: Settings) -> dict[str, str]:
+    """Where each role's /metrics is (its /healthz and /readyz beside it), as `run` lays them out."""
+    from pamledger.runtime import PROBE_OFFSETS
+
+    base, host = settings.metrics.port, settings.metrics.host
+    if base <= 0:
+        return {}
+    single = settings.processes == "single"
+    return {role: f"http://{host}:{base + (0 if single else offset)}/metrics" for role, offset in PROBE_OFFSETS.items()
+            if role != "retention" or settings.retention.enabled}
 
 
 def _problems(report: dict[str, Any]) -> list[str]:
@@ -245,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_retention_parsers(sub)
     add_scrub_parser(sub)
     add_mcp_parser(sub)
+    add_backup_parsers(sub)
     _add_import_parser(sub)
     return parser
 
@@ -267,7 +282,7 @@ HANDLERS: dict[str, Handler] = {
     "up": cmd_up, "down": cmd_down, "clean": cmd_clean, "run": cmd_run, "serve": cmd_serve, "status": cmd_status,
     "verify": cmd_verify, "stream": cmd_stream, "replay": cmd_replay, "audit": cmd_audit,
     "spaces": cmd_spaces, "index": cmd_index, "retention": cmd_retention, "scrub": cmd_scrub, "mcp": cmd_mcp,
-    "import": cmd_import,
+    "import": cmd_import, "backup": cmd_backup, "restore": cmd_restore,
 }
 
 

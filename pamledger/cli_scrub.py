@@ -34,7 +34,8 @@ from projector.replay import drop_leftovers
 # Tables whose dead tuples can hold erased content or something derived from it (full-text lexemes, the
 # idempotency records' request digests an erasure rewrote), in the order they are scrubbed; the embedding
 # spaces' vector tables and kept replay tables are found at run time.
-CONTENT_TABLES = ("content_store", "current_objects", "current_relationships", "index_outbox", "idempotency_records")
+CONTENT_TABLES = ("content_store", "current_objects", "current_relationships", "index_outbox", "idempotency_records",
+                  "vector_handoff")
 _DERIVED = (
     "SELECT c.relname FROM pg_class c WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace"
     r" AND (c.relname LIKE 'embedding\_vectors\_%' OR c.relname LIKE 'current\_objects\_rebuild\_%'"

@@ -31,7 +31,9 @@ from infra import locks
 from infra.follower import EventFailed, Follower, FollowerSpec
 from infra.requester import CommandRequester
 from infra.nats_log import ConnectionLog
+from infra.metrics import FOLLOWER_POSITION, FOLLOWER_STUCK, leading, leads
 from infra.nats_raw import RawClient, connect_raw
+from infra.probes import Probes, serving_probes
 from infra.request_shell import DenialSink, Policy
 from infra.settings import Settings
 from infra.role_failures import RoleFailures
@@ -88,12 +90,16 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             lambda: registry.grants if registry.loaded.is_set() else None, settings.auth.refresh_seconds)))
     query: QueryService | None = None
     pool: AsyncConnectionPool[Any] | None = None
+    probes = Probes(database_url, lambda: {"roles": list(roles), "leading": leading(roles)})
 
     async def connection(role: str) -> RawClient:
         nc = await connect_nats(nats_url, f"pamledger-{role}", settings)
         connections.append(nc)
+        probes.add(f"nats.{role}", lambda: None if nc.is_connected else "NATS connection not connected")
         return nc
 
+    side_door = serving_probes(settings.metrics.host, probe_port(settings, roles), probes)
+    await side_door.__aenter__()
     try:
         if "query" in roles:
             # check: a connection that died with its server (a Postgres restart) is found out and replaced
@@ -122,7 +128,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
                     requester = CommandRequester(follower_nc, settings.subject_prefix, retries=0,
                                                  token=auth.service_token)
                     tasks.append(asyncio.create_task(run_beside_follower(requester, database_url, settings.indexer)))
-                tasks.append(asyncio.create_task(follow_forever(settings, follower_nc, database_url, spec)))
+                tasks.append(asyncio.create_task(follow_forever(settings, follower_nc, database_url, spec, probes)))
         if "retention" in roles:  # optional: settings.retention.enabled adds it to `all`
             tasks.append(asyncio.create_task(retention_forever(settings, await connection("retention"), database_url,
                                                                auth.service_token)))
@@ -150,7 +156,24 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             with contextlib.suppress(Exception):
                 await nc.flush(timeout=2)
             await nc.close()
+        await side_door.__aexit__(None, None, None)
         log.info("service.stopped", roles=list(roles))
+
+
+def _position_of(follower: Follower) -> Callable[[], float]:
+    return lambda: float(follower.applied)
+
+
+# A process serving one role serves its probes at the base port plus the role's offset (infra.probes).
+PROBE_OFFSETS = {"writer": 0, "query": 1, "projector": 2, "indexer": 3, "gateway": 4, "retention": 5}
+
+
+def probe_port(settings: Settings, roles: Sequence[str]) -> int:
+    """Where this process's /metrics, /healthz and /readyz listen (0: off)."""
+    base = settings.metrics.port
+    if base <= 0:
+        return 0
+    return base + PROBE_OFFSETS.get(roles[0], 0) if len(roles) == 1 else base
 
 
 async def lead_forever(settings: Settings, nc: RawClient, database_url: str, policy: Policy | None = None) -> None:
@@ -184,18 +207,25 @@ async def _lead_once(settings: Settings, nc: RawClient, database_url: str, failu
         relay = Relay(nc, database_url, settings.stream_name, settings.subject_prefix, settings.partition,
                       settings.writer.relay_publish_timeout_seconds)
         relay_task = asyncio.create_task(relay.run())
+        leads("writer", True)
         try:
             with failures.running():
                 await Writer(settings, nc, store, relay.submit, relay.status, policy=policy).serve()
         finally:
+            leads("writer", False)
             await stop_task(relay_task)
 
 
-async def follow_forever(settings: Settings, nc: RawClient, database_url: str, spec: FollowerSpec) -> None:
+async def follow_forever(settings: Settings, nc: RawClient, database_url: str, spec: FollowerSpec,
+                         probes: Probes | None = None) -> None:
     """Lead the partition's `spec` follower (its own advisory lock), reconnecting when the database goes
     away. Its stuck state outlives reconnects, so status keeps saying since when an event has been failing."""
     stuck = StuckState(settings.follower.retry_first_seconds, settings.follower.retry_max_seconds)
     failures = role_failures(settings, spec.name)
+    FOLLOWER_STUCK.labels(spec.name).set_function(lambda: 1 if stuck.current is not None else 0)
+    if probes is not None:
+        probes.add(f"{spec.name}.stuck", lambda: None if stuck.current is None else
+                   f"stuck at ledger sequence {stuck.current.sequence}")
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
@@ -213,9 +243,12 @@ async def follow_forever(settings: Settings, nc: RawClient, database_url: str, s
                                 spec, nc, conn, settings.stream_name, settings.subject_prefix, settings.partition,
                                 settings.follower, stuck=stuck,
                                 connect=lambda: psycopg.AsyncConnection.connect(database_url, autocommit=True))
+                            FOLLOWER_POSITION.labels(spec.name).set_function(_position_of(follower))
+                            leads(spec.name, True)
                             try:
                                 await follower.run()
                             finally:
+                                leads(spec.name, False)
                                 await follower.close()
                     except EventFailed:  # logged once per state change; wait (still leading), then retry
                         await asyncio.sleep(stuck.delay())
@@ -257,9 +290,10 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
                                           settings.writer.lock_poll_seconds)
                 try:
                     with failures.running():
-                        # answers status.gateway once serving
+                        leads("gateway", True)  # answers status.gateway once serving
                         await Gateway(settings, nc, store, authorizer, policy, denials, service_token).serve()
                 finally:
+                    leads("gateway", False)
                     await store.close()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             await asyncio.sleep(failures.failed(exc, expected=True))

@@ -3,32 +3,38 @@
 A page is the scope's ledger rows after a position and up to the export's watermark, in ledger order, each
 with the version it commits rendered exactly as history renders it (content null where erased, or hidden
 by a later redaction; the tombstone marker on a deletion) and the salt of the content's digest where the
-content is shown. Erased content is gone from the content store, so no page can carry it. Pages are bounded
+content is shown. Erased content is gone from the content store, so no page can carry it. With `vectors`, a
+version whose content the page shows also carries the vectors every space holds for that very version, read
+in the same snapshot as the page (a vector leaks its content: none goes with a version whose content is not
+shown, and a vector naming a later version, or one past the watermark, is in no page). Pages are bounded
 in rows and in bytes, so a reply fits a NATS message whatever the contents' sizes. A page carries its entries
 as the bundle's lines (schemas.bundle), rendered around the event's stored bytes and the envelope's bytes as history
-renders them, neither decoded again; memory_client.bundle writes them as they come.
+renders them, neither decoded again, each version's vector lines after its event's; memory_client.bundle writes
+them as they come.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 import msgspec
 import psycopg
 
-from embedding.store import list_spaces
+from embedding.store import SpaceRow, list_spaces, version_vectors
 from infra.ledger import HEAD, hidden_by_latest, latest_version
 from infra.ledger_identity import IDENTITY
 from infra.scopes import scope_exists, scope_record
-from schemas.canonical import canonical_bytes
+from query.snapshot import snapshot
+from schemas.canonical import canonical_bytes, decode_json
 from schemas.common import Id
 from schemas.embedding import space_digest
 from schemas.errors import InvalidRequest, ScopeNotFound
-from schemas.bundle import event_line, version_line
+from schemas.bundle import event_line, vector_line, version_line
 from schemas.replies import stored_envelope_bytes
 
 PAGE_BYTES = 786_432  # a page's lines stay within this (or are one entry): a reply fits 1 MiB with room for its
-# own few fields, and an entry alone is at most the writer's 512 KiB command with its event
+# own few fields, and an entry alone is at most the writer's 512 KiB command with its event (and its vectors)
 FETCH_ROWS = 64  # rows of a page's first read from its cursor
 
 
@@ -41,6 +47,7 @@ class ExportRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     at_sequence: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
     after_sequence: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0
     limit: Annotated[int, msgspec.Meta(ge=1, le=2000)] = 500
+    vectors: bool = False  # each shown version with the vectors of it (schemas.bundle.VectorLine)
     operation_id: Annotated[str, msgspec.Meta(max_length=512)] | None = None
 
 
@@ -80,33 +87,51 @@ async def export_header(conn: psycopg.AsyncConnection[Any], request: ExportReque
 async def export_entries(conn: psycopg.AsyncConnection[Any], request: ExportRequest, partition: int) -> bytes:
     if request.at_sequence is None:
         raise InvalidRequest("an entries page names the export's at_sequence (the header's watermark)")
-    page = _Page()
     # A cursor, read in a few steps sized to what the page still holds: the rows past the page's byte bound are
     # never computed or sent (with LIMIT alone, Postgres and this process did the whole limit's work for the
-    # page's first rows).
-    async with conn.transaction(), conn.cursor("export_entries", binary=True) as cur:
-        await cur.execute(_ENTRIES, (request.scope_id, partition, request.after_sequence, request.at_sequence,
-                                     request.limit))
-        while not page.full and (rows := await cur.fetchmany(page.wanted())):
-            for row in rows:
-                if not page.add(*row):
-                    break
+    # page's first rows). With vectors, the rows and their vectors are read in one snapshot.
+    async with snapshot(conn) if request.vectors else conn.transaction():
+        page = _Page(await list_spaces(conn) if request.vectors else [])
+        async with conn.cursor("export_entries", binary=True) as cur:
+            await cur.execute(_ENTRIES, (request.scope_id, partition, request.after_sequence, request.at_sequence,
+                                         request.limit))
+            while not page.full and (rows := await cur.fetchmany(page.wanted())):
+                if page.spaces:  # each row's vectors before its lines are measured against the byte bound
+                    entries: Iterable[_Entry] = [page.render(*row) for row in rows]
+                    await _attach_vectors(conn, request.scope_id, page.spaces, entries)
+                else:
+                    entries = (page.render(*row) for row in rows)  # rendered one at a time, up to the bound
+                for entry in entries:
+                    if not page.add(entry):
+                        break
     if not page.rows and not await scope_exists(conn, request.scope_id):  # asked only when a page comes back empty
         raise ScopeNotFound("scope not found", details={"scope_id": request.scope_id})
     last = page.last if page.lines else request.at_sequence
     more = page.full or page.rows == request.limit
     return canonical_bytes({"result": {"scope_id": request.scope_id, "lines": page.lines, "versions": page.versions,
-                                       "events": page.events, "last_sequence": last, "more": more}})
+                                       "events": page.events, "vectors": page.vectors, "last_sequence": last,
+                                       "more": more}})
+
+
+class _Entry:
+    """One ledger row's bundle lines: its version's (if it commits one), its event's, then its vectors'. `shown`
+    is the event's stored bytes where the version's content is shown (it has its salt): only then vectors."""
+
+    __slots__ = ("seq", "lines", "version", "shown", "vectors")
+
+    def __init__(self, seq: int, lines: list[bytes], version: bool, shown: bytes | None) -> None:
+        self.seq, self.lines, self.version, self.shown, self.vectors = seq, lines, version, shown, 0
 
 
 class _Page:
     """One page's bundle lines (schemas.bundle), rendered from the stored bytes without decoding them, and
-    bounded: a line pair that would take the page past PAGE_BYTES waits for the next page (the first always
-    goes in, so a page makes progress whatever one entry's size)."""
+    bounded: an entry's lines (its vectors' included) that would take the page past PAGE_BYTES wait for the
+    next page (the first always goes in, so a page makes progress whatever one entry's size)."""
 
-    def __init__(self) -> None:
+    def __init__(self, spaces: list[SpaceRow]) -> None:
+        self.spaces = spaces
         self.lines: list[msgspec.Raw] = []
-        self.size = self.rows = self.versions = self.events = self.last = 0
+        self.size = self.rows = self.versions = self.events = self.vectors = self.last = 0
         self.full = False
 
     def wanted(self) -> int:
@@ -116,20 +141,49 @@ class _Page:
             return FETCH_ROWS
         return max(8, int((PAGE_BYTES - self.size) * self.rows / self.size) + 8)
 
-    def add(self, seq: int, event: bytes, meta: bytes | None, content: bytes | None, salt: bytes | None) -> bool:
-        pair = [event_line(seq, event)]
-        if meta is not None:
-            envelope, deleted = stored_envelope_bytes(meta, content)
-            salt_hex = bytes(salt).hex() if content is not None and salt is not None and not deleted else None
-            pair.insert(0, version_line(seq, envelope, salt_hex))
-        size = sum(len(line) + 1 for line in pair)
+    @staticmethod
+    def render(seq: int, event: bytes, meta: bytes | None, content: bytes | None, salt: bytes | None) -> _Entry:
+        lines = [event_line(seq, event)]
+        if meta is None:
+            return _Entry(seq, lines, False, None)
+        envelope, deleted = stored_envelope_bytes(meta, content)
+        salt_hex = bytes(salt).hex() if content is not None and salt is not None and not deleted else None
+        lines.insert(0, version_line(seq, envelope, salt_hex))
+        return _Entry(seq, lines, True, event if salt_hex is not None else None)
+
+    def add(self, entry: _Entry) -> bool:
+        size = sum(len(line) + 1 for line in entry.lines)
         if self.lines and self.size + size > PAGE_BYTES:
             self.full = True
             return False
-        self.lines.extend(msgspec.Raw(line) for line in pair)
+        self.lines.extend(msgspec.Raw(line) for line in entry.lines)
         self.size += size
         self.rows += 1
-        self.versions += len(pair) - 1
+        self.versions += entry.version
         self.events += 1
-        self.last = seq
+        self.vectors += entry.vectors
+        self.last = entry.seq
         return True
+
+
+async def _attach_vectors(conn: psycopg.AsyncConnection[Any], scope_id: str, spaces: list[SpaceRow],
+                          entries: Iterable[_Entry]) -> None:
+    """Give each entry whose version's content is shown the vector lines of that version, space by space (one
+    statement per space's table), each made from the version's own content digest."""
+    shown: dict[tuple[str, str], tuple[_Entry, Any]] = {}
+    for entry in entries:
+        if entry.shown is not None:
+            event = decode_json(bytes(entry.shown))
+            name, version_id = event.get("object_id"), event.get("version_id")
+            if isinstance(name, str) and isinstance(version_id, str):
+                shown[(name, version_id)] = (entry, (event.get("payload") or {}).get("content_digest"))
+    if not shown:
+        return
+    for space in spaces:
+        for object_id, version_id, made_from, text in await version_vectors(conn, space, scope_id, sorted(shown)):
+            entry, digest = shown[(object_id, version_id)]
+            if digest is None or made_from not in (None, digest):
+                continue  # not made from this version's content
+            entry.lines.append(vector_line(entry.seq, object_id, version_id, digest, space.embedding_space_id,
+                                           space.space_digest, text.encode()))
+            entry.vectors += 1

@@ -10,6 +10,7 @@ runs through the kernel's request shell (infra.request_shell): actor header, pol
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Annotated, Any
 
 import msgspec
@@ -18,6 +19,7 @@ from nats.aio.msg import Msg
 from psycopg_pool import AsyncConnectionPool
 
 from embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
+from infra.metrics import QUERY_SECONDS, query_label
 from infra.nats_raw import RawClient, parse_headers
 from infra.request_shell import DelegationGate, DenialSink, Policy, RequestContext, RequestShell
 from infra.settings import QuerySettings
@@ -127,6 +129,7 @@ class QueryService:
         task.add_done_callback(self._in_flight.discard)
 
     async def _handle(self, subject: str, reply: str, data: bytes, headers: bytes | None) -> None:
+        started = time.perf_counter()
         name = subject.rsplit(".", 1)[-1]
         fields = parse_headers(headers)
         limit = self.settings.max_in_flight
@@ -138,6 +141,8 @@ class QueryService:
                                            lambda raw: self._decode(name, raw), self._answer)
         if reply:
             await self.nc.publish(reply, body)
+        QUERY_SECONDS.labels(query_label(name), "error" if body.startswith(b'{"error"') else "ok").observe(
+            time.perf_counter() - started)
 
     def _decode(self, name: str, data: bytes) -> Any:
         limit = self.settings.max_request_bytes

@@ -3,24 +3,29 @@
     {"kind": "header", "format": "pamledger-bundle", "format_version": 1, ...}   first line
     {"kind": "version", "ledger_sequence": N, "envelope": {...}, "salt": "..."}   a Memory / Relationship Version
     {"kind": "event", "ledger_sequence": N, "event": {...}}                      every ledger entry of the scope
+    {"kind": "vector", "ledger_sequence": N, "embedding_space_id": ..., "vector": [...], ...}   with --vectors
     {"kind": "trailer", "counts": {...}, "sha256": "sha256:..."}                 last line
 
 Entries come in ledger order; a version's line comes just before the event that commits it, with the same
 `ledger_sequence`. A version's `envelope` is byte for byte what history returns (content null where erased
 or hidden, the tombstone marker on a deletion); `salt` is there only where the bundle carries the content, so
-the import can check the content against the event's salted digest. The trailer's sha256 is over the bytes
-of every line before it, newlines included; it is the bundle's digest. Pure: no I/O (memory_client.bundle
+the import can check the content against the event's salted digest. With `--vectors` (the header's
+`vectors`), a version whose content the bundle shows is followed, after its event, by one vector line per
+space holding a vector of that very version; erased, hidden or deleted versions have none. The trailer's
+sha256 is over the bytes of every line before it, newlines included; it is the bundle's digest. Pure: no I/O (memory_client.bundle
 reads and writes files; docs/protocol.md documents the format).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any, Literal, cast
 
 import msgspec
 
-from schemas.canonical import canonical_bytes, salted_digest
+from schemas.canonical import canonical_bytes, decode_json, salted_digest
+from schemas.embedding import FLOAT4_MAX, EmbeddingSpace, space_digest
 from schemas.errors import InvalidRequest
 from schemas.events import Event
 
@@ -84,11 +89,26 @@ def event_line(ledger_sequence: int, event: bytes) -> bytes:
 
 
 class VectorLine(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="kind", tag="vector"):
+    """A vector of the version whose event line it follows (`--vectors`): the space it belongs to (named in
+    the header with the same digest), the content it was made from, and its values (float4s, as stored)."""
+
+    ledger_sequence: int
     embedding_space_id: str
     space_digest: str
     object_id: str
     version_id: str
+    content_digest: str
     vector: list[float]
+
+
+def vector_line(ledger_sequence: int, object_id: str, version_id: str, content_digest: str, space_id: str,
+                descriptor_digest: str, stored: bytes) -> bytes:
+    """A vector line's bytes (no newline) from a vector in pgvector's text form (a JSON array of its float4s):
+    the values decoded as JSON and encoded canonically, as canonical_bytes(VectorLine(...)) does for a line
+    decoded from JSON."""
+    return canonical_bytes(VectorLine(ledger_sequence=ledger_sequence, embedding_space_id=space_id,
+                                      space_digest=descriptor_digest, object_id=object_id, version_id=version_id,
+                                      content_digest=content_digest, vector=decode_json(stored)))
 
 
 class Trailer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="kind", tag="trailer"):
@@ -113,6 +133,40 @@ class BundleDigest:
     @property
     def value(self) -> str:
         return "sha256:" + self._hash.hexdigest()
+
+
+def vector_refusal(line: VectorLine, shown: tuple[int, str, str, str] | None, spaces: dict[tuple[str, str], int],
+                   seen: set[str]) -> str | None:
+    """Why a vector line cannot stand where it is, or None: it follows the event of a version whose content the
+    bundle shows (`shown`: its ledger_sequence, object_id, version_id, content digest) and names it; its space
+    is one of the header's with the same digest (`spaces`: (id, digest) -> dimensions), once per version
+    (`seen`); it has the space's dimensions, each value a finite float4."""
+    if shown is None or (line.ledger_sequence, line.object_id, line.version_id, line.content_digest) != shown:
+        return "a vector follows the event of the version it names, whose content the bundle shows"
+    dimensions = spaces.get((line.embedding_space_id, line.space_digest))
+    if dimensions is None:
+        return f"the space {line.embedding_space_id!r} with this digest is not one the header names"
+    if line.embedding_space_id in seen:
+        return f"a second vector of this version in the space {line.embedding_space_id!r}"
+    if len(line.vector) != dimensions:
+        return f"a vector of {len(line.vector)} dimensions in a space of {dimensions}"
+    if not all(math.isfinite(x) and abs(x) <= FLOAT4_MAX for x in line.vector):
+        return "a vector value that is not a finite float4"
+    return None
+
+
+def header_spaces(header: Header) -> dict[tuple[str, str], int]:
+    """(embedding_space_id, space_digest) -> dimensions of the spaces a header names (a descriptor whose
+    digest is not its own names none)."""
+    named: dict[tuple[str, str], int] = {}
+    for item in header.embedding_spaces:
+        try:
+            space = msgspec.convert(item.get("embedding_space"), EmbeddingSpace)
+        except msgspec.ValidationError:
+            continue
+        if item.get("space_digest") == space_digest(space):
+            named[(space.embedding_space_id, space_digest(space))] = space.dimensions
+    return named
 
 
 def chunk_key(bundle_digest: str, chunk: int) -> str:

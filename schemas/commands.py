@@ -25,7 +25,7 @@ from schemas.common import (
     ValidationState,
 )
 from schemas.delegation import CheckDelegation, DelegationCommand, GrantDelegation, RevokeDelegation
-from schemas.embedding import EmbeddingSpace
+from schemas.embedding import FLOAT4_MAX, MAX_DIMENSIONS, EmbeddingSpace
 from schemas.envelope import Actor, Integrity, Provenance, QualitySignals
 from schemas.redaction import Redact
 from schemas.relationship import Relate
@@ -234,6 +234,17 @@ class RecordAccessDenied(msgspec.Struct, tag="record_access_denied", **COMMAND_S
     idempotency_key: IdempotencyKey | None = None
 
 
+class ImportedVector(msgspec.Struct, **COMMAND_STRUCT):
+    """A vector a bundle carries for its entry's version (schemas.bundle.VectorLine, `export --vectors`): the
+    writer hands it to the indexer when this service registered the same space (same id and descriptor
+    digest), else leaves it out and the indexer embeds the content as for any version."""
+
+    embedding_space_id: Id
+    space_digest: Annotated[str, msgspec.Meta(pattern=r"^sha256:[0-9a-f]{64}\Z")]
+    vector: Annotated[list[Annotated[float, msgspec.Meta(ge=-FLOAT4_MAX, le=FLOAT4_MAX)]],
+                      msgspec.Meta(min_length=1, max_length=MAX_DIMENSIONS)]
+
+
 class ImportedEntry(msgspec.Struct, **COMMAND_STRUCT):
     """One ledger entry of a bundle, as an import replays it: the entry's event (its source bytes, with scope
     ids remapped) and, for a version, its envelope as the bundle has it (content null where erased or
@@ -243,6 +254,7 @@ class ImportedEntry(msgspec.Struct, **COMMAND_STRUCT):
     event: dict[str, Any]
     envelope: dict[str, Any] | None = None
     salt: Annotated[str, msgspec.Meta(pattern=r"^(?:[0-9a-f]{2}){1,64}\Z")] | None = None
+    vectors: Annotated[list[ImportedVector], msgspec.Meta(max_length=64)] | None = None  # of a shown version
 
 
 class ImportEntries(msgspec.Struct, tag="import_entries", **COMMAND_STRUCT):

@@ -15,6 +15,7 @@ from schemas.common import Id, Text, Timestamp
 from schemas.envelope import Actor
 
 MAX_DIMENSIONS = 2000
+FLOAT4_MAX = 3.4028234663852886e38  # the largest float4: a vector's values are stored as float4s
 _STRICT: dict[str, bool] = dict(frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True)
 
 

@@ -203,6 +203,8 @@ class Embedded(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     items: list[tuple[str, str]]  # (object_id, version_id) embedded in the batch
     from_ledger_sequence: int
     through_ledger_sequence: int
+    # (object_id, version_id) whose vector an import handed over (same space): stored as they came, not embedded
+    reused: list[tuple[str, str]] = []
 
 
 class Denied(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

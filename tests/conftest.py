@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import psycopg
 import pytest
 
 from infra.migrations import migrate
-from infra.settings import AuthSettings, IndexerSettings, Settings
+from infra.settings import AuthSettings, IndexerSettings, MetricsSettings, Settings, WriterSettings
 from tests.profile_claims import (  # noqa: F401 - the claimed-profile gate's hooks (docs/implementation-report.md)
     pytest_collection_modifyitems,
     pytest_configure,
@@ -98,6 +99,9 @@ def service_environment(env: "Env", database_url: str | None = None, **extra: st
             "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix, "PAMLEDGER_STREAM_NAME": env.settings.stream_name,
             "PAMLEDGER_INDEXER__DEFAULT_SPACE": env.settings.indexer.default_space,
             "PAMLEDGER_AUTH__MODE": env.settings.auth.mode,
+            "PAMLEDGER_METRICS__PORT": str(env.settings.metrics.port),
+            **({"PAMLEDGER_WRITER__ERASURE_JOURNAL": str(env.settings.writer.erasure_journal)}
+               if env.settings.writer.erasure_journal else {}),
             "PAMLEDGER_LOG_FORMAT": "json", **extra}
 
 
@@ -107,6 +111,7 @@ def run_cli(env: "Env", *args: str, database_url: str | None = None) -> subproce
                           env=service_environment(env, database_url), capture_output=True, text=True, timeout=120)
 
 
+JOURNALS = Path(tempfile.gettempdir()) / "pamledger-test-journals"
 TEST_SPACE = "hashing-16"  # the indexer's default space in tests: no model to load
 
 
@@ -117,6 +122,9 @@ def fresh_settings(label: str, **overrides: Any) -> Settings:
     overrides.setdefault("indexer", IndexerSettings(default_space=TEST_SPACE))
     # Auth is off unless a module asks (tests/integration/test_auth*.py run it enforced, with real tokens).
     overrides.setdefault("auth", AuthSettings(mode="off"))
+    # Each module's erasure journal of its own (the default is the state dir's, shared by every module here).
+    overrides.setdefault("writer", WriterSettings(erasure_journal=JOURNALS / f"{tag}.jsonl"))
+    overrides.setdefault("metrics", MetricsSettings(port=0))  # no side door unless a test asks (ports are shared)
     return Settings(subject_prefix=f"pam_{tag}", stream_name=f"PAM_{tag.upper()}", **overrides)
 
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import msgspec
 
 from command_handler.core.chain import GENESIS_HASH, row_hash
-from command_handler.core.state import ObjectHead
+from command_handler.core.state import HandoffRow, ObjectHead
 from infra.ledger import IdempotencyRow, LedgerRow
 from schemas.delegation import DelegationState
 
@@ -58,6 +58,7 @@ class Batch(msgspec.Struct, kw_only=True):
     erase: list[tuple[str, str, str | None, int]]
     scopes: list[tuple[str, str, str | None, str | None]]
     delegations: list[DelegationState] = []  # each changed delegation's state after the batch, once
+    handoff: list[HandoffRow] = []  # vectors imported versions bring for the indexer (embedding.handoff)
 
 
 class LedgerStore(Protocol):

@@ -8,6 +8,11 @@ version of the head the import left (sequence + 1, previous_version_id); ids thi
 (`version_id_reuse`, invalid_object); and content, where the bundle carries it, whose salted digest is the
 event's. A replayed erasure erases what the import stored before it, as the writer's own erasures do. The service mints nothing for a replayed entry: ids, times, actors and provenance are the bundle's.
 The last chunk adds the entry recording the import (schemas.events.ScopeImported).
+
+An entry's vectors (a bundle exported with --vectors) go to the indexer (Decision.handoff) where this service
+registered the same space (same id, same descriptor digest: schemas.embedding.same_space) and the version
+shows its content; the others are left out, and the indexer embeds the version as any other. The chunk's
+reply says how many of each (`vectors_handed_over`, `vectors_left`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from command_handler.core.state import NO_IMPORT_FACTS, Context, Decision, ObjectHead, Stamp
+from command_handler.core.state import NO_IMPORT_FACTS, Context, Decision, HandoffRow, ObjectHead, Stamp
 from command_handler.core.versions import entry_event
 from schemas.bundle import (
     FIRST_VERSION_EVENTS, REPLAYED, VERSION_EVENTS, chunk_key, envelope_agrees, envelope_meta, shown_content,
@@ -57,8 +62,10 @@ def import_chunk(command: ImportEntries, stamp: Stamp, context: Context) -> Deci
                              " chunks in order", details={"chunk": command.chunk, "rule": "import.chunk_order"})
     heads: dict[tuple[str, str], ObjectHead] = {}
     seen: set[str] = set()
-    decisions = [_replayed(index, entry, command, heads, context, facts.taken, seen)
+    decisions = [_replayed(index, entry, command, heads, context, facts.taken, seen, facts.spaces)
                  for index, entry in enumerate(command.entries)]
+    offered = sum(len(entry.vectors or ()) for entry in command.entries)
+    handed = sum(len(decision.handoff) for decision in decisions)
     if command.final:
         decisions.append(Decision(event=entry_event(command.actor, stamp, command.scope_id, "index_rebuilt", {
             "action": "scope_imported", "bundle_digest": command.bundle_digest,
@@ -70,11 +77,12 @@ def import_chunk(command: ImportEntries, stamp: Stamp, context: Context) -> Deci
     if not decisions:
         raise InvalidRequest("an import chunk names no entry", details={"chunk": command.chunk})
     first, *rest = decisions
-    return msgspec.structs.replace(first, followers=tuple(rest))
+    counts = {"vectors_handed_over": handed, "vectors_left": offered - handed} if offered else None
+    return msgspec.structs.replace(first, followers=tuple(rest), result=counts)
 
 
 def _replayed(index: int, entry: ImportedEntry, command: ImportEntries, heads: dict[tuple[str, str], ObjectHead],
-              context: Context, taken: frozenset[str], seen: set[str]) -> Decision:
+              context: Context, taken: frozenset[str], seen: set[str], spaces: dict[str, str]) -> Decision:
     where = {"chunk": command.chunk, "entry": index}
     event_type = entry.event.get("event_type")
     if event_type not in REPLAYED:
@@ -94,7 +102,25 @@ def _replayed(index: int, entry: ImportedEntry, command: ImportEntries, heads: d
             seen.add(name)
     if event_type not in VERSION_EVENTS:
         return Decision(event=event, head=None)
-    return _version(index, entry, event, heads, context, where)
+    decision = _version(index, entry, event, heads, context, where)
+    return msgspec.structs.replace(decision, handoff=_handoff(entry, event, decision.head, spaces))
+
+
+def _handoff(entry: ImportedEntry, event: Any, head: ObjectHead | None,
+             spaces: dict[str, str]) -> tuple[HandoffRow, ...]:
+    """The entry's vectors the indexer may take: of an object's version whose content the bundle shows (its
+    salt came, checked against the digest), one per space registered here with the same descriptor digest."""
+    if not entry.vectors or head is None or entry.salt is None or head.content_digest is None \
+            or event.object_id is None or head.meta.get("availability_state") in ("deleted", "redacted"):
+        return ()
+    rows: dict[str, HandoffRow] = {}
+    for vector in entry.vectors:
+        if spaces.get(vector.embedding_space_id) == vector.space_digest and vector.embedding_space_id not in rows:
+            rows[vector.embedding_space_id] = HandoffRow(
+                scope_id=head.scope_id, object_id=head.object_id, embedding_space_id=vector.embedding_space_id,
+                space_digest=vector.space_digest, version_id=head.version_id, version_sequence=head.sequence,
+                content_digest=head.content_digest, vector=tuple(vector.vector))
+    return tuple(rows.values())
 
 
 def _version(index: int, entry: ImportedEntry, event: Any, heads: dict[tuple[str, str], ObjectHead],
@@ -133,10 +159,10 @@ def _version(index: int, entry: ImportedEntry, event: Any, heads: dict[tuple[str
     heads[key] = new
     # A replayed erasure erases as the writer's own does (the batch's erase step: every stored content of the
     # object but what the new head keeps), so no bundle can leave content behind an erasure it carries.
-    return Decision(event=event, head=new, content=content, salt=salt, erase_content=_erases(event))
+    return Decision(event=event, head=new, content=content, salt=salt, erase_content=erases(event))
 
 
-def _erases(event: Any) -> bool:
+def erases(event: Any) -> bool:
     """Whether a version event erased its object's content where it was written (what verify calls erasing)."""
     if event.event_type == "object_deleted":
         return True

@@ -324,6 +324,7 @@ def _add_rows(
         ))
     if decision.erase_content:
         batch.erase.append((head.scope_id, head.object_id, head.content_digest, seq))
+    batch.handoff.extend(decision.handoff)
     if item.idempotency_key is not None:
         batch.idempotency.append(IdempotencyRow(
             scope_id=head.scope_id, idempotency_key=item.idempotency_key, request_digest=item.request_digest,

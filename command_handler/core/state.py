@@ -72,6 +72,21 @@ class ImportFacts(msgspec.Struct, frozen=True, kw_only=True):
     occupied: bool = False
     previous_committed: bool = False
     taken: frozenset[str] = frozenset()
+    # The spaces the chunk's vectors name that this service registered: id -> its descriptor's digest
+    spaces: dict[str, str] = {}
+
+
+class HandoffRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A vector an import hands to the indexer for one version's content in one space (embedding.handoff)."""
+
+    scope_id: str
+    object_id: str
+    embedding_space_id: str
+    space_digest: str
+    version_id: str
+    version_sequence: int
+    content_digest: str
+    vector: tuple[float, ...]
 
 
 NO_IMPORT_FACTS = ImportFacts()
@@ -116,3 +131,4 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     # Entries the same command writes after this one, in order, in the same transaction (promote: the source's
     # superseded version, the derived_from relationship, the working_memory_promoted entry).
     followers: tuple["Decision", ...] = ()
+    handoff: tuple[HandoffRow, ...] = ()  # an import's vectors of this version, for the indexer

@@ -159,3 +159,35 @@ async def test_the_cli_verify_exits_2_and_names_the_row_and_check(written: Env) 
     tampered = await asyncio.to_thread(lambda: run_cli(written, "verify", database_url=copy))
     report = json.loads(tampered.stdout)
     assert tampered.returncode == 2 and (report["first_bad_sequence"], report["check"]) == (6, "ledger.scope_id")
+
+
+async def test_verify_on_a_live_ledger_never_reports_rows_appended_during_its_run(servers: Servers) -> None:
+    """Creates and the indexer's entries are appended while verify runs again and again: every run is ok (the
+    stream's position is compared with the ledger as it is after the stream was read, not with the head the
+    pass began with, which once reported a truncated tail on a healthy ledger)."""
+    from pamledger.supervisor import ROLES as ALL_ROLES
+    from tests.conftest import serving
+
+    env = Env(servers, fresh_database(servers, "verify_live"), fresh_settings("verify_live"))
+    async with serving(env, ALL_ROLES, roles=ALL_ROLES) as client:
+        await client.create_scope(SCOPE)
+        stop = asyncio.Event()
+
+        async def load() -> int:
+            made = 0
+            while not stop.is_set():
+                await asyncio.gather(*(client.create(SCOPE, "claim", {"n": made + i}, ACTOR, PROVENANCE)
+                                       for i in range(8)))
+                made += 8
+            return made
+
+        writing = asyncio.create_task(load())
+        try:
+            results = [await verify_ledger(env.database_url, env.nats_url, env.settings.stream_name)
+                       for _ in range(12)]
+        finally:
+            stop.set()
+            made = await writing
+    assert made > 0
+    assert [r for r in results if not r["ok"]] == []
+    assert any(r["appended_during_verify"] > 0 for r in results), "nothing was appended during a run: no test"

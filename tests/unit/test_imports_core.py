@@ -87,3 +87,56 @@ async def test_an_entry_that_does_not_encode_back_to_its_bytes_is_refused(field:
     plan = plan_batch([item], _inputs(item))
     error = plan.outcomes[0].error
     assert error is not None and error.code == "invalid_request" and not plan.batch.ledger and not plan.batch.scopes
+
+
+SPACE_ID, SPACE_DIGEST = "space:test:a", "sha256:" + "0a" * 32
+
+
+def _with_vectors(entry: dict[str, Any], *spaces: tuple[str, str]) -> dict[str, Any]:
+    return {**entry, "vectors": [{"embedding_space_id": s, "space_digest": d, "vector": [0.5, -0.25, 1e-3]}
+                                 for s, d in spaces]}
+
+
+def _planned(entries: list[dict[str, Any]], spaces: dict[str, str]) -> Any:
+    item = _chunk(entries, "workspace:vectors")
+    inputs = _inputs(item)
+    inputs.imports = {key: ImportFacts(spaces=spaces) for key in inputs.imports}
+    plan = plan_batch([item], inputs)
+    assert plan.outcomes[0].error is None, plan.outcomes[0].error
+    return plan
+
+
+async def test_vectors_of_a_space_registered_with_the_same_digest_are_handed_to_the_indexer() -> None:
+    entries = await _source_entries()
+    entry = _with_vectors(entries[0], (SPACE_ID, SPACE_DIGEST), ("space:test:b", SPACE_DIGEST),
+                          ("space:test:unknown", SPACE_DIGEST))
+    plan = _planned([entry], {SPACE_ID: SPACE_DIGEST, "space:test:b": "sha256:" + "0b" * 32})
+    [row] = plan.batch.handoff  # space b is registered here with another descriptor: not the same space
+    assert (row.scope_id, row.object_id, row.embedding_space_id, row.space_digest) == (
+        "workspace:vectors", "mem:gone", SPACE_ID, SPACE_DIGEST)
+    assert row.version_id == entries[0]["event"]["version_id"] and row.version_sequence == 1
+    assert row.content_digest == entries[0]["event"]["payload"]["content_digest"]
+    assert row.vector == (0.5, -0.25, 1e-3)
+    accepted = plan.outcomes[0].accepted
+    assert accepted is not None and accepted.decision.result == {"vectors_handed_over": 1, "vectors_left": 2}
+    target = InMemoryLedgerStore()
+    await target.append(plan.batch)
+    assert target.handoff == [row]
+
+
+async def test_a_version_whose_content_the_bundle_does_not_show_hands_no_vector_over() -> None:
+    entries = await _source_entries()
+    hidden = {k: v for k, v in _with_vectors(entries[0], (SPACE_ID, SPACE_DIGEST)).items() if k != "salt"}
+    plan = _planned([hidden], {SPACE_ID: SPACE_DIGEST})
+    assert plan.batch.handoff == []
+    accepted = plan.outcomes[0].accepted
+    assert accepted is not None and accepted.decision.result == {"vectors_handed_over": 0, "vectors_left": 1}
+    deleted = _planned([entries[0], _with_vectors(entries[1], (SPACE_ID, SPACE_DIGEST))], {SPACE_ID: SPACE_DIGEST})
+    assert deleted.batch.handoff == []  # a deletion's tombstone shows no content
+
+
+async def test_an_import_without_vectors_says_nothing_of_them() -> None:
+    entries = await _source_entries()
+    plan = _planned(entries[:1], {SPACE_ID: SPACE_DIGEST})
+    accepted = plan.outcomes[0].accepted
+    assert accepted is not None and accepted.decision.result is None and plan.batch.handoff == []

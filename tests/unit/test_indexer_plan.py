@@ -82,6 +82,18 @@ def test_one_generated_entry_per_scope_with_a_deterministic_key() -> None:
     assert len(entry.idempotency_key) <= 256 and entry.idempotency_key.startswith("emb:sha256:")
 
 
+def test_vectors_an_import_handed_over_are_named_reused_not_embedded() -> None:
+    space = SpaceRow("space:s:v1", 3, hashing_space(8), "sha256:d", 8, 1, "ready", 1, True, 1)
+    embedded = [VectorRow("workspace:a", "mem:1", "ver:1", 1, 9, False, [0.0] * 8)]
+    reused = [VectorRow(scope, obj, f"ver:{obj}", 2, 9, False, [0.0] * 8) for scope, obj in
+              (("workspace:a", "mem:2"), ("workspace:b", "mem:3"))]
+    entries = generated_entries(space, embedded, 7, 9, reused)
+    assert [(e.scope_id, e.payload["count"], e.payload["items"], e.payload.get("reused")) for e in entries] == [
+        ("workspace:a", 1, [["mem:1", "ver:1"]], [["mem:2", "ver:mem:2"]]),
+        ("workspace:b", 0, [], [["mem:3", "ver:mem:3"]])]
+    assert "reused" not in generated_entries(space, embedded, 7, 9)[0].payload
+
+
 def test_the_system_scopes_objects_are_never_embedded() -> None:
     """Actors and credentials (with their token digests) live in the system scope: they are not memory."""
     plan = plan_batch([(1, event("object_created", object_id="actor:agent:a", scope=SYSTEM_SCOPE)),

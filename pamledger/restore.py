@@ -1,0 +1,295 @@
+"""`pamledger restore DIR`: put a backup back, then erase again what was erased after it (PAMSPEC 17.1).
+
+In order, refusing before anything changes where a step cannot hold:
+1. the backup: its manifest and its dump's sha256;
+2. the erasure journal (command_handler.erasure_journal): it must vouch for the backup's ledger (a
+   checkpoint of it); absent or foreign, the restore refuses unless --accept-unverified-erasures, and the
+   result then says the erasures after the backup could not be checked;
+3. the target: no role may hold its leadership lock on the database (stop the service first); a database
+   holding a ledger is replaced only with --replace;
+4. the database is dropped, re-created and pg_restore'd; migrations bring an older schema forward; the head
+   must be the manifest's (sequence and hash);
+5. the JetStream stream is rebuilt from the restored ledger (the old one holds entries the ledger lost);
+6. every journaled erasure whose entry is not in the restored ledger is done again through the writer, by the
+   caller (the administrator where auth is enforced), each under the idempotency key `restore:<event id>`;
+   the projector and the indexer run until they have applied it, so no table, stream or vector keeps
+   what was erased. `pamledger restore --erasures-only` does this step alone, for a database put back by
+   other means (the writer logs `erasure_journal.ledger_behind` when it finds one).
+
+Re-applying, per journaled erasure (its object as the restored ledger has it):
+- object absent (made after the backup): nothing to erase; already deleted: nothing left;
+- a deletion, or an erasing transition to deleted: delete;
+- a full redaction or a transition to redacted: an erasing redaction; an object the backup holds
+  redacted without erasure (suppressed) cannot be redacted again, so it is deleted;
+- a partial redaction: the same JSON Pointers where the object is at the version the redaction was made
+  on; otherwise a full erasing redaction, because the original erased the content of every version up to
+  it (the restored versions included) and kept only a projection of a version the backup does not have.
+Restoring again from a backup older than an earlier restore's re-applied erasures can therefore erase more
+than a partial redaction did, never less.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from command_handler.erasure_journal import Erasure, ErasureJournal, Restored, journal_for, now_text
+from embedding.store import INDEX_CHECKPOINT
+from infra import locks
+from infra.ledger import known_event_ids, ledger_head, ledger_tail
+from infra.ledger_identity import ledger_identity
+from infra.migrations import migrate
+from infra.projections import PROJECTION, checkpoint
+from infra.settings import Settings
+from local_servers.pg_tools import pg_tool
+from memory_client.client import MemoryClient
+from memory_client.errors import PamspecError
+from pamledger.backup import DUMP, Manifest, file_sha256, read_manifest
+from schemas.errors import InvalidRequest, PamledgerError, ServiceUnavailable
+
+Progress = Callable[[dict[str, Any]], None]
+RESTORE_ACTOR = {"actor_id": "actor:pamledger:restore", "actor_kind": "service"}
+ROLES = ("writer", "query", "projector", "indexer")  # what an erasure needs to reach every store
+ABSENT = frozenset({"object_not_found", "scope_not_found"})
+REAPPLIED = "restore:"  # the operation id and idempotency key of an erasure made again: restore:<event id>
+
+
+async def restore(settings: Settings, nats_url: str, database_url: str, folder: Path, replace: bool = False,
+                  accept_unverified: bool = False, progress: Progress = lambda _: None) -> dict[str, Any]:
+    manifest = read_manifest(folder)
+    if file_sha256(folder / manifest.database.file) != manifest.database.sha256:
+        raise InvalidRequest(f"{folder / manifest.database.file} does not match the manifest's sha256: the backup"
+                             " is damaged or was edited", details={"backup": str(folder)})
+    journal = journal_for(settings)
+    vouched = _journal_vouches(journal, manifest, accept_unverified)
+    await _refuse_if_serving(database_url, settings.partition)
+    await _refuse_if_occupied(database_url, settings.partition, replace)
+    progress({"step": "restore_database", "bytes": manifest.database.bytes})
+    await _replace_database(database_url, folder / DUMP)
+    migrate(database_url)
+    await _check_head(database_url, manifest)
+    progress({"step": "rebuild_stream"})
+    from pamledger.cli_ledger import rebuild_stream
+
+    stream = await rebuild_stream(settings, nats_url, database_url, force=True)
+    outcome = await reapply_erasures(settings, nats_url, database_url, journal, progress)
+    return {"restored": str(folder), "ledger_id": manifest.ledger.ledger_id,
+            "backup_head": manifest.ledger.head_sequence, "taken_at": manifest.taken_at,
+            "stream": {"republished_through": stream["republished_through"],
+                       "discarded": len((stream.get("previous") or {}).get("discarded") or [])},
+            "erasures": {**outcome, "journal": str(journal.path), "verified": vouched}}
+
+
+def _journal_vouches(journal: ErasureJournal, manifest: Manifest, accept_unverified: bool) -> bool:
+    """Whether the journal speaks for the backup's ledger; refuses where it does not, unless accepted."""
+    ledger_id = manifest.ledger.ledger_id
+    if ledger_id is None:
+        return True  # a ledger without entries: nothing of it can have been erased before the backup
+    if journal.coverage(ledger_id, manifest.ledger.partition).through is not None:
+        return True
+    why = (f"the erasure journal {journal.path} does not exist" if not journal.exists()
+           else f"the erasure journal {journal.path} has no record of ledger {ledger_id}")
+    if accept_unverified:
+        return False
+    raise InvalidRequest(
+        f"{why}: content erased after this backup was taken could come back and nothing could tell. Point"
+        " PAMLEDGER_WRITER__ERASURE_JOURNAL at the journal the service kept, or pass"
+        " --accept-unverified-erasures to restore anyway",
+        details={"rule": "restore.erasures_unverified", "journal": str(journal.path), "ledger_id": ledger_id})
+
+
+async def _refuse_if_serving(database_url: str, partition: int) -> None:
+    """A role leading on this database holds its advisory lock: the service must be stopped first."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        for role, base in locks.PARTITIONED_BASES.items():
+            key = locks.partition_key(base, partition)
+            row = await (await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))).fetchone()
+            if not (row and row[0]):
+                raise InvalidRequest(f"the service is running on this database (its {role} leads): stop it"
+                                     " before restoring", details={"rule": "restore.service_running", "role": role})
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+async def _refuse_if_occupied(database_url: str, partition: int, replace: bool) -> None:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        try:
+            head, _ = await ledger_tail(conn, partition)
+        except psycopg.errors.UndefinedTable:
+            return  # a database never migrated: nothing to lose
+        if head and not replace:
+            ledger_id = await ledger_identity(conn, partition)
+            raise InvalidRequest(f"the database holds ledger {ledger_id} (head {head}): restoring replaces it"
+                                 " with the backup's; pass --replace to do so",
+                                 details={"rule": "restore.database_not_empty", "ledger_id": ledger_id, "ledger_head": head})
+
+
+async def _replace_database(database_url: str, dump: Path) -> None:
+    """Empty the database (every schema of its own dropped, `public` made anew: the local servers keep the
+    ledger in the `postgres` database, which cannot be dropped while connected), then pg_restore the dump."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%%'"
+                                 " AND nspname <> 'information_schema'")
+        schemas = [str(row[0]) for row in await cur.fetchall()]
+        async with conn.transaction():
+            for schema in schemas:
+                await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+            await conn.execute("CREATE SCHEMA public")
+    process = await asyncio.create_subprocess_exec(
+        str(pg_tool("pg_restore")), "--no-owner", "--no-privileges", "--exit-on-error", "--single-transaction",
+        f"--dbname={database_url}", str(dump), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, stderr = await process.communicate()
+    if process.returncode != 0:
+        raise PamledgerError(f"pg_restore failed (exit {process.returncode}): "
+                             f"{stderr.decode(errors='replace')[-2000:]}")
+
+
+async def _check_head(database_url: str, manifest: Manifest) -> None:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        sequence, row_hash = await ledger_tail(conn, manifest.ledger.partition)
+    found = (sequence, row_hash.hex() if row_hash is not None else None)
+    if found != (manifest.ledger.head_sequence, manifest.ledger.head_hash):
+        raise PamledgerError("the restored ledger's head is not the manifest's", details={
+            "restored": {"sequence": found[0], "hash": found[1]},
+            "manifest": {"sequence": manifest.ledger.head_sequence, "hash": manifest.ledger.head_hash}})
+
+
+async def pending_erasures(journal: ErasureJournal, database_url: str, partition: int) -> tuple[str, int, list[Erasure]]:
+    """(ledger id, head, the journal's erasures of this ledger whose entries the ledger does not hold), in the
+    order they were made."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        ledger_id = await ledger_identity(conn, partition)
+        head = await ledger_head(conn, partition)
+        erasures = journal.coverage(ledger_id, partition).erasures
+        present = await known_event_ids(conn, partition, [e.event_id for e in erasures])
+    journaled = {e.event_id for e in erasures}
+    seen: set[str] = set()
+    pending = []
+    for erasure in erasures:
+        if erasure.event_id in present or erasure.event_id in seen:
+            continue
+        seen.add(erasure.event_id)
+        if _again_of(erasure) in journaled:
+            continue  # an earlier restore's re-application of a journaled erasure: that erasure governs
+        pending.append(erasure)
+    return ledger_id, head, pending
+
+
+def _again_of(erasure: Erasure) -> str | None:
+    """The event id an erasure made by a restore re-applied (its operation id says), else None."""
+    operation = erasure.operation_id or ""
+    return operation.removeprefix(REAPPLIED) if operation.startswith(REAPPLIED) else None
+
+
+async def reapply_erasures(settings: Settings, nats_url: str, database_url: str, journal: ErasureJournal,
+                           progress: Progress = lambda _: None) -> dict[str, Any]:
+    """Do again, through the writer, every journaled erasure the ledger lacks; run the followers until they
+    applied them. Returns counts by outcome and the refusals (an erasure that could not be done again)."""
+    ledger_id, head, pending = await pending_erasures(journal, database_url, settings.partition)
+    # Recorded first: the writer's start then finds the journal in step with the restored head.
+    journal.append([Restored(ledger_id=ledger_id, partition=settings.partition, backup_head=head, through=head,
+                             at=now_text(), reapplied=len(pending))])
+    outcomes: dict[str, int] = {}
+    refused: list[dict[str, Any]] = []
+    if pending:
+        async with _service(settings, nats_url, database_url) as client:
+            actor = await client.me(RESTORE_ACTOR)
+            versions: dict[str, str] = {}  # original version id -> the version its re-application made
+            for number, erasure in enumerate(pending, start=1):
+                outcome = await _reapply(client, actor, erasure, versions)
+                outcomes[outcome["outcome"]] = outcomes.get(outcome["outcome"], 0) + 1
+                if outcome["outcome"] == "refused":
+                    refused.append(outcome)
+                progress({"step": "reapply_erasures", "done": number, "of": len(pending)})
+            await _followers_caught_up(database_url, settings.partition)
+    return {"pending": len(pending), "outcomes": outcomes, "refused": refused}
+
+
+async def _reapply(client: MemoryClient, actor: dict[str, Any], erasure: Erasure,
+                   versions: dict[str, str]) -> dict[str, Any]:
+    where = {"scope_id": erasure.scope_id, "object_id": erasure.object_id, "event_id": erasure.event_id}
+    try:  # history, not read: it answers for redacted objects and relationships alike
+        versions_found = (await client.history(erasure.scope_id, erasure.object_id))["versions"]
+    except PamspecError as exc:
+        if exc.code in ABSENT:
+            return {**where, "outcome": "absent"}
+        return {**where, "outcome": "refused", "code": exc.code, "message": exc.message}
+    head, availability = versions_found[-1]["version_id"], versions_found[-1].get("availability_state")
+    if availability == "deleted":
+        return {**where, "outcome": "already_erased"}
+    provenance = {"provenance_id": "prov:pamledger:restore", "actor": actor,
+                  "activity": f"restore: erased again after a restore ({erasure.event_id}, ledger sequence"
+                              f" {erasure.ledger_sequence} of {erasure.ledger_id})"}
+    basis = f"erasure {erasure.event_id} was committed after the backup this ledger was restored from"
+    key = f"{REAPPLIED}{erasure.event_id}"
+    try:
+        if erasure.to == "deleted" or availability == "redacted":
+            result = await client.delete(erasure.scope_id, erasure.object_id, head, actor, provenance,
+                                         idempotency_key=key, operation_id=key)
+            done = "deleted"
+        elif erasure.to == "partially_redacted" and erasure.pointers and head == versions.get(
+                erasure.previous_version_id, erasure.previous_version_id):
+            result = await client.redact(erasure.scope_id, erasure.object_id, head, actor, provenance, basis,
+                                         pointers=erasure.pointers, idempotency_key=key, operation_id=key)
+            done = "partially_redacted"
+        else:
+            result = await client.redact(erasure.scope_id, erasure.object_id, head, actor, provenance, basis,
+                                         idempotency_key=key, operation_id=key)
+            done = "redacted"
+    except PamspecError as exc:
+        return {**where, "outcome": "refused", "code": exc.code, "message": exc.message}
+    versions[erasure.version_id] = str(result.get("version_id"))
+    return {**where, "outcome": done}
+
+
+@contextlib.asynccontextmanager
+async def _service(settings: Settings, nats_url: str, database_url: str) -> AsyncIterator[MemoryClient]:
+    """The roles an erasure needs, in this process, and a client of them (the caller's token)."""
+    from memory_client.connection import find_token, open_nats
+    from pamledger.nats_users import operator_nats_options
+    from pamledger.runtime import run_service
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_service(settings, nats_url, database_url, stop, roles=ROLES))
+    nc = await open_nats(nats_url, 5.0, login=operator_nats_options(settings))
+    client = MemoryClient(nc, settings.subject_prefix, settings.request_timeout_seconds, token=find_token(settings))
+    client._owns = True
+    try:
+        await _until(lambda: _answers(client), 120.0, "the writer, query, projector and indexer to answer")
+        yield client
+    finally:
+        await client.close()
+        stop.set()
+        await task
+
+
+async def _answers(client: MemoryClient) -> bool:
+    try:
+        for role in ROLES:
+            await client.status(role)
+    except PamspecError:
+        return False
+    return True
+
+
+async def _followers_caught_up(database_url: str, partition: int) -> None:
+    """Wait until the projector and the indexer have applied the ledger up to its head (they erase there)."""
+    async def caught_up() -> bool:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            head = await ledger_head(conn, partition)
+            return min(await checkpoint(conn, PROJECTION), await checkpoint(conn, INDEX_CHECKPOINT)) >= head
+    await _until(caught_up, 300.0, "the projector and the indexer to apply the re-applied erasures")
+
+
+async def _until(predicate: Callable[[], Any], timeout: float, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await predicate():
+        if loop.time() > deadline:
+            raise ServiceUnavailable(f"restore waited {timeout:.0f} s for {what}")
+        await asyncio.sleep(0.2)

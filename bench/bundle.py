@@ -2,7 +2,7 @@
 
 - export: `pamledger export` (a process of its own, through the service) vs a raw binary COPY of the same
   rows (the scope's ledger rows with their versions and contents) through psycopg: rows/s, target >= 0.5x;
-- memory: the export process's peak RSS (wait4's ru_maxrss) at the small and the large size, target within 20%;
+- memory: the export process's peak RSS (its VmHWM, sampled) at the small and the large size, target within 20%;
 - import: `pamledger import` of that bundle into a fresh service vs the writer's create throughput in the same
   run (the SDK sending creates `--concurrency` at a time): entries/s vs creates/s, target >= 0.3x.
 
@@ -18,14 +18,18 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from nats.aio.client import Client as NATS
 
 from bench.ledger_commands import LoadSpec, scope_ids
 from bench.ledger_loader import load_ledger
+from bench.procs import tree_cpu
+from bench.scenarios import writer_status
 from bench.servers import Servers, bench_servers
 from bench.service import service_process
 from memory_client.client import MemoryClient
@@ -41,31 +45,64 @@ def log(text: str) -> None:
     print(f"bench bundle: {text}", file=sys.stderr, flush=True)
 
 
-async def raw_copy(url: str, scope_id: str) -> dict[str, Any]:
+async def raw_copy(servers: Servers, url: str, scope_id: str) -> dict[str, Any]:
     rows = size = 0
+    cpu = _postgres_cpu(servers)
     started = time.perf_counter()
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         async with conn.cursor().copy(RAW, (scope_id,)) as copy:
             async for block in copy:
                 size += len(block)
+        seconds = time.perf_counter() - started
+        cpu = _postgres_cpu(servers) - cpu  # before the connection closes: its backend's CPU counts
         rows = (await (await conn.execute("SELECT count(*) FROM ledger WHERE scope_id = %s", (scope_id,))).fetchone()
                 or (0,))[0]
-    seconds = time.perf_counter() - started
-    return {"rows": rows, "bytes": size, "seconds": round(seconds, 3), "rows_per_second": round(rows / seconds)}
+    return {"rows": rows, "bytes": size, "seconds": round(seconds, 3), "rows_per_second": round(rows / seconds),
+            "postgres_cpu_us_per_row": round(cpu * 1e6 / rows)}
 
 
-def run_measured(args: list[str], env: dict[str, str]) -> tuple[float, int, str]:
-    """(seconds, peak RSS in KiB, stdout) of `python -m pamledger ARGS`."""
+def _postgres_cpu(servers: Servers) -> float:
+    """CPU seconds so far of the private Postgres (postmaster and its living backends); 0 with outside servers."""
+    pid = servers.server_pids.get("postgres")
+    return sum(tree_cpu(pid).values()) if pid else 0.0
+
+
+def _vm_hwm_kib(pid: int) -> int | None:
+    """The process's peak RSS since its exec (VmHWM in /proc/PID/status), None once it has exited."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None  # a zombie: its memory is gone, its status has no VmHWM
+
+
+def run_measured(args: list[str], env: dict[str, str]) -> tuple[float, int, float, str]:
+    """(seconds, peak RSS in KiB, CPU seconds, stdout) of `python -m pamledger ARGS`.
+
+    The peak is the child's VmHWM, sampled every 10 ms until it exits (VmHWM only grows, so the last sample
+    misses at most the final 10 ms). Not wait4's ru_maxrss: subprocess starts the child with vfork, and
+    exec records the parent's peak RSS as the child's, so ru_maxrss was this bench process's own peak."""
     started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-m", "pamledger", *args], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL)
-    out = child.stdout.read().decode() if child.stdout else ""
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    seconds = time.perf_counter() - started
+    peak = 0
+    with tempfile.TemporaryFile() as stdout:
+        child = subprocess.Popen([sys.executable, "-m", "pamledger", *args], env=env, stdout=stdout,
+                                 stderr=subprocess.DEVNULL)
+        while True:  # sampled only while not reaped: the pid cannot be another process's yet
+            peak = max(peak, _vm_hwm_kib(child.pid) or 0)
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid:
+                break
+            time.sleep(0.01)
+        seconds = time.perf_counter() - started
+        child.returncode = os.waitstatus_to_exitcode(status)
+        stdout.seek(0)
+        out = stdout.read().decode()
     if child.returncode != 0:
         raise RuntimeError(f"pamledger {args[0]} failed ({child.returncode}): {out[-2000:]}")
-    return seconds, int(usage.ru_maxrss), out
+    return seconds, peak, usage.ru_utime + usage.ru_stime, out
 
 
 def cli_env(servers: Servers, prefix: str) -> dict[str, str]:
@@ -78,17 +115,35 @@ async def export_at(servers: Servers, events: int, tmp: Path) -> dict[str, Any]:
     load_ledger(url, LoadSpec(events=events, scopes=1, chunk=min(10_000, events)))
     scope = scope_ids(1)[0]
     out = tmp / f"export-{events}.pamb"
-    async with service_process(servers, url, "bundle_src", roles="writer,query", answering=("writer", "query")) as (_, prefix, _s, _c):
-        raw = await raw_copy(url, scope)
-        seconds, rss, printed = run_measured(["export", scope, "--out", str(out), "--quiet"], cli_env(servers, prefix))
-        raw_again = await raw_copy(url, scope)
+    async with service_process(servers, url, "bundle_src", roles="writer,query", answering=("writer", "query")) as (nc, prefix, _s, service):
+        await relayed(nc, prefix, events)
+        raw = await raw_copy(servers, url, scope)
+        before = (service.cpu_seconds(), _postgres_cpu(servers))
+        seconds, rss, cpu, printed = run_measured(["export", scope, "--out", str(out), "--quiet"],
+                                                  cli_env(servers, prefix))
+        after = (service.cpu_seconds(), _postgres_cpu(servers))
+        raw_again = await raw_copy(servers, url, scope)
     summary = json.loads(printed)
     best = max(raw["rows_per_second"], raw_again["rows_per_second"])
-    rate = round(summary["counts"]["events"] / seconds)
-    return {"events": summary["counts"]["events"], "versions": summary["counts"]["versions"],
+    rows = summary["counts"]["events"]
+    rate = round(rows / seconds)
+    per_row = {"export process": cpu, "service": after[0] - before[0], "postgres": after[1] - before[1]}
+    return {"events": rows, "versions": summary["counts"]["versions"],
             "bundle_bytes": out.stat().st_size, "export_seconds": round(seconds, 3), "export_rows_per_second": rate,
             "raw_copy_rows_per_second": best, "ratio": round(rate / best, 3), "export_peak_rss_kib": rss,
+            "export_cpu_us_per_row": {name: round(value * 1e6 / rows) for name, value in per_row.items()},
+            "raw_copy_postgres_cpu_us_per_row": min(raw["postgres_cpu_us_per_row"], raw_again["postgres_cpu_us_per_row"]),
             "bundle": str(out), "database": name}
+
+
+async def relayed(nc: NATS, prefix: str, head: int, limit: float = 300.0) -> None:
+    """Wait until the writer's relay has published the loaded ledger to the stream: until then it works on the
+    same cores as the export, and its CPU would count as the export's service CPU."""
+    deadline = time.monotonic() + limit
+    while (await writer_status(nc, prefix)).get("relayed_sequence", 0) < head:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the relay did not publish {head} entries within {limit} s")
+        await asyncio.sleep(0.2)
 
 
 async def creates_per_second(servers: Servers, count: int, concurrency: int) -> float:
@@ -110,7 +165,7 @@ async def creates_per_second(servers: Servers, count: int, concurrency: int) -> 
 async def import_rate(servers: Servers, bundle: str) -> dict[str, Any]:
     _, url = servers.fresh_database("bundle_dst")
     async with service_process(servers, url, "bundle_dst", roles="writer,query", answering=("writer", "query")) as (_, prefix, _s, _c):
-        seconds, rss, printed = run_measured(["import", bundle, "--quiet"], cli_env(servers, prefix))
+        seconds, rss, _, printed = run_measured(["import", bundle, "--quiet"], cli_env(servers, prefix))
     result = json.loads(printed)
     written = result["entries_written"]
     return {"entries_written": written, "import_seconds": round(seconds, 3),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from typing import Any, cast
 
 import msgspec
@@ -50,11 +51,13 @@ class CommandRequester:
 
 
 async def request_with_retries(nc: NATS, subject: str, payload: bytes, headers: dict[str, str] | None,
-                               timeout: float, retries: int) -> dict[str, Any]:
+                               timeout: float, retries: int,
+                               decode: Callable[[bytes], dict[str, Any]] = decode_json) -> dict[str, Any]:
     """The decoded reply of a request: `{"result": ...}`, or `{"error": <envelope>}` once it is not
     `service_unavailable` or the retries are spent. No responder, a timeout and `service_unavailable` are
     retried (`retries` times, backoff 0.05 s doubling to 2 s); the SDK and services share this loop and
-    each raises the envelope as its own error type."""
+    each raises the envelope as its own error type. `decode` may leave the result undecoded (an error it
+    decodes whole)."""
     delay = 0.05
     reply: dict[str, Any] = {}
     for attempt in range(retries + 1):
@@ -64,7 +67,7 @@ async def request_with_retries(nc: NATS, subject: str, payload: bytes, headers: 
             unavailable = ServiceUnavailable(f"no answer from the service ({type(exc).__name__})")
             reply = {"error": msgspec.to_builtins(unavailable.envelope(f"op:{uuid.uuid4()}"))}
         else:
-            reply = decode_json(msg.data)
+            reply = decode(msg.data)
             if "result" in reply or reply["error"]["code"] != "service_unavailable":
                 return reply
         if attempt < retries:

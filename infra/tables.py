@@ -52,6 +52,7 @@ TABLES: dict[str, Table] = {
         **_WRITER_READS, **_VERSION_STORE,
         "projector.audit": "an audit at sequence N shows the versions current at N",
         "retention.evaluator": "an object's first version",
+        "infra.ledger": "latest_version: the object's newest version, whose availability every read tests",
     }),
     "content_store": Table("command_handler.store", {**_WRITER_READS, **_VERSION_STORE, **_VACUUM,
                                                      "projector.store": "the full-text vector of a version"}),

@@ -18,9 +18,6 @@ from typing import Any
 from infra.settings import McpSettings, Settings
 from mcp_binding.callers import Caller, CallerPool, Endpoint
 from mcp_binding.catalog import TOOL_SETS
-from mcp_binding.http import BearerGate, resolver, transport_security
-from mcp_binding.server import build_server
-from mcp_binding.stdio import pipe_streams
 
 
 def add_mcp_parser(sub: Any) -> None:
@@ -67,6 +64,9 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 async def serve_stdio(settings: Settings, chosen: McpSettings) -> None:
     from mcp.server.stdio import stdio_server
 
+    from mcp_binding.server import build_server
+    from mcp_binding.stdio import pipe_streams
+
     caller = Caller(endpoint_of(settings), settings.token)  # None: the SDK finds the state dir's token
 
     async def resolve(ctx: Any) -> Caller:
@@ -84,6 +84,9 @@ async def serve_stdio(settings: Settings, chosen: McpSettings) -> None:
 
 async def serve_http(settings: Settings, chosen: McpSettings) -> None:
     import uvicorn
+
+    from mcp_binding.http import BearerGate, resolver, transport_security
+    from mcp_binding.server import build_server
 
     pool = CallerPool(endpoint_of(settings), chosen.verify_seconds, chosen.idle_seconds, chosen.max_callers)
     binding = build_server(resolver(pool), chosen.tools, "streamable-http", version())

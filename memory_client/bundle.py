@@ -11,6 +11,7 @@ changes nothing and says so.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -39,6 +40,20 @@ MAX_LINE_BYTES = 2 * 1024 * 1024
 VECTOR_FIELDS = ("embedding_space_id", "space_digest", "vector")  # what an entry's vector takes of its line
 
 
+class _Page(msgspec.Struct, frozen=True):
+    """An export page (query.export) with its bundle lines left as the service rendered them."""
+
+    lines: list[msgspec.Raw]
+    versions: int
+    events: int
+    last_sequence: int
+    more: bool
+    vectors: int = 0
+
+
+_page_decoder = msgspec.json.Decoder(_Page)
+
+
 def _quiet(_: dict[str, Any]) -> None:
     pass
 
@@ -57,7 +72,7 @@ class _Ticker:
 
 
 async def export_bundle(client: MemoryClient, scope_id: str, out: BinaryIO, at_sequence: int | None = None,
-                        progress: Progress = _quiet, page_limit: int = 500, vectors: bool = False) -> dict[str, Any]:
+                        progress: Progress = _quiet, page_limit: int = 2000, vectors: bool = False) -> dict[str, Any]:
     """Write the scope's bundle to `out`; returns the trailer's counts, the digest and the watermark. With
     `vectors`, each version whose content the bundle shows is followed by its vectors (schemas.bundle)."""
     head = await client.query_request("export", {"scope_id": scope_id, "part": "header",
@@ -77,27 +92,27 @@ async def export_bundle(client: MemoryClient, scope_id: str, out: BinaryIO, at_s
                  watermark=watermark, exported_at=timestamp_text(datetime.now(timezone.utc)),
                  embedding_spaces=head["embedding_spaces"], vectors=vectors))
     tick = _Ticker(progress)
-    after = 0
-    while True:
-        page = await client.query_request("export", {"scope_id": scope_id, "part": "entries", "limit": page_limit,
-                                                     "at_sequence": watermark, "after_sequence": after,
-                                                     **({"vectors": True} if vectors else {})})
-        for entry in page["entries"]:
-            if "envelope" in entry:
-                write(VersionLine(ledger_sequence=entry["ledger_sequence"], envelope=entry["envelope"],
-                                  salt=entry.get("salt")))
-                counts["versions"] += 1
-            write(EventLine(ledger_sequence=entry["ledger_sequence"], event=entry["event"]))
-            counts["events"] += 1
-            for vector in entry.get("vectors", ()):
-                event = entry["event"]
-                write(VectorLine(ledger_sequence=entry["ledger_sequence"], object_id=event["object_id"],
-                                 version_id=event["version_id"], **vector))
-                counts["vectors"] += 1
-        after = int(page["last_sequence"])
-        tick({"exported_events": counts["events"], "ledger_sequence": after, "watermark": watermark})
-        if not page["more"]:
-            break
+    after, more = 0, True
+
+    async def fetch(after: int) -> _Page:
+        body = {"scope_id": scope_id, "part": "entries", "limit": page_limit, "at_sequence": watermark,
+                "after_sequence": after, **({"vectors": True} if vectors else {})}
+        return _page_decoder.decode(await client.query_raw("export", body))
+
+    pending = asyncio.ensure_future(fetch(after))
+    try:
+        while more:
+            page = await pending
+            after, more = page.last_sequence, page.more
+            if more:  # the next page is asked for before this one is written: the service works meanwhile
+                pending = asyncio.ensure_future(fetch(after))
+            block = b"\n".join(page.lines) + b"\n" if page.lines else b""
+            digest.add(block)
+            out.write(block)
+            counts.update(lines=len(page.lines), versions=page.versions, events=page.events, vectors=page.vectors)
+            tick({"exported_events": counts["events"], "ledger_sequence": after, "watermark": watermark})
+    finally:
+        pending.cancel()
     totals = {"versions": counts["versions"], "events": counts["events"], "vectors": counts["vectors"],
               "lines": counts["lines"]}
     out.write(canonical_bytes(Trailer(counts=totals, sha256=digest.value)) + b"\n")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -19,7 +20,7 @@ from memory_client.connection import find_nats_url, find_token, message_size, op
 from memory_client.errors import PamspecError
 from memory_client.objects import ObjectCommands
 from memory_client.subscription import Subscription
-from schemas.canonical import canonical_bytes
+from schemas.canonical import canonical_bytes, decode_json
 from schemas.auth import AUTHORIZATION_HEADER
 from schemas.replies import ACTOR_HEADER, OPERATION_HEADER
 from schemas.values import refusal
@@ -27,6 +28,15 @@ from schemas.values import refusal
 __all__ = ["MemoryClient", "PamspecError", "SyncMemoryClient", "SyncSubscription"]
 
 _encoder = msgspec.json.Encoder()
+_raw_reply = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _result_raw(data: bytes) -> dict[str, Any]:
+    """A reply with its result left as msgspec.Raw; an error reply decoded whole."""
+    reply = _raw_reply.decode(data)
+    return reply if "result" in reply else decode_json(data)
+
+
 # Queries that read what followers applied (the projection, the index): they wait for this client's writes.
 _SEES_OWN_WRITES = frozenset({"query", "search", "related"})
 
@@ -200,6 +210,15 @@ class MemoryClient(ObjectCommands):
         wait for this client's own writes (`min_sequence` = the last sequence it wrote) unless the body names
         `min_sequence`, `as_of_sequence` or `snapshot_id`. A body's `operation_id` also travels as the
         Pam-Operation-Id header (the id errors echo)."""
+        return await self._request(*self._query(name, body, actor), retry=True)
+
+    async def query_raw(self, name: str, body: dict[str, Any], actor: dict[str, Any] | None = None) -> msgspec.Raw:
+        """query_request's result left encoded: for a caller that passes a large reply on as bytes (export's
+        pages), so it is not decoded into Python objects first."""
+        return cast(msgspec.Raw, await self._request(*self._query(name, body, actor), retry=True, decode=_result_raw))
+
+    def _query(self, name: str, body: dict[str, Any], actor: dict[str, Any] | None
+               ) -> tuple[str, dict[str, Any], dict[str, str]]:
         body = dict(body)
         if name in _SEES_OWN_WRITES and self.last_sequence and "min_sequence" not in body \
                 and "as_of_sequence" not in body and "snapshot_id" not in body:
@@ -207,7 +226,7 @@ class MemoryClient(ObjectCommands):
         headers = self.actor_header(actor)
         if body.get("operation_id"):
             headers[OPERATION_HEADER] = str(body["operation_id"])
-        return await self._request(query_subject(self.prefix, name), body, headers, retry=True)
+        return query_subject(self.prefix, name), body, headers
 
     async def subscribe(self, scope_id: str, actor: dict[str, Any], after_sequence: int | None = None,
                         filter: dict[str, Any] | None = None, delivery: dict[str, Any] | None = None,
@@ -303,14 +322,14 @@ class MemoryClient(ObjectCommands):
         return headers
 
     async def _request(self, subject: str, body: dict[str, Any], headers: dict[str, str],
-                       retry: bool) -> dict[str, Any]:
+                       retry: bool, decode: Callable[[bytes], dict[str, Any]] = decode_json) -> dict[str, Any]:
         headers = self.request_headers(headers)
         payload = _encoder.encode(body)
         size = message_size(payload, headers)
         if size > self.nc.max_payload:
             raise _too_large(size, self.nc.max_payload)
         reply = await request_with_retries(self.nc, subject, payload, headers, self.timeout,
-                                           self.retries if retry else 0)
+                                           self.retries if retry else 0, decode)
         if "result" in reply:
             return reply["result"]  # type: ignore[no-any-return]
         raise PamspecError.from_envelope(reply["error"])

@@ -7,12 +7,15 @@ content is shown. Erased content is gone from the content store, so no page can 
 version whose content the page shows also carries the vectors every space holds for that very version, read
 in the same snapshot as the page (a vector leaks its content: none goes with a version whose content is not
 shown, and a vector naming a later version, or one past the watermark, is in no page). Pages are bounded
-in rows and in bytes, so a reply fits a NATS message whatever the contents' sizes. memory_client.bundle
-turns the pages into a bundle (schemas.bundle).
+in rows and in bytes, so a reply fits a NATS message whatever the contents' sizes. A page carries its entries
+as the bundle's lines (schemas.bundle), rendered around the event's stored bytes and the envelope's bytes as history
+renders them, neither decoded again, each version's vector lines after its event's; memory_client.bundle writes
+them as they come.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -27,10 +30,12 @@ from schemas.canonical import canonical_bytes, decode_json
 from schemas.common import Id
 from schemas.embedding import space_digest
 from schemas.errors import InvalidRequest, ScopeNotFound
-from schemas.replies import envelope_bytes
+from schemas.bundle import event_line, vector_line, version_line
+from schemas.replies import stored_envelope_bytes
 
-PAGE_BYTES = 262_144  # a page stops growing past this (one entry at least): a reply stays far below 1 MiB
-VALUE_BYTES = 16  # the most a vector's value takes in pgvector's text form ("-1.17549435e-38,")
+PAGE_BYTES = 786_432  # a page's lines stay within this (or are one entry): a reply fits 1 MiB with room for its
+# own few fields, and an entry alone is at most the writer's 512 KiB command with its event (and its vectors)
+FETCH_ROWS = 64  # rows of a page's first read from its cursor
 
 
 class ExportRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -50,8 +55,10 @@ class ExportRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 # object's latest version hides it (the test infra.ledger.hidden_by_latest makes, on the LATERAL `latest`).
 _ENTRIES = (
     "SELECT l.ledger_sequence, l.event, v.meta,"
-    " CASE WHEN latest.hides AND latest.version_id <> v.version_id THEN NULL ELSE c.content END,"
-    " CASE WHEN latest.hides AND latest.version_id <> v.version_id THEN NULL ELSE c.salt END"
+    " CASE WHEN CASE WHEN latest.version_id <> v.version_id THEN convert_from(latest.meta, 'UTF8')::jsonb"
+    " ->> 'availability_state' IN ('redacted', 'partially_redacted') ELSE false END THEN NULL ELSE c.content END,"
+    " CASE WHEN CASE WHEN latest.version_id <> v.version_id THEN convert_from(latest.meta, 'UTF8')::jsonb"
+    " ->> 'availability_state' IN ('redacted', 'partially_redacted') ELSE false END THEN NULL ELSE c.salt END"
     " FROM ledger l LEFT JOIN memory_versions v ON v.version_id = l.version_id"
     " LEFT JOIN content_store c ON c.content_digest = v.content_digest "
 ) + latest_version("v", outer=True) + (
@@ -80,53 +87,93 @@ async def export_header(conn: psycopg.AsyncConnection[Any], request: ExportReque
 async def export_entries(conn: psycopg.AsyncConnection[Any], request: ExportRequest, partition: int) -> bytes:
     if request.at_sequence is None:
         raise InvalidRequest("an entries page names the export's at_sequence (the header's watermark)")
-    if not request.vectors:
-        return await _entries_page(conn, request, partition, [])
-    async with snapshot(conn):  # the versions and their vectors as of one moment
-        return await _entries_page(conn, request, partition, await list_spaces(conn))
-
-
-async def _entries_page(conn: psycopg.AsyncConnection[Any], request: ExportRequest, partition: int,
-                        spaces: list[SpaceRow]) -> bytes:
-    assert request.at_sequence is not None
-    cur = await conn.execute(_ENTRIES, (request.scope_id, partition, request.after_sequence, request.at_sequence,
-                                        request.limit))
-    rows = await cur.fetchall()
-    if not rows and not await scope_exists(conn, request.scope_id):  # asked only when a page comes back empty
+    # A cursor, read in a few steps sized to what the page still holds: the rows past the page's byte bound are
+    # never computed or sent (with LIMIT alone, Postgres and this process did the whole limit's work for the
+    # page's first rows). With vectors, the rows and their vectors are read in one snapshot.
+    async with snapshot(conn) if request.vectors else conn.transaction():
+        page = _Page(await list_spaces(conn) if request.vectors else [])
+        async with conn.cursor("export_entries", binary=True) as cur:
+            await cur.execute(_ENTRIES, (request.scope_id, partition, request.after_sequence, request.at_sequence,
+                                         request.limit))
+            while not page.full and (rows := await cur.fetchmany(page.wanted())):
+                if page.spaces:  # each row's vectors before its lines are measured against the byte bound
+                    entries: Iterable[_Entry] = [page.render(*row) for row in rows]
+                    await _attach_vectors(conn, request.scope_id, page.spaces, entries)
+                else:
+                    entries = (page.render(*row) for row in rows)  # rendered one at a time, up to the bound
+                for entry in entries:
+                    if not page.add(entry):
+                        break
+    if not page.rows and not await scope_exists(conn, request.scope_id):  # asked only when a page comes back empty
         raise ScopeNotFound("scope not found", details={"scope_id": request.scope_id})
-    entries: list[dict[str, Any]] = []
-    size = 0
-    per_vector = sum(space.dimensions * VALUE_BYTES for space in spaces)  # at most, for a shown version
-    for seq, event, meta, content, salt in rows:
-        entry: dict[str, Any] = {"ledger_sequence": seq, "event": msgspec.Raw(bytes(event))}
-        size += len(event)
-        if meta is not None:
-            decoded = decode_json(bytes(meta))
-            shown = bytes(content) if content is not None else None
-            entry["envelope"] = msgspec.Raw(envelope_bytes(decoded, shown))
-            if shown is not None and salt is not None and decoded.get("availability_state") != "deleted":
-                entry["salt"] = bytes(salt).hex()
-                size += per_vector
-            size += len(meta) + len(shown or b"")
-        entries.append(entry)
-        if size >= PAGE_BYTES:
-            break
-    if spaces:
-        await _attach_vectors(conn, request.scope_id, entries, spaces)
-    last = entries[-1]["ledger_sequence"] if entries else request.at_sequence
-    more = len(entries) < len(rows) or len(rows) == request.limit
-    return canonical_bytes({"result": {"scope_id": request.scope_id, "entries": entries,
-                                       "last_sequence": last, "more": more}})
+    last = page.last if page.lines else request.at_sequence
+    more = page.full or page.rows == request.limit
+    return canonical_bytes({"result": {"scope_id": request.scope_id, "lines": page.lines, "versions": page.versions,
+                                       "events": page.events, "vectors": page.vectors, "last_sequence": last,
+                                       "more": more}})
 
 
-async def _attach_vectors(conn: psycopg.AsyncConnection[Any], scope_id: str, entries: list[dict[str, Any]],
-                          spaces: list[SpaceRow]) -> None:
-    """Give each entry whose version's content is shown (it has its salt) the vectors of that version, space
-    by space (one statement per space's table), each made from the version's own content digest."""
-    shown: dict[tuple[str, str], tuple[dict[str, Any], str | None]] = {}
+class _Entry:
+    """One ledger row's bundle lines: its version's (if it commits one), its event's, then its vectors'. `shown`
+    is the event's stored bytes where the version's content is shown (it has its salt): only then vectors."""
+
+    __slots__ = ("seq", "lines", "version", "shown", "vectors")
+
+    def __init__(self, seq: int, lines: list[bytes], version: bool, shown: bytes | None) -> None:
+        self.seq, self.lines, self.version, self.shown, self.vectors = seq, lines, version, shown, 0
+
+
+class _Page:
+    """One page's bundle lines (schemas.bundle), rendered from the stored bytes without decoding them, and
+    bounded: an entry's lines (its vectors' included) that would take the page past PAGE_BYTES wait for the
+    next page (the first always goes in, so a page makes progress whatever one entry's size)."""
+
+    def __init__(self, spaces: list[SpaceRow]) -> None:
+        self.spaces = spaces
+        self.lines: list[msgspec.Raw] = []
+        self.size = self.rows = self.versions = self.events = self.vectors = self.last = 0
+        self.full = False
+
+    def wanted(self) -> int:
+        """The rows to read next: FETCH_ROWS first, then about what the rest of the byte bound holds at the
+        mean size so far, and a few more, so a page takes two or three reads and leaves few rows unused."""
+        if not self.rows:
+            return FETCH_ROWS
+        return max(8, int((PAGE_BYTES - self.size) * self.rows / self.size) + 8)
+
+    @staticmethod
+    def render(seq: int, event: bytes, meta: bytes | None, content: bytes | None, salt: bytes | None) -> _Entry:
+        lines = [event_line(seq, event)]
+        if meta is None:
+            return _Entry(seq, lines, False, None)
+        envelope, deleted = stored_envelope_bytes(meta, content)
+        salt_hex = bytes(salt).hex() if content is not None and salt is not None and not deleted else None
+        lines.insert(0, version_line(seq, envelope, salt_hex))
+        return _Entry(seq, lines, True, event if salt_hex is not None else None)
+
+    def add(self, entry: _Entry) -> bool:
+        size = sum(len(line) + 1 for line in entry.lines)
+        if self.lines and self.size + size > PAGE_BYTES:
+            self.full = True
+            return False
+        self.lines.extend(msgspec.Raw(line) for line in entry.lines)
+        self.size += size
+        self.rows += 1
+        self.versions += entry.version
+        self.events += 1
+        self.vectors += entry.vectors
+        self.last = entry.seq
+        return True
+
+
+async def _attach_vectors(conn: psycopg.AsyncConnection[Any], scope_id: str, spaces: list[SpaceRow],
+                          entries: Iterable[_Entry]) -> None:
+    """Give each entry whose version's content is shown the vector lines of that version, space by space (one
+    statement per space's table), each made from the version's own content digest."""
+    shown: dict[tuple[str, str], tuple[_Entry, Any]] = {}
     for entry in entries:
-        if "salt" in entry:
-            event = decode_json(bytes(entry["event"]))
+        if entry.shown is not None:
+            event = decode_json(bytes(entry.shown))
             name, version_id = event.get("object_id"), event.get("version_id")
             if isinstance(name, str) and isinstance(version_id, str):
                 shown[(name, version_id)] = (entry, (event.get("payload") or {}).get("content_digest"))
@@ -137,6 +184,6 @@ async def _attach_vectors(conn: psycopg.AsyncConnection[Any], scope_id: str, ent
             entry, digest = shown[(object_id, version_id)]
             if digest is None or made_from not in (None, digest):
                 continue  # not made from this version's content
-            entry.setdefault("vectors", []).append({
-                "embedding_space_id": space.embedding_space_id, "space_digest": space.space_digest,
-                "content_digest": digest, "vector": msgspec.Raw(text.encode())})
+            entry.lines.append(vector_line(entry.seq, object_id, version_id, digest, space.embedding_space_id,
+                                           space.space_digest, text.encode()))
+            entry.vectors += 1

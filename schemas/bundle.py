@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import msgspec
 
-from schemas.canonical import canonical_bytes, salted_digest
+from schemas.canonical import canonical_bytes, decode_json, salted_digest
 from schemas.embedding import FLOAT4_MAX, EmbeddingSpace, space_digest
 from schemas.errors import InvalidRequest
 from schemas.events import Event
@@ -76,6 +76,18 @@ class EventLine(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, t
     event: dict[str, Any]
 
 
+def version_line(ledger_sequence: int, envelope: bytes, salt: str | None) -> bytes:
+    """A version line's bytes (no newline) around an envelope's canonical bytes, as they are: the bytes
+    canonical_bytes(VersionLine(...)) gives for the decoded envelope, without decoding it."""
+    raw = cast(dict[str, Any], msgspec.Raw(envelope))
+    return canonical_bytes(VersionLine(ledger_sequence=ledger_sequence, envelope=raw, salt=salt))
+
+
+def event_line(ledger_sequence: int, event: bytes) -> bytes:
+    """An event line's bytes (no newline) around the ledger entry's canonical bytes, as they are."""
+    return canonical_bytes(EventLine(ledger_sequence=ledger_sequence, event=cast(dict[str, Any], msgspec.Raw(event))))
+
+
 class VectorLine(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="kind", tag="vector"):
     """A vector of the version whose event line it follows (`--vectors`): the space it belongs to (named in
     the header with the same digest), the content it was made from, and its values (float4s, as stored)."""
@@ -87,6 +99,16 @@ class VectorLine(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
     version_id: str
     content_digest: str
     vector: list[float]
+
+
+def vector_line(ledger_sequence: int, object_id: str, version_id: str, content_digest: str, space_id: str,
+                descriptor_digest: str, stored: bytes) -> bytes:
+    """A vector line's bytes (no newline) from a vector in pgvector's text form (a JSON array of its float4s):
+    the values decoded as JSON and encoded canonically, as canonical_bytes(VectorLine(...)) does for a line
+    decoded from JSON."""
+    return canonical_bytes(VectorLine(ledger_sequence=ledger_sequence, embedding_space_id=space_id,
+                                      space_digest=descriptor_digest, object_id=object_id, version_id=version_id,
+                                      content_digest=content_digest, vector=decode_json(stored)))
 
 
 class Trailer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="kind", tag="trailer"):

@@ -207,3 +207,21 @@ async def test_a_diff_of_large_versions_is_paged_within_a_nats_message(client: M
     kept = [v["version_id"] for v in first["versions"]]
     assert [e["event"]["version_id"] for e in first["events"]] == kept[:len(first["events"])]  # one ledger prefix
     assert all(changed[m]["complete"] and len(changed[m]["versions"]) == 1 for m in members[1:])
+
+
+async def test_the_mcp_tool_answers_the_same_diff(service: Env, client: MemoryClient, world: dict[str, Any]) -> None:
+    from mcp_binding.callers import Caller, Endpoint
+    from mcp_binding.calls import call_tool
+    from mcp_binding.catalog import Catalog
+
+    a, b = world["a"]["snapshot_id"], world["b"]["snapshot_id"]
+    caller = Caller(Endpoint(service.nats_url, service.settings.subject_prefix), None)
+    try:
+        done = await call_tool(Catalog(), caller, "pamledger.snapshot_diff",
+                               {"scope_id": SCOPE, "from_snapshot_id": a, "to_snapshot_id": b})
+        assert not done.is_error and done.structured_content == await client.snapshot_diff(SCOPE, a, b)
+        refused = await call_tool(Catalog(), caller, "pamledger.snapshot_diff",
+                                  {"scope_id": SCOPE, "from_snapshot_id": a, "to_snapshot_id": "snap:never"})
+        assert refused.is_error and refused.structured_content["error"]["code"] == "snapshot_not_found"
+    finally:
+        await caller.close()

@@ -143,7 +143,7 @@ async def _changed(conn: psycopg.AsyncConnection[Any], scope_id: str, object_id:
     if not complete:
         if not cut:
             return None
-        versions, events, size = _cut(versions, events, budget, own)
+        versions, events, size = prefix_within(versions, events, budget, own)
     entry = {"object_id": object_id, "from_version_id": held[0], "to_version_id": held[1],
              "versions": [msgspec.Raw(body) for _, body in versions],
              "events": [msgspec.Raw(body) for _, body in events], "complete": complete}
@@ -176,7 +176,7 @@ async def _read(conn: psycopg.AsyncConnection[Any], name: str, statement: str, p
     return found, True
 
 
-def _cut(versions: list[tuple[int, bytes]], events: list[tuple[int, bytes]], budget: int,
+def prefix_within(versions: list[tuple[int, bytes]], events: list[tuple[int, bytes]], budget: int,
          size: int) -> tuple[list[tuple[int, bytes]], list[tuple[int, bytes]], int]:
     """The longest prefix in ledger order (versions and events together) within `budget`, at least one row."""
     merged = sorted([(seq, 0, v) for seq, v in versions] + [(seq, 1, e) for seq, e in events],

@@ -161,23 +161,32 @@ def _event(seq: int, event: bytes) -> bytes:
 async def _read(conn: psycopg.AsyncConnection[Any], name: str, statement: str, params: tuple[Any, ...],
                 budget: int, render: Callable[..., bytes]) -> tuple[list[tuple[int, bytes]], bool]:
     """(ledger_sequence, rendered bytes) of the statement's rows in order, until their size passes `budget`;
-    and whether every row was read."""
+    and whether every row was read. A few rows come in one round trip; more, through a cursor."""
     found: list[tuple[int, bytes]] = []
     size = 0
+
+    def take(rows: list[Any]) -> bool:
+        nonlocal size
+        for row in rows:
+            found.append((int(row[0]), render(*row)))
+            size += len(found[-1][1]) + 1
+            if size > budget:
+                return False
+        return True
+
+    first = await (await conn.execute(statement + " LIMIT %s", (*params, FETCH_ROWS + 1))).fetchall()
+    if len(first) <= FETCH_ROWS:  # most objects change a few times between two snapshots
+        return found, take(first)
     async with conn.cursor(name) as cur:
         await cur.execute(statement, params)
         while rows := await cur.fetchmany(FETCH_ROWS):
-            for row in rows:
-                body = render(*row)
-                found.append((int(row[0]), body))
-                size += len(body) + 1
-                if size > budget:
-                    return found, False
+            if not take(rows):
+                return found, False
     return found, True
 
 
 def prefix_within(versions: list[tuple[int, bytes]], events: list[tuple[int, bytes]], budget: int,
-         size: int) -> tuple[list[tuple[int, bytes]], list[tuple[int, bytes]], int]:
+                  size: int) -> tuple[list[tuple[int, bytes]], list[tuple[int, bytes]], int]:
     """The longest prefix in ledger order (versions and events together) within `budget`, at least one row."""
     merged = sorted([(seq, 0, v) for seq, v in versions] + [(seq, 1, e) for seq, e in events],
                     key=lambda row: (row[0], row[1]))

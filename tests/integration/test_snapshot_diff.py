@@ -11,6 +11,7 @@ import pytest
 
 from memory_client.client import MemoryClient, PamspecError
 from query.export import PAGE_BYTES
+from query.snapshot_diff import FETCH_ROWS
 from tests.conftest import ACTOR, PROVENANCE, Env
 from tests.integration.test_cli import error_of, run
 from tests.integration.test_snapshots import raw
@@ -225,3 +226,19 @@ async def test_the_mcp_tool_answers_the_same_diff(service: Env, client: MemoryCl
         assert refused.is_error and refused.structured_content["error"]["code"] == "snapshot_not_found"
     finally:
         await caller.close()
+
+
+async def test_an_object_changed_many_times_shows_every_version_and_event(client: MemoryClient,
+                                                                          world: dict[str, Any]) -> None:
+    """More versions than one round trip reads (FETCH_ROWS): the rest come through a cursor, all in order."""
+    busy = await claim(client, "changes a lot")
+    a = (await client.snapshot_create(SCOPE, ACTOR, object_ids=[busy["object_id"]]))["snapshot"]["snapshot_id"]
+    versions, version = [], busy["version_id"]
+    for i in range(FETCH_ROWS * 2 + 3):
+        version = (await client.update(SCOPE, busy["object_id"], version, {"statement": f"change {i}"}, ACTOR,
+                                       PROVENANCE))["version_id"]
+        versions.append(version)
+    b = (await client.snapshot_create(SCOPE, ACTOR, object_ids=[busy["object_id"]]))["snapshot"]["snapshot_id"]
+    entry = (await client.snapshot_diff(SCOPE, a, b))["changed"][0]
+    assert [v["version_id"] for v in entry["versions"]] == versions and entry["complete"] is True
+    assert [e["event"]["version_id"] for e in entry["events"]] == versions

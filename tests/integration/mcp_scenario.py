@@ -84,6 +84,25 @@ async def writes_and_reads(session: mcp.ClientSession, scope: str, actor: dict[s
     return moved
 
 
+async def snapshots(session: mcp.ClientSession, scope: str) -> None:
+    """pamledger.snapshot_create seals; read at the snapshot answers what it held, before and after a write."""
+    first = await call(session, "pamspec.create", {"scope_id": scope, "object_type": "claim",
+                                                   "canonical_content": {"statement": "before the snapshot"}})
+    sealed = await call(session, "pamledger.snapshot_create", {"scope_id": scope,
+                                                               "snapshot": {"snapshot_id": "snap:mcp-1"}})
+    assert sealed["snapshot"]["sealed"] is True and sealed["snapshot"]["scope_id"] == scope
+    at = {"scope_id": scope, "object_id": first["object_id"], "snapshot_id": "snap:mcp-1"}
+    before = await call(session, "pamspec.read", at)
+    await call(session, "pamspec.update", {"scope_id": scope, "object_id": first["object_id"],
+                                           "expected_version_id": first["version_id"],
+                                           "canonical_content": {"statement": "after the snapshot"}})
+    assert await call(session, "pamspec.read", at) == before
+    frozen = await refused(session, "pamledger.snapshot_create", {"scope_id": scope,
+                                                                  "snapshot": {"snapshot_id": "snap:mcp-1",
+                                                                               "included_object_ids": []}})
+    assert frozen["code"] == "invalid_state_transition"
+
+
 async def object_model(session: mcp.ClientSession, scope: str, first: dict[str, Any]) -> None:
     """relate, related, promote, redact, delete."""
     second = await call(session, "pamspec.create", {"scope_id": scope, "object_type": "claim",
@@ -197,9 +216,10 @@ async def resources(session: mcp.ClientSession, scope: str, actor: dict[str, str
 
 async def every_tool(session: mcp.ClientSession, scope: str, actor: dict[str, str], grants: list[Any]) -> None:
     listed = {t.name for t in (await session.list_tools()).tools}
-    assert len(listed) == 19 and {"pamspec.create", "pamledger.poll"} <= listed
+    assert len(listed) == 20 and {"pamspec.create", "pamledger.poll", "pamledger.snapshot_create"} <= listed
     first = await writes_and_reads(session, scope, actor)
     await subscriptions(session, scope)
+    await snapshots(session, scope)
     await object_model(session, scope, first)
     await delegations(session, scope)
     await bad_input(session, scope)

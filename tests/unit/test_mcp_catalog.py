@@ -41,7 +41,8 @@ def test_pamledgers_own_tools_carry_the_prefix_and_core_is_six() -> None:
     own = [spec.name for spec in ALL_TOOLS if not spec.name.startswith("pamspec.")]
     assert own and all(name.startswith("pamledger.") for name in own)
     assert {"pamledger.search", "pamledger.related", "pamledger.poll", "pamledger.create_scope",
-            "pamledger.grant_delegation", "pamledger.check_delegation", "pamledger.revoke_delegation"} == set(own)
+            "pamledger.grant_delegation", "pamledger.check_delegation", "pamledger.revoke_delegation",
+            "pamledger.snapshot_create"} == set(own)
     assert set(Catalog("core").tools) == CORE_TOOLS and len(CORE_TOOLS) == 6
 
 

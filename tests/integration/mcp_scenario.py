@@ -97,6 +97,8 @@ async def snapshots(session: mcp.ClientSession, scope: str) -> None:
                                            "expected_version_id": first["version_id"],
                                            "canonical_content": {"statement": "after the snapshot"}})
     assert await call(session, "pamspec.read", at) == before
+    pinned = await resource(session, f"pamspec://scope/{scope}/snapshot/snap:mcp-1")
+    assert pinned["snapshot"]["snapshot_id"] == "snap:mcp-1" and "items" in pinned
     frozen = await refused(session, "pamledger.snapshot_create", {"scope_id": scope,
                                                                   "snapshot": {"snapshot_id": "snap:mcp-1",
                                                                                "included_object_ids": []}})
@@ -208,7 +210,8 @@ async def resources(session: mcp.ClientSession, scope: str, actor: dict[str, str
     templates = await session.list_resource_templates()
     assert {t.uri_template for t in templates.resource_templates} == {
         "pamspec://scope/{scope_id}", "pamspec://scope/{scope_id}/object/{object_id}",
-        "pamspec://scope/{scope_id}/object/{object_id}/version/{version_id}", "pamspec://scope/{scope_id}/events"}
+        "pamspec://scope/{scope_id}/object/{object_id}/version/{version_id}", "pamspec://scope/{scope_id}/events",
+        "pamspec://scope/{scope_id}/snapshot/{snapshot_id}"}
     with pytest.raises(mcp.MCPError) as missing:
         await session.read_resource(f"pamspec://scope/{scope}/object/mem:{uuid.uuid4()}")
     assert missing.value.error.data["error"]["code"] == "object_not_found"

@@ -24,6 +24,7 @@ WRITES: dict[str, str] = {
     "pamspec.delete": "delete", "pamspec.relate": "relate", "pamspec.redact": "redact",
     "pamspec.promote": "promote", "pamledger.grant_delegation": "grant_delegation",
     "pamledger.check_delegation": "check_delegation", "pamledger.revoke_delegation": "revoke_delegation",
+    "pamledger.snapshot_create": "snapshot_create",
 }
 _WITH_PROVENANCE = frozenset({"create", "update", "transition", "delete", "relate", "redact", "promote"})
 

@@ -69,6 +69,20 @@ PAMLEDGER_TOOLS: tuple[ToolSpec, ...] = (
              "max_events": {"type": "integer", "minimum": 1, "maximum": 1000},
              "wait_ms": {"type": "integer", "minimum": 0, "maximum": 30000},
          }),
+    tool("pamledger.snapshot_create",
+         "Seal an evaluation snapshot of one scope (PAMSPEC-Evaluation): what the scope holds at a ledger sequence "
+         "(default: now), optionally only some objects. Returns the sealed descriptor; read and query it with "
+         "snapshot_id, and the answers stay the same whatever is written later.",
+         required=["scope_id", "snapshot"],
+         properties={
+             "scope_id": _STRING,
+             "snapshot": {"type": "object", "description": "evaluation-snapshot.schema.json fields: snapshot_id "
+                          "(required), ledger_sequence_high_watermark, included_object_ids, evaluation_run_id, "
+                          "deterministic_clock, deterministic_rng_seed; the service seals it"},
+             "actor": _ACTOR,
+             "idempotency_key": _STRING,
+             "operation_id": _STRING,
+         }),
     tool("pamledger.create_scope",
          "Register a Memory Scope (creating one that exists is a no-op).",
          required=["scope_id"],

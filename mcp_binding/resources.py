@@ -27,6 +27,8 @@ TEMPLATES: tuple[tuple[str, str, str], ...] = (
     ("pamspec://scope/{scope_id}/object/{object_id}", "object", "The current version of an object (its envelope)."),
     ("pamspec://scope/{scope_id}/object/{object_id}/version/{version_id}", "version",
      "One version of an object (its envelope)."),
+    ("pamspec://scope/{scope_id}/snapshot/{snapshot_id}", "snapshot", "A sealed evaluation snapshot: its "
+     "descriptor and the first page of the trusted memory it pinned (the same bytes whatever is written later)."),
     ("pamspec://scope/{scope_id}/events", "events", "The scope's ledger events in order, 100 at a time; "
      "?after_sequence=N goes on after N (`last_sequence` of a page). Subscribe to it for a doorbell."),
 )
@@ -36,10 +38,11 @@ TEMPLATES: tuple[tuple[str, str, str], ...] = (
 class Target:
     """What a resource URI names."""
 
-    kind: str  # manifest | scope | object | version | events
+    kind: str  # manifest | scope | object | version | events | snapshot
     scope_id: str = ""
     object_id: str = ""
     version_id: str = ""
+    snapshot_id: str = ""
     after_sequence: int = 0
 
 
@@ -63,6 +66,8 @@ def parse(uri: str) -> Target:
         return Target("events", scope_id, after_sequence=_after(parts.query, uri))
     if len(rest) == 2 and rest[0] == "object":
         return Target("object", scope_id, rest[1])
+    if len(rest) == 2 and rest[0] == "snapshot":
+        return Target("snapshot", scope_id, snapshot_id=rest[1])
     if len(rest) == 4 and rest[0] == "object" and rest[2] == "version":
         return Target("version", scope_id, rest[1], rest[3])
     raise not_found(uri)
@@ -99,6 +104,9 @@ async def _value(caller: Caller, target: Target, transport: str, tools: list[str
         return await client.query(target.scope_id, limit=50)
     if target.kind == "events":
         return await client.events(target.scope_id, target.after_sequence)
+    if target.kind == "snapshot":
+        sealed = await client.snapshot_show(target.scope_id, target.snapshot_id)
+        return {**sealed, **await client.query(target.scope_id, limit=50, snapshot_id=target.snapshot_id)}
     return await client.read(target.scope_id, target.object_id, target.version_id or None)
 
 

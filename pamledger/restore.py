@@ -44,7 +44,7 @@ from embedding.store import INDEX_CHECKPOINT
 from infra import locks
 from infra.ledger import known_event_ids, ledger_head, ledger_tail
 from infra.ledger_identity import ledger_identity
-from infra.migrations import migrate
+from infra.migrations import migrate, migration_files
 from infra.projections import PROJECTION, checkpoint
 from infra.settings import Settings
 from local_servers.pg_tools import pg_tool
@@ -66,6 +66,11 @@ async def restore(settings: Settings, nats_url: str, database_url: str, folder: 
     if file_sha256(folder / manifest.database.file) != manifest.database.sha256:
         raise InvalidRequest(f"{folder / manifest.database.file} does not match the manifest's sha256: the backup"
                              " is damaged or was edited", details={"backup": str(folder)})
+    newest = migration_files()[-1][0]
+    if manifest.schema_version > newest:
+        raise InvalidRequest(f"the backup's schema is version {manifest.schema_version}, newer than this pamledger"
+                             f" knows ({newest}): restore it with pamledger {manifest.pamledger_version} or later",
+                             details={"rule": "restore.schema_too_new", "backup_schema": manifest.schema_version})
     journal = journal_for(settings)
     vouched = _journal_vouches(journal, manifest, accept_unverified)
     await _refuse_if_serving(database_url, settings.partition)

@@ -84,6 +84,27 @@ async def writes_and_reads(session: mcp.ClientSession, scope: str, actor: dict[s
     return moved
 
 
+async def snapshots(session: mcp.ClientSession, scope: str) -> None:
+    """pamledger.snapshot_create seals; read at the snapshot answers what it held, before and after a write."""
+    first = await call(session, "pamspec.create", {"scope_id": scope, "object_type": "claim",
+                                                   "canonical_content": {"statement": "before the snapshot"}})
+    sealed = await call(session, "pamledger.snapshot_create", {"scope_id": scope,
+                                                               "snapshot": {"snapshot_id": "snap:mcp-1"}})
+    assert sealed["snapshot"]["sealed"] is True and sealed["snapshot"]["scope_id"] == scope
+    at = {"scope_id": scope, "object_id": first["object_id"], "snapshot_id": "snap:mcp-1"}
+    before = await call(session, "pamspec.read", at)
+    await call(session, "pamspec.update", {"scope_id": scope, "object_id": first["object_id"],
+                                           "expected_version_id": first["version_id"],
+                                           "canonical_content": {"statement": "after the snapshot"}})
+    assert await call(session, "pamspec.read", at) == before
+    pinned = await resource(session, f"pamspec://scope/{scope}/snapshot/snap:mcp-1")
+    assert pinned["snapshot"]["snapshot_id"] == "snap:mcp-1" and "items" in pinned
+    frozen = await refused(session, "pamledger.snapshot_create", {"scope_id": scope,
+                                                                  "snapshot": {"snapshot_id": "snap:mcp-1",
+                                                                               "included_object_ids": []}})
+    assert frozen["code"] == "invalid_state_transition"
+
+
 async def object_model(session: mcp.ClientSession, scope: str, first: dict[str, Any]) -> None:
     """relate, related, promote, redact, delete."""
     second = await call(session, "pamspec.create", {"scope_id": scope, "object_type": "claim",
@@ -189,7 +210,8 @@ async def resources(session: mcp.ClientSession, scope: str, actor: dict[str, str
     templates = await session.list_resource_templates()
     assert {t.uri_template for t in templates.resource_templates} == {
         "pamspec://scope/{scope_id}", "pamspec://scope/{scope_id}/object/{object_id}",
-        "pamspec://scope/{scope_id}/object/{object_id}/version/{version_id}", "pamspec://scope/{scope_id}/events"}
+        "pamspec://scope/{scope_id}/object/{object_id}/version/{version_id}", "pamspec://scope/{scope_id}/events",
+        "pamspec://scope/{scope_id}/snapshot/{snapshot_id}"}
     with pytest.raises(mcp.MCPError) as missing:
         await session.read_resource(f"pamspec://scope/{scope}/object/mem:{uuid.uuid4()}")
     assert missing.value.error.data["error"]["code"] == "object_not_found"
@@ -197,9 +219,10 @@ async def resources(session: mcp.ClientSession, scope: str, actor: dict[str, str
 
 async def every_tool(session: mcp.ClientSession, scope: str, actor: dict[str, str], grants: list[Any]) -> None:
     listed = {t.name for t in (await session.list_tools()).tools}
-    assert len(listed) == 19 and {"pamspec.create", "pamledger.poll"} <= listed
+    assert len(listed) == 20 and {"pamspec.create", "pamledger.poll", "pamledger.snapshot_create"} <= listed
     first = await writes_and_reads(session, scope, actor)
     await subscriptions(session, scope)
+    await snapshots(session, scope)
     await object_model(session, scope, first)
     await delegations(session, scope)
     await bad_input(session, scope)

@@ -238,3 +238,12 @@ async def test_secrets_are_in_a_backup_only_when_asked(env: Env, world: World, t
     with pytest.raises(PamledgerError) as refused:  # never over an existing backup
         await take_backup(settings, env.database_url, tmp_path / "asked")
     assert refused.value.code == "invalid_request"
+
+
+def test_a_backup_of_a_newer_schema_is_refused(env: Env, world: World, tmp_path: Path) -> None:
+    newer = tmp_path / "newer"
+    shutil.copytree(world.backup, newer)
+    manifest = json.loads((newer / "manifest.json").read_text())
+    (newer / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 999}))
+    code, error = cli_json(env, "restore", str(newer), "--replace", "--quiet")
+    assert code != 0 and error["error"]["details"]["rule"] == "restore.schema_too_new"

@@ -16,7 +16,8 @@ Rules, in the order they are checked (the first that fails names the denial):
                                create/update/transition/delete under one is the writer's to check and count)
   authz.scope_not_granted      no grant of the actor covers the scope (the system scope only by its exact id)
   authz.operation_not_granted  a grant covers the scope but not the operation (or not every operation a
-                               request needs: an export needs read and inspect_history)
+                               request needs: an export or a snapshot diff needs read and
+                               inspect_history)
   authz.import_needs_administrator  an import replays history others wrote: the administrator's alone
 """
 
@@ -48,11 +49,13 @@ REQUEST_OPERATIONS: Mapping[str, str] = {
     "cmd.import_entries": "create",  # and administering the service (authorize)
     "cmd.snapshot_create": "read",  # sealing a snapshot writes no memory: it pins what the caller may read
     "query.snapshots": "read",  # a scope's sealed snapshots (list) or one of them (show)
+    "query.snapshot_diff": "read",  # and inspect_history (ALSO_NEEDS): two snapshots' versions and ledger events
     "sub.open": "subscribe", "sub.poll": "subscribe", "sub.ack": "subscribe", "sub.resume": "subscribe",
     "sub.status": "subscribe", "sub.close": "unsubscribe", "sub.list": "subscribe",
 }
 # Requests that need more than their one operation on the scope.
-ALSO_NEEDS: Mapping[str, tuple[str, ...]] = {"query.export": ("inspect_history",)}
+ALSO_NEEDS: Mapping[str, tuple[str, ...]] = {"query.export": ("inspect_history",),
+                                             "query.snapshot_diff": ("inspect_history",)}
 # Commands only the service's own roles send (the gateway, the indexer, the denial audit).
 INTERNAL_COMMANDS = frozenset({"cmd.open_subscription", "cmd.close_subscription", "cmd.record_index_event",
                                "cmd.record_access_denied"})

@@ -9,7 +9,8 @@ import base64
 COMMANDS = ("create", "update", "transition", "delete", "create_scope", "grant_delegation", "check_delegation",
             "revoke_delegation", "relate", "redact", "promote", "correct_provenance", "import_entries",
             "snapshot_create")
-QUERIES = ("read", "history", "query", "search", "whoami", "related", "events", "export", "snapshots")
+QUERIES = ("read", "history", "query", "search", "whoami", "related", "events", "export", "snapshots",
+           "snapshot_diff")
 # The Subscribe gateway's requests ({prefix}.sub.<call>): the gateway answers each, a credential may send each.
 SUBSCRIPTION_CALLS = ("open", "poll", "ack", "resume", "close", "status", "list")
 

@@ -77,6 +77,8 @@ async def _run(caller: Caller, name: str, args: dict[str, Any]) -> tuple[dict[st
             return await client.query_request("search", search_body(args)), None
         case "pamledger.related":
             return await client.query_request("related", related_body(args)), None
+        case "pamledger.snapshot_diff":
+            return await client.query_request("snapshot_diff", args), None
         case "pamledger.create_scope":
             return await client.command("create_scope", {"scope_kind": "workspace", **args}), None
     raise invalid(f"unknown tool {name!r}", field="name")

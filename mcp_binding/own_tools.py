@@ -46,6 +46,19 @@ PAMLEDGER_TOOLS: tuple[ToolSpec, ...] = (
              "hops": {"type": "integer", "minimum": 1, "maximum": 3},
              "limit": {"type": "integer", "minimum": 1, "maximum": 500},
          }),
+    tool("pamledger.snapshot_diff",
+         "Compare two sealed snapshots of one scope: objects added (in B only), removed (in A only) and changed "
+         "(both, at other versions: their versions and events between the watermarks, as inspect_history shows "
+         "them). One page in object id order; while `truncated`, pass `after_object_id` back.",
+         required=["scope_id", "from_snapshot_id", "to_snapshot_id"],
+         properties={
+             "operation_id": _STRING,
+             "scope_id": _STRING,
+             "from_snapshot_id": {"type": "string", "description": "snapshot A"},
+             "to_snapshot_id": {"type": "string", "description": "snapshot B"},
+             "after_object_id": _STRING,
+             "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
+         }),
     tool("pamledger.poll",
          "The next events of a subscription opened by pamspec.subscribe, in ledger order. Each poll acknowledges "
          "what it returns; `last_delivered_sequence` is the cursor (a later poll, from any session, goes on from "

@@ -1,4 +1,4 @@
-"""`pamledger snapshot create | list | show`: sealed evaluation snapshots (docs/protocol.md, snapshot_create).
+"""`pamledger snapshot create | list | show | diff`: sealed evaluation snapshots (docs/protocol.md, snapshot_create).
 
 `create` prints the sealed descriptor; reads at a snapshot are `--snapshot ID` on read, history and query.
 Every request names its scope (one scope per operation), so `show` takes SCOPE as well as the id.
@@ -15,7 +15,7 @@ from memory_client.cli_common import actor_of, add_actor_arguments, connect, pam
 
 
 def add_snapshot_parser(sub: Any) -> None:
-    snapshot = sub.add_parser("snapshot", help="sealed evaluation snapshots: create, list, show")
+    snapshot = sub.add_parser("snapshot", help="sealed evaluation snapshots: create, list, show, diff")
     calls = snapshot.add_subparsers(dest="snapshot_command", required=True)
     create = calls.add_parser("create", help="seal a snapshot of the scope (prints its descriptor)",
                               description="Pins SCOPE at ledger sequence --at (default: the head), restricted to "
@@ -34,6 +34,16 @@ def add_snapshot_parser(sub: Any) -> None:
     show = calls.add_parser("show", help="one sealed snapshot's descriptor")
     show.add_argument("scope_id", type=pam_id)
     show.add_argument("snapshot_id", type=pam_id)
+    diff = calls.add_parser("diff", help="what changed in the scope from snapshot A to snapshot B",
+                            description="Objects added (held by B only), removed (by A only) and changed (both, at "
+                                        "other versions: their versions and events between the two watermarks). "
+                                        "One page in object id order; while `truncated`, pass its "
+                                        "`after_object_id` as --after.")
+    diff.add_argument("scope_id", type=pam_id)
+    diff.add_argument("a", type=pam_id, metavar="A")
+    diff.add_argument("b", type=pam_id, metavar="B")
+    diff.add_argument("--after", type=pam_id, dest="after_object_id", help="the page after this object id")
+    diff.add_argument("--limit", type=int, default=100, help="objects per page, 1 to 1000 (default: %(default)s)")
 
 
 def cmd_snapshot(settings: Settings, args: argparse.Namespace) -> int:
@@ -48,6 +58,8 @@ async def _call(settings: Settings, args: argparse.Namespace) -> Any:
             return await client.snapshot_list(args.scope_id, args.after, args.limit)
         if args.snapshot_command == "show":
             return await client.snapshot_show(args.scope_id, args.snapshot_id)
+        if args.snapshot_command == "diff":
+            return await client.snapshot_diff(args.scope_id, args.a, args.b, args.after_object_id, args.limit)
         extra = {"evaluation_run_id": args.evaluation_run_id} if args.evaluation_run_id else {}
         sealed = await client.snapshot_create(args.scope_id, await actor_of(client, args), at=args.at,
                                               object_ids=args.objects, snapshot_id=args.snapshot_id, **extra)

@@ -174,6 +174,16 @@ class MemoryClient(ObjectCommands):
         """One sealed snapshot's descriptor: {snapshot}."""
         return await self.query_request("snapshots", {"scope_id": scope_id, "snapshot_id": snapshot_id}, actor)
 
+    async def snapshot_diff(self, scope_id: str, a: str, b: str, after_object_id: str | None = None,
+                            limit: int = 100, actor: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What changed in the scope from sealed snapshot `a` to `b`, one page of objects in id order:
+        {from, to, direction, added, removed, changed: [{object_id, from_version_id, to_version_id, versions,
+        events, complete}], truncated, after_object_id}; while `truncated`, pass `after_object_id` back."""
+        body: dict[str, Any] = {"scope_id": scope_id, "from_snapshot_id": a, "to_snapshot_id": b, "limit": limit}
+        if after_object_id is not None:
+            body["after_object_id"] = after_object_id
+        return await self.query_request("snapshot_diff", body, actor)
+
     async def query(self, scope_id: str, actor: dict[str, Any] | None = None, **filters: Any) -> dict[str, Any]:
         """Query the scope (filters as in docs/protocol.md). Sends the last ledger sequence this client
         wrote as `min_sequence` unless given, so a client always sees its own writes."""

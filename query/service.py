@@ -27,6 +27,7 @@ from infra.subjects import QUERIES, query_subject, status_subject
 from query.export import ExportRequest, export_entries, export_header
 from query.reads import history, read_envelope, scope_events
 from query.related import relationship_refs, run_related
+from query.snapshot_diff import SnapshotDiffRequest, snapshot_diff
 from query.snapshots import SnapshotsRequest, pin_report, pinned, snapshots
 from query.hybrid import run_search
 from query.search import CheckpointWatcher, run_query
@@ -81,6 +82,7 @@ _history_decoder = msgspec.json.Decoder(HistoryRequest)
 _whoami_decoder = msgspec.json.Decoder(WhoamiRequest)
 _export_decoder = msgspec.json.Decoder(ExportRequest)
 _snapshots_decoder = msgspec.json.Decoder(SnapshotsRequest)
+_snapshot_diff_decoder = msgspec.json.Decoder(SnapshotDiffRequest)
 
 
 class QueryService:
@@ -171,6 +173,8 @@ class QueryService:
                 return decode_request(_export_decoder, data, "export request")
             if name == "snapshots":
                 return decode_request(_snapshots_decoder, data, "snapshots request")
+            if name == "snapshot_diff":
+                return decode_request(_snapshot_diff_decoder, data, "snapshot_diff request")
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidRequest(f"malformed {name} request: {exc}", details={"reason": str(exc)}) from None
         raise InvalidRequest(f"unknown query {name!r}")
@@ -207,6 +211,9 @@ class QueryService:
         if isinstance(request, SnapshotsRequest):
             async with self.pool.connection() as conn:
                 return await snapshots(conn, request)
+        if isinstance(request, SnapshotDiffRequest):
+            async with self.pool.connection() as conn:
+                return await snapshot_diff(conn, request)
         if isinstance(request, ReadRequest):
             async with self.pool.connection() as conn:
                 envelope = await read_envelope(conn, request.scope_id, request.object_id, request.version_id)

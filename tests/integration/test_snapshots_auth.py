@@ -16,6 +16,7 @@ from tests.conftest import Env, Servers, admin_client, can_query, enforced_env, 
 pytestmark = pytest.mark.profile("PAMSPEC-Evaluation")  # partially built, not claimed (docs/implementation-report.md)
 
 READABLE, HIDDEN, WRITE_ONLY = "eval:readable", "eval:hidden", "eval:write-only"
+HISTORY = "eval:history"  # read and inspect_history: what a snapshot diff needs
 AGENT = {"actor_id": "actor:agent:evaluator", "actor_kind": "agent"}
 ADMIN = {"actor_id": "actor:pamledger:admin", "actor_kind": "operator"}
 PROVENANCE = {"provenance_id": "prov:snapauth", "actor": ADMIN, "activity": "setup"}
@@ -31,11 +32,12 @@ async def world(env: Env) -> AsyncIterator[tuple[MemoryClient, MemoryClient, dic
     async with serving(env):
         admin = await admin_client(env)
         made = {}
-        for scope in (READABLE, HIDDEN, WRITE_ONLY):
+        for scope in (READABLE, HIDDEN, WRITE_ONLY, HISTORY):
             await admin.create_scope(scope)
             made[scope] = await admin.create(scope, "claim", {"statement": f"a claim of {scope}"}, ADMIN, PROVENANCE)
         await put_actor(admin, AGENT["actor_id"], "agent",
-                        [parse_grant(f"{READABLE}=read,query"), parse_grant(f"{WRITE_ONLY}=create")])
+                        [parse_grant(f"{READABLE}=read,query"), parse_grant(f"{WRITE_ONLY}=create"),
+                         parse_grant(f"{HISTORY}=read,inspect_history")])
         agent = await token_client(env, (await issue_token(admin, AGENT["actor_id"]))["token"])
         await wait_for(lambda: can_query(agent, READABLE), timeout=10)
         try:
@@ -77,3 +79,19 @@ async def test_another_scopes_snapshot_is_not_readable_through_it(
     with pytest.raises(PamspecError) as caught:
         await agent.query(HIDDEN, snapshot_id=sid)
     assert caught.value.code == "access_denied"
+
+
+async def test_a_snapshot_diff_needs_read_and_inspect_history_on_the_scope(
+        world: tuple[MemoryClient, MemoryClient, dict[str, Any]]) -> None:
+    admin, agent, _ = world
+    for scope in (HISTORY, READABLE, HIDDEN):
+        first = (await admin.snapshot_create(scope, ADMIN))["snapshot"]["snapshot_id"]
+        claim = await admin.create(scope, "claim", {"statement": f"a later claim of {scope}"}, ADMIN, PROVENANCE)
+        second = (await admin.snapshot_create(scope, ADMIN))["snapshot"]["snapshot_id"]
+        if scope == HISTORY:
+            diff = await agent.snapshot_diff(scope, first, second)
+            assert diff["added"] == [{"object_id": claim["object_id"], "version_id": claim["version_id"]}]
+            continue
+        with pytest.raises(PamspecError) as caught:  # READABLE: read without inspect_history; HIDDEN: no grant
+            await agent.snapshot_diff(scope, first, second)
+        assert caught.value.code == "access_denied", scope

@@ -100,6 +100,11 @@ CASES = [
     (bearer(ALICE), "query.snapshots", "team:a:1", None, None),
     (bearer(ALICE), "query.snapshots", "team:b:1", None, "authz.scope_not_granted"),
     (bearer(WRITER), "query.snapshots", "team:c:1", None, "authz.operation_not_granted"),
+    # a snapshot diff shows versions and ledger events: read AND inspect_history, like an export
+    (bearer(ALICE), "query.snapshot_diff", "team:a:1", None, "authz.operation_not_granted"),  # no inspect_history
+    (bearer(ALICE), "query.snapshot_diff", "team:shared", None, None),
+    (bearer(ALICE), "query.snapshot_diff", "team:b:1", None, "authz.scope_not_granted"),
+    (bearer(WRITER), "query.snapshot_diff", "team:c:1", None, "authz.operation_not_granted"),
 ]
 
 

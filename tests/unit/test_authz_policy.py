@@ -63,6 +63,32 @@ CASES = [
     (bearer(ALICE), "cmd.create", "team:a:1", Claim("actor:mallory"), "authz.actor_mismatch"),
     (bearer(ALICE), "cmd.create", "team:a:1", Claim("actor:alice", on_behalf_of_actor_id="actor:bob"),
      "delegation.not_found"),
+    # a write's provenance.actor is the authenticated actor, or the principal of the delegation it is made under
+    (bearer(ALICE), "cmd.create", "team:a:1", Claim("actor:alice", provenance_actor_id="actor:alice"), None),
+    (bearer(ALICE), "cmd.create", "team:a:1", Claim("actor:alice", provenance_actor_id="actor:mallory"),
+     "authz.provenance_actor_mismatch"),
+    (bearer(ALICE), "cmd.delete", "team:shared", Claim("actor:alice", provenance_actor_id="actor:bob"),
+     "authz.provenance_actor_mismatch"),
+    (bearer(ALICE), "cmd.correct_provenance", "team:shared", Claim("actor:alice", provenance_actor_id="actor:bob"),
+     "authz.provenance_actor_mismatch"),
+    (bearer(ALICE), "cmd.create", "team:b:1", Claim("actor:alice", "actor:bob", "del:1", "actor:bob"),
+     None),  # the principal: the writer checks the delegation was granted by actor:bob
+    (bearer(ALICE), "cmd.create", "team:b:1", Claim("actor:alice", "actor:bob", "del:1", "actor:alice"), None),
+    (bearer(ALICE), "cmd.create", "team:b:1", Claim("actor:alice", "actor:bob", "del:1", "actor:mallory"),
+     "authz.provenance_actor_mismatch"),
+    (bearer(ALICE), "cmd.create", "team:b:1", Claim("actor:alice", None, "del:1", "actor:bob"),
+     "authz.provenance_actor_mismatch"),  # a principal is named in actor.on_behalf_of_actor_id, or not at all
+    (bearer(ALICE), "cmd.create", "team:a:1", Claim("actor:alice", "actor:bob", None, "actor:bob"),
+     "authz.provenance_actor_mismatch"),  # on behalf of another without a delegation: no principal
+    (bearer(ADMIN), "cmd.create", "anything:else", Claim("actor:pamledger:admin", provenance_actor_id="actor:alice"),
+     "authz.provenance_actor_mismatch"),  # the administrator too (restore names itself in both)
+    (bearer(SERVICE), "cmd.transition", "team:a:1", Claim("actor:pamledger:retention",
+                                                          provenance_actor_id="actor:pamledger:retention"), None),
+    (bearer(SERVICE), "cmd.transition", "team:a:1", Claim("actor:pamledger:retention"), None),
+    (bearer(SERVICE), "cmd.transition", "team:a:1", Claim("actor:pamledger:retention", provenance_actor_id="actor:alice"),
+     "authz.provenance_actor_mismatch"),
+    (bearer(SERVICE), "cmd.transition", "team:a:1", Claim("actor:alice", provenance_actor_id="actor:alice"),
+     "authz.operation_not_granted"),  # the service acts only as the retention actor
     (bearer(ALICE), "cmd.create", "team:b:1", Claim("actor:alice", delegation_id="del:1"), None),  # writer checks it
     (bearer(ALICE), "query.read", "team:b:1", Claim("actor:alice", delegation_id="del:1"), None),  # shell exercises
     (bearer(ALICE), "sub.open", "team:b:1", Claim("actor:alice", delegation_id="del:1"), "delegation.not_found"),

@@ -44,6 +44,7 @@ REQUEST_OPERATIONS: Mapping[str, str] = {
     "cmd.create_scope": "create", "cmd.register_embedding_space": "create",
     "query.read": "read", "query.history": "inspect_history", "query.query": "query", "query.search": "query",
     "query.whoami": "read",  # scopeless: any authenticated caller may ask who it is
+    "status": "read",  # scopeless: any authenticated caller sees a role's health (details: infra.status)
     "query.related": "read",  # each object a traversal returns is a read of it (and of its scope: every step)
     "query.events": "inspect_history",  # a scope's ledger events in order (Inspect History of the whole scope)
     "query.export": "read",  # and inspect_history (ALSO_NEEDS): a scope's whole memory and its ledger
@@ -61,11 +62,12 @@ INTERNAL_COMMANDS = frozenset({"cmd.open_subscription", "cmd.close_subscription"
 # Requests that name no scope: they act on one subscription, which the gateway checks belongs to the caller.
 # What the service's roles may send besides INTERNAL_COMMANDS (the indexer registers its default space), for
 # any actor their command names.
-SERVICE_REQUESTS = INTERNAL_COMMANDS | {"cmd.register_embedding_space", "cmd.check_delegation"}
+SERVICE_REQUESTS = INTERNAL_COMMANDS | {"cmd.register_embedding_space", "cmd.check_delegation", "status"}
 # What the service credential may send only in the name of one actor of its own: the retention evaluator's
 # transitions (no delegation, no on-behalf-of; the actor holds no grant, so never a policy override).
 SERVICE_ACTS_AS: Mapping[str, str] = {"cmd.transition": RETENTION_ACTOR_ID}
-SCOPELESS = frozenset({"sub.poll", "sub.ack", "sub.resume", "sub.status", "sub.close", "sub.list", "query.whoami"})
+SCOPELESS = frozenset({"sub.poll", "sub.ack", "sub.resume", "sub.status", "sub.close", "sub.list", "query.whoami",
+                       "status"})
 # Commands that may be made under a delegation (actor.delegation_id): the delegation stands in for the grant.
 DELEGABLE = frozenset({"cmd.create", "cmd.update", "cmd.transition", "cmd.delete", "cmd.relate", "cmd.redact",
                        "cmd.promote", "cmd.correct_provenance"})

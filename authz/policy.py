@@ -12,6 +12,8 @@ Rules, in the order they are checked (the first that fails names the denial):
   authz.unknown_operation      a request kind the policy does not know (fails closed)
   authz.internal_only          a service-to-service command from a caller that is not the service
   authz.actor_mismatch         the command's actor (or the Pam-Actor header) is not the authenticated actor
+  authz.provenance_actor_mismatch  a write's provenance.actor is neither the authenticated actor nor the
+                               principal (on_behalf_of_actor_id) of the delegation it is made under
   delegation.not_found         acting on_behalf_of another without a delegation_id, or a read under one (a
                                create/update/transition/delete under one is the writer's to check and count)
   authz.scope_not_granted      no grant of the actor covers the scope (the system scope only by its exact id)
@@ -43,6 +45,7 @@ REQUEST_OPERATIONS: Mapping[str, str] = {
     "cmd.create_scope": "create", "cmd.register_embedding_space": "create",
     "query.read": "read", "query.history": "inspect_history", "query.query": "query", "query.search": "query",
     "query.whoami": "read",  # scopeless: any authenticated caller may ask who it is
+    "status": "read",  # scopeless: any authenticated caller sees a role's health (details: infra.status)
     "query.related": "read",  # each object a traversal returns is a read of it (and of its scope: every step)
     "query.events": "inspect_history",  # a scope's ledger events in order (Inspect History of the whole scope)
     "query.export": "read",  # and inspect_history (ALSO_NEEDS): a scope's whole memory and its ledger
@@ -62,11 +65,12 @@ INTERNAL_COMMANDS = frozenset({"cmd.open_subscription", "cmd.close_subscription"
 # Requests that name no scope: they act on one subscription, which the gateway checks belongs to the caller.
 # What the service's roles may send besides INTERNAL_COMMANDS (the indexer registers its default space), for
 # any actor their command names.
-SERVICE_REQUESTS = INTERNAL_COMMANDS | {"cmd.register_embedding_space", "cmd.check_delegation"}
+SERVICE_REQUESTS = INTERNAL_COMMANDS | {"cmd.register_embedding_space", "cmd.check_delegation", "status"}
 # What the service credential may send only in the name of one actor of its own: the retention evaluator's
 # transitions (no delegation, no on-behalf-of; the actor holds no grant, so never a policy override).
 SERVICE_ACTS_AS: Mapping[str, str] = {"cmd.transition": RETENTION_ACTOR_ID}
-SCOPELESS = frozenset({"sub.poll", "sub.ack", "sub.resume", "sub.status", "sub.close", "sub.list", "query.whoami"})
+SCOPELESS = frozenset({"sub.poll", "sub.ack", "sub.resume", "sub.status", "sub.close", "sub.list", "query.whoami",
+                       "status"})
 # Commands that may be made under a delegation (actor.delegation_id): the delegation stands in for the grant.
 DELEGABLE = frozenset({"cmd.create", "cmd.update", "cmd.transition", "cmd.delete", "cmd.relate", "cmd.redact",
                        "cmd.promote", "cmd.correct_provenance"})
@@ -152,7 +156,10 @@ def authorize(caller: Caller, request: str, scope_id: str | None, claim: Claim |
     if caller.internal:
         if request in SERVICE_REQUESTS:
             return None
-        if claim is not None and claim == Claim(SERVICE_ACTS_AS.get(request, "")):
+        acts_as = SERVICE_ACTS_AS.get(request, "")
+        if claim is not None and claim == Claim(acts_as, provenance_actor_id=claim.provenance_actor_id):
+            if claim.provenance_actor_id not in (None, acts_as):
+                return _provenance_mismatch(caller)
             return None
         return Denied("authz.operation_not_granted", "the service credential only sends service commands", caller)
     if request in INTERNAL_COMMANDS:
@@ -168,6 +175,8 @@ def authorize(caller: Caller, request: str, scope_id: str | None, claim: Claim |
         if claim.actor_id != caller.actor_id:
             return Denied("authz.actor_mismatch", "the request names an actor other than the authenticated one",
                           caller)
+        if claim.provenance_actor_id is not None and claim.provenance_actor_id not in _provenance_actors(claim):
+            return _provenance_mismatch(caller)
         if claim.delegation_id is not None and request in DELEGABLE | DELEGABLE_READS:
             return None  # the writer checks the delegation and counts the use (reads: through the shell)
         if claim.on_behalf_of_actor_id is not None or claim.delegation_id is not None:
@@ -184,6 +193,19 @@ def authorize(caller: Caller, request: str, scope_id: str | None, claim: Claim |
         return Denied("authz.import_needs_administrator", "an import replays history that others wrote: only"
                       " an administrator of the service imports", caller)
     return None
+
+
+def _provenance_actors(claim: Claim) -> tuple[str, ...]:
+    """Who a write's provenance may name: the authenticated actor (the claim's, once it matched), or under a
+    delegation its principal (the writer checks that the delegation was granted by that actor)."""
+    if claim.delegation_id is not None and claim.on_behalf_of_actor_id is not None:
+        return claim.actor_id, claim.on_behalf_of_actor_id
+    return (claim.actor_id,)
+
+
+def _provenance_mismatch(caller: Caller) -> Denied:
+    return Denied("authz.provenance_actor_mismatch", "provenance.actor must be the authenticated actor (or the"
+                  " principal of the delegation the write is made under)", caller)
 
 
 def decide(grants: Grants, header: str | None, request: str, scope_id: str | None, claim: Claim | None,

@@ -81,9 +81,11 @@ async def _wait_token_works(nc: NATS, prefix: str, token: str, timeout: float = 
 
 
 @contextlib.asynccontextmanager
-async def service(servers: Servers, label: str, mode: str, roles: str = "all") -> AsyncIterator[tuple[NATS, str, Child, str | None]]:
-    """(nc, prefix, child, token): the real service on a fresh database with the bench scope; with mode
-    "enforce" also the bench actor, its grant and a freshly issued token the service already accepts."""
+async def service(servers: Servers, label: str, mode: str, roles: str = "all",
+                  ) -> AsyncIterator[tuple[NATS, str, Child, str | None, str | None]]:
+    """(nc, prefix, child, token, admin token): the real service on a fresh database with the bench scope;
+    with mode "enforce" also the bench actor, its grant and a freshly issued token the service already accepts
+    (the admin token reads the writer's status: positions need the system scope)."""
     db_name, db_url = servers.fresh_database(label)
     secrets = servers.work_dir / f"secrets-{label}-{uuid.uuid4().hex[:8]}"
     env = {"PAMLEDGER_AUTH__MODE": mode, "PAMLEDGER_AUTH__ADMIN_TOKEN_FILE": str(secrets / "admin.token"),
@@ -92,7 +94,7 @@ async def service(servers: Servers, label: str, mode: str, roles: str = "all") -
         async with service_process(servers, db_url, label, env, roles=roles) as (nc, prefix, _stream, child):
             if mode == "off":
                 await create_scope(nc, prefix)
-                yield nc, prefix, child, None
+                yield nc, prefix, child, None, None
                 return
             admin_token = read_token(secrets / "admin.token")
             if admin_token is None:
@@ -102,7 +104,7 @@ async def service(servers: Servers, label: str, mode: str, roles: str = "all") -
             await put_actor(admin, ACTOR["actor_id"], ACTOR["actor_kind"], [parse_grant(GRANT)])
             token = (await issue_token(admin, ACTOR["actor_id"], label="bench"))["token"]
             await _wait_token_works(nc, prefix, token)
-            yield nc, prefix, child, token
+            yield nc, prefix, child, token, admin_token
     finally:
         servers.drop_database(db_name)
 
@@ -110,7 +112,7 @@ async def service(servers: Servers, label: str, mode: str, roles: str = "all") -
 async def creates(servers: Servers, mode: str, label: str, in_flight: int, warmup: float, duration: float,
                   roles: str = "all") -> Result:
     """One measured window of creates on a fresh service; CPU per create by process; ledger rows checked."""
-    async with service(servers, label, mode, roles) as (nc, prefix, child, token):
+    async with service(servers, label, mode, roles) as (nc, prefix, child, token, admin_token):
         cpu0, others0 = child.cpu_by_process(), other_cpu(servers)
         name = f"(a) create, auth {mode}{', serial' if in_flight == 1 else ''}"
         result = await drive(nc, command_subject(prefix, "create"), name, requests(uuid.uuid4().hex[:8], token),
@@ -118,7 +120,7 @@ async def creates(servers: Servers, mode: str, label: str, in_flight: int, warmu
         cpu1, others1 = child.cpu_by_process(), other_cpu(servers)
         sent = result.extra["sent"]
         by_process = {k: round((v - cpu0.get(k, 0.0)) / sent * 1e6) for k, v in cpu1.items()}
-        status = await writer_status(nc, prefix)
+        status = await writer_status(nc, prefix, admin_token)
         if status["ledger_sequence"] < result.ok:
             raise RuntimeError(f"ledger has {status['ledger_sequence']} rows, fewer than the {result.ok} successes")
     result.extra.update(mode=mode, service_cpu_us_per_create=sum(by_process.values()),

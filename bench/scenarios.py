@@ -61,8 +61,10 @@ async def pamledger_service(servers: Servers, label: str, extra_env: dict[str, s
         servers.drop_database(db_name)
 
 
-async def writer_status(nc: NATS, prefix: str) -> dict[str, Any]:
-    msg = await nc.request(status_subject(prefix, "writer"), b"{}", timeout=5)
+async def writer_status(nc: NATS, prefix: str, token: str | None = None) -> dict[str, Any]:
+    """The writer's status; with auth enforced `token` must be an administrator's (positions and pid)."""
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else None
+    msg = await nc.request(status_subject(prefix, "writer"), b"{}", timeout=5, headers=headers)
     return msgspec.json.decode(msg.data)["result"]  # type: ignore[no-any-return]
 
 

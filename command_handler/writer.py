@@ -38,6 +38,7 @@ from infra.metrics import BATCH_SIZE, COMMIT_SECONDS, DENIALS_TOTAL, LEDGER_HEAD
 from infra.nats_raw import RawClient, parse_headers
 from infra.request_shell import AllowAll, Policy, error_body, to_error
 from infra.settings import Settings
+from infra.status import status_reply
 from infra.subjects import command_subject, status_subject
 from schemas.canonical import canonical_bytes
 from schemas.common import SYSTEM_SCOPE
@@ -115,10 +116,11 @@ class Writer:
         self.inbox.put_nowait(Command(subject.decode(), reply.decode(), data, parse_headers(headers)))
 
     async def _status(self, msg: Msg) -> None:
-        await msg.respond(canonical_bytes({"result": {
+        health = {"role": "writer", "leader": True, "ok": self.guard.refusal() is None}
+        await msg.respond(status_reply(self.policy, msg.subject, msg.headers, health, lambda: {
             "role": "leader", "partition": self.store.partition, "ledger_sequence": self.tail[0],
             "pid": os.getpid(), **self.guard.status(), **self.relay_status(),
-        }}))
+        }))
 
     async def _commit_batch(self, msgs: list[Command], items: list[Parsed | PamledgerError] | None = None) -> None:
         """Commit one batch. `items` are the batch's commands already parsed (and decided on by the policy)

@@ -150,10 +150,13 @@ class DelegationGate(Protocol):
 
 
 def claim_of(request: Any, principal: Principal) -> Claim | None:
-    """The actor a request names: its body's `actor` (commands, subscription opens), else a Pam-Actor header."""
+    """The actor a request names: its body's `actor` (commands, subscription opens), else a Pam-Actor header;
+    with the actor its `provenance` names, when it has one (a write: the policy binds it to the caller)."""
     actor = getattr(request, "actor", None)
     if actor is not None and hasattr(actor, "actor_id"):
-        return Claim(actor.actor_id, getattr(actor, "on_behalf_of_actor_id", None), getattr(actor, "delegation_id", None))
+        provenance = getattr(getattr(request, "provenance", None), "actor", None)
+        return Claim(actor.actor_id, getattr(actor, "on_behalf_of_actor_id", None), getattr(actor, "delegation_id", None),
+                     getattr(provenance, "actor_id", None))
     if principal == ANONYMOUS:
         return None
     return Claim(principal.actor_id, principal.on_behalf_of_actor_id, principal.delegation_id)

@@ -187,7 +187,8 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
     from memory_client.connection import find_token, open_nats
     from pamledger.nats_users import operator_nats_options
 
-    try:  # the service login: the ledger report reads the stream (status subjects need no credential)
+    try:  # the service login: the ledger report reads the stream; status answers the token's caller (the
+        # administrator sees pids and positions, another actor health only, none: access_denied)
         client = MemoryClient(await open_nats(nats_url, 2.0, login=operator_nats_options(settings)),
                               settings.subject_prefix, 2.0, token=find_token(settings))  # `caller`: whoami
         client._owns = True

@@ -38,7 +38,7 @@ def announce_when_ready(settings: Settings, roles: Sequence[str], line: dict[str
 async def wait_until_ready(settings: Settings, roles: Sequence[str], line: dict[str, Any], warn_seconds: float,
                            say: Callable[[dict[str, Any]], None]) -> None:
     from memory_client.client import MemoryClient
-    from memory_client.connection import open_nats
+    from memory_client.connection import find_token, open_nats
     from pamledger.nats_users import operator_nats_options
 
     assert settings.nats_url is not None
@@ -48,7 +48,8 @@ async def wait_until_ready(settings: Settings, roles: Sequence[str], line: dict[
         try:
             if client is None:
                 nc = await open_nats(settings.nats_url, 2.0, login=operator_nats_options(settings))
-                client = MemoryClient(nc, settings.subject_prefix, 2.0, retries=0)
+                # the admin token from the state dir (auth enforced: status answers authenticated callers)
+                client = MemoryClient(nc, settings.subject_prefix, 2.0, retries=0, token=find_token(settings))
             waiting = silent(roles, await asyncio.gather(*(_answers(client, role) for role in roles)))
         except Exception:  # noqa: BLE001 - NATS not there yet: everything is still waiting
             waiting, client = list(roles), None
@@ -73,8 +74,8 @@ async def _answers(client: Any, role: str) -> bool:
     try:
         await client.status(role)
         return True
-    except PamspecError:
-        return False
+    except PamspecError as exc:  # a refusal is an answer too: the role is subscribed (no token found here)
+        return exc.code == "access_denied"
 
 
 def _stderr_line(line: dict[str, Any]) -> None:

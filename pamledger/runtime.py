@@ -34,9 +34,10 @@ from infra.nats_log import ConnectionLog
 from infra.metrics import FOLLOWER_POSITION, FOLLOWER_STUCK, leading, leads
 from infra.nats_raw import RawClient, connect_raw
 from infra.probes import Probes, serving_probes
-from infra.request_shell import DenialSink, Policy
+from infra.request_shell import AllowAll, DenialSink, Policy
 from infra.settings import Settings
 from infra.role_failures import RoleFailures
+from infra.status import status_reply
 from infra.stuck import StuckState, describe
 from infra.subjects import status_subject
 from infra.tasks import stop_task
@@ -47,7 +48,6 @@ from pamledger.supervisor import ROLES
 from query.search import CheckpointWatcher
 from query.service import QueryService
 from retention.evaluator import run_rounds
-from schemas.canonical import canonical_bytes
 from subscriptions.filters import Authorizer
 from subscriptions.gateway import Gateway
 from subscriptions.store import LeadershipLost, SubscriptionStore
@@ -81,7 +81,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
     auth = auth_for(settings, database_url)
     policy = policy or auth.policy
     authorizer = authorizer or auth.authorizer
-    if auth.registry is not None and set(roles) & {"writer", "query", "gateway"}:
+    if auth.registry is not None and roles:  # every role answers requests: status at least (infra.status)
         tasks.append(asyncio.create_task(auth.registry.run()))
     registry = auth.registry
     if registry is not None and "writer" in roles and nats_is_ours(settings, nats_url):
@@ -128,10 +128,11 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
                     requester = CommandRequester(follower_nc, settings.subject_prefix, retries=0,
                                                  token=auth.service_token)
                     tasks.append(asyncio.create_task(run_beside_follower(requester, database_url, settings.indexer)))
-                tasks.append(asyncio.create_task(follow_forever(settings, follower_nc, database_url, spec, probes)))
+                tasks.append(asyncio.create_task(follow_forever(settings, follower_nc, database_url, spec, probes,
+                                                                policy)))
         if "retention" in roles:  # optional: settings.retention.enabled adds it to `all`
             tasks.append(asyncio.create_task(retention_forever(settings, await connection("retention"), database_url,
-                                                               auth.service_token)))
+                                                               auth.service_token, policy)))
         if "gateway" in roles:
             gateway_nc = await connection("gateway")
             tasks.append(asyncio.create_task(
@@ -217,7 +218,7 @@ async def _lead_once(settings: Settings, nc: RawClient, database_url: str, failu
 
 
 async def follow_forever(settings: Settings, nc: RawClient, database_url: str, spec: FollowerSpec,
-                         probes: Probes | None = None) -> None:
+                         probes: Probes | None = None, policy: Policy | None = None) -> None:
     """Lead the partition's `spec` follower (its own advisory lock), reconnecting when the database goes
     away. Its stuck state outlives reconnects, so status keeps saying since when an event has been failing."""
     stuck = StuckState(settings.follower.retry_first_seconds, settings.follower.retry_max_seconds)
@@ -236,7 +237,8 @@ async def follow_forever(settings: Settings, nc: RawClient, database_url: str, s
                 # A retry of a stuck event takes the lock again: said once, when the state changed.
                 await _wait_for_lock(conn, spec.lock_key(settings.partition), settings, spec.name,
                                      quiet=stuck.current is not None or failures.attempts > 0)
-                async with answering_status(nc, settings, spec.name, lambda: {"stuck": stuck.report()}):
+                async with answering_status(nc, settings, spec.name, lambda: {"stuck": stuck.report()}, policy,
+                                            lambda: stuck.current is None):
                     try:
                         with failures.running():
                             follower = Follower(
@@ -306,7 +308,8 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
         await asyncio.sleep(settings.writer.lock_poll_seconds)
 
 
-async def retention_forever(settings: Settings, nc: RawClient, database_url: str, service_token: str | None) -> None:
+async def retention_forever(settings: Settings, nc: RawClient, database_url: str, service_token: str | None,
+                            policy: Policy | None = None) -> None:
     """Lead the partition's retention evaluator (its own advisory lock, so one instance proposes): a round
     at once, then every retention.every_seconds; after a failure, again with the roles' backoff."""
     failures = role_failures(settings, "retention")
@@ -317,7 +320,7 @@ async def retention_forever(settings: Settings, nc: RawClient, database_url: str
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
                 await _wait_for_lock(conn, locks.retention_key(settings.partition), settings, "retention",
                                      quiet=failures.attempts > 0)
-                async with answering_status(nc, settings, "retention", lambda: {"last_round": dict(last)}):
+                async with answering_status(nc, settings, "retention", lambda: {"last_round": dict(last)}, policy):
                     with failures.running():
                         await run_rounds(conn, requester, settings.retention, settings.partition, last)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -328,13 +331,17 @@ async def retention_forever(settings: Settings, nc: RawClient, database_url: str
 
 @contextlib.asynccontextmanager
 async def answering_status(nc: NATS, settings: Settings, role: str,
-                           details: Callable[[], dict[str, Any]] | None = None) -> AsyncIterator[None]:
+                           details: Callable[[], dict[str, Any]] | None = None, policy: Policy | None = None,
+                           ok: Callable[[], bool] | None = None) -> AsyncIterator[None]:
     """While this process leads `role`, `{prefix}.status.{role}` answers with its pid (operators and the
-    crash tests use it to find the process to stop) and the role's `details` (a follower's `stuck`)."""
+    crash tests use it to find the process to stop) and the role's `details` (a follower's `stuck`); with
+    auth enforced (`policy`), the pid and details to an administrator only, health to any caller (infra.status)."""
+    answering = policy or AllowAll()
+
     async def respond(msg: Msg) -> None:
-        await msg.respond(canonical_bytes({"result": {
-            "role": role, "leader": True, "partition": settings.partition, "pid": os.getpid(),
-            **(details() if details is not None else {})}}))
+        health = {"role": role, "leader": True, "ok": ok() if ok is not None else True}
+        await msg.respond(status_reply(answering, msg.subject, msg.headers, health, lambda: {
+            "partition": settings.partition, "pid": os.getpid(), **(details() if details is not None else {})}))
 
     sub = await nc.subscribe(status_subject(settings.subject_prefix, role), cb=respond)
     try:

@@ -10,6 +10,7 @@ runs through the kernel's request shell (infra.request_shell): actor header, pol
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Annotated, Any
 
@@ -23,6 +24,7 @@ from infra.metrics import QUERY_SECONDS, query_label
 from infra.nats_raw import RawClient, parse_headers
 from infra.request_shell import DelegationGate, DenialSink, Policy, RequestContext, RequestShell
 from infra.settings import QuerySettings
+from infra.status import status_reply
 from infra.subjects import QUERIES, query_subject, status_subject
 from query.export import ExportRequest, export_entries, export_header
 from query.reads import history, read_envelope, scope_events
@@ -127,7 +129,8 @@ class QueryService:
                 await asyncio.wait(late)
 
     async def _status(self, msg: Msg) -> None:
-        await msg.respond(canonical_bytes({"result": {"role": "query", "ok": True}}))
+        await msg.respond(status_reply(self.shell.policy, msg.subject, msg.headers,
+                                       {"role": "query", "leader": False, "ok": True}, lambda: {"pid": os.getpid()}))
 
     def _on_request(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         task = asyncio.create_task(self._handle(subject.decode(), reply.decode(), data, headers))

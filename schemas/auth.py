@@ -97,3 +97,4 @@ class Claim:
     actor_id: str
     on_behalf_of_actor_id: str | None = None
     delegation_id: str | None = None
+    provenance_actor_id: str | None = None  # a write's provenance.actor (bound to the caller: authz.policy)

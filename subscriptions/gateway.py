@@ -32,9 +32,9 @@ from infra.request_shell import DenialSink, Deny, Policy, RequestContext, Reques
 from infra.requester import CommandRequester
 from infra.settings import Settings
 from infra.stuck import StuckState
+from infra.status import status_reply
 from infra.subjects import status_subject, subscription_subject
 from infra.tasks import stop_task
-from schemas.canonical import canonical_bytes
 from schemas.errors import DuplicateOperation, InvalidRequest, ScopeNotFound, ServiceUnavailable
 from schemas.subscriptions import (
     AckRequest, CloseRequest, ListRequest, PollRequest, ResumeRequest, SubscribeRequest, SubscriptionRef, descriptor,
@@ -115,13 +115,17 @@ class Gateway:
                 await self._flush_positions()
 
     async def _leader_status(self, msg: Msg) -> None:
-        live = sum(1 for s in self.sessions.values() if s.live)
-        await msg.respond(canonical_bytes({"result": {
-            "role": "gateway", "leader": True, "partition": self.settings.partition, "pid": os.getpid(),
-            "open_subscriptions": len(self.sessions), "live_subscriptions": live,
-            "feed_sequence": self.feed.position, "feed_following": self.feed.following.is_set(),
-            "stuck": self.feed.stuck.report(), **self.closes.report(), "unreadable_subscriptions": self.unreadable,
-            "stuck_subscriptions": {s.id: s.stuck.report() for s in self.sessions.values() if s.stuck.current}}}))
+        def details() -> dict[str, Any]:
+            live = sum(1 for s in self.sessions.values() if s.live)
+            return {"partition": self.settings.partition, "pid": os.getpid(),
+                    "open_subscriptions": len(self.sessions), "live_subscriptions": live,
+                    "feed_sequence": self.feed.position, "feed_following": self.feed.following.is_set(),
+                    "stuck": self.feed.stuck.report(), **self.closes.report(),
+                    "unreadable_subscriptions": self.unreadable,
+                    "stuck_subscriptions": {s.id: s.stuck.report() for s in self.sessions.values() if s.stuck.current}}
+
+        health = {"role": "gateway", "leader": True, "ok": self.feed.stuck.current is None}
+        await msg.respond(status_reply(self.shell.policy, msg.subject, msg.headers, health, details))
 
     # -- requests -------------------------------------------------------------------------------
 

@@ -183,12 +183,17 @@ async def running_service(env: Env, authorizer: Any = None, policy: Any = None) 
 
 
 async def answers(client: Any, roles: tuple[str, ...] = ROLES) -> bool:
-    """Every role of `roles` answers its status subject (the writer, projector and gateway once they lead)."""
+    """Every role of `roles` answers its status subject (the writer, projector and gateway once they lead).
+    A refusal answers too (auth enforced, and this client holds no token the service knows)."""
     from memory_client.client import PamspecError
 
     try:
         for role in roles:
-            await client.status(role)
+            try:
+                await client.status(role)
+            except PamspecError as exc:
+                if exc.code != "access_denied":
+                    raise
         return True
     except PamspecError:
         return False

@@ -63,6 +63,32 @@ CASES = [
     (bearer(ALICE), "cmd.create", "team:a:1", Claim("actor:mallory"), "authz.actor_mismatch"),
     (bearer(ALICE), "cmd.create", "team:a:1", Claim("actor:alice", on_behalf_of_actor_id="actor:bob"),
      "delegation.not_found"),
+    # a write's provenance.actor is the authenticated actor, or the principal of the delegation it is made under
+    (bearer(ALICE), "cmd.create", "team:a:1", Claim("actor:alice", provenance_actor_id="actor:alice"), None),
+    (bearer(ALICE), "cmd.create", "team:a:1", Claim("actor:alice", provenance_actor_id="actor:mallory"),
+     "authz.provenance_actor_mismatch"),
+    (bearer(ALICE), "cmd.delete", "team:shared", Claim("actor:alice", provenance_actor_id="actor:bob"),
+     "authz.provenance_actor_mismatch"),
+    (bearer(ALICE), "cmd.correct_provenance", "team:shared", Claim("actor:alice", provenance_actor_id="actor:bob"),
+     "authz.provenance_actor_mismatch"),
+    (bearer(ALICE), "cmd.create", "team:b:1", Claim("actor:alice", "actor:bob", "del:1", "actor:bob"),
+     None),  # the principal: the writer checks the delegation was granted by actor:bob
+    (bearer(ALICE), "cmd.create", "team:b:1", Claim("actor:alice", "actor:bob", "del:1", "actor:alice"), None),
+    (bearer(ALICE), "cmd.create", "team:b:1", Claim("actor:alice", "actor:bob", "del:1", "actor:mallory"),
+     "authz.provenance_actor_mismatch"),
+    (bearer(ALICE), "cmd.create", "team:b:1", Claim("actor:alice", None, "del:1", "actor:bob"),
+     "authz.provenance_actor_mismatch"),  # a principal is named in actor.on_behalf_of_actor_id, or not at all
+    (bearer(ALICE), "cmd.create", "team:a:1", Claim("actor:alice", "actor:bob", None, "actor:bob"),
+     "authz.provenance_actor_mismatch"),  # on behalf of another without a delegation: no principal
+    (bearer(ADMIN), "cmd.create", "anything:else", Claim("actor:pamledger:admin", provenance_actor_id="actor:alice"),
+     "authz.provenance_actor_mismatch"),  # the administrator too (restore names itself in both)
+    (bearer(SERVICE), "cmd.transition", "team:a:1", Claim("actor:pamledger:retention",
+                                                          provenance_actor_id="actor:pamledger:retention"), None),
+    (bearer(SERVICE), "cmd.transition", "team:a:1", Claim("actor:pamledger:retention"), None),
+    (bearer(SERVICE), "cmd.transition", "team:a:1", Claim("actor:pamledger:retention", provenance_actor_id="actor:alice"),
+     "authz.provenance_actor_mismatch"),
+    (bearer(SERVICE), "cmd.transition", "team:a:1", Claim("actor:alice", provenance_actor_id="actor:alice"),
+     "authz.operation_not_granted"),  # the service acts only as the retention actor
     (bearer(ALICE), "cmd.create", "team:b:1", Claim("actor:alice", delegation_id="del:1"), None),  # writer checks it
     (bearer(ALICE), "query.read", "team:b:1", Claim("actor:alice", delegation_id="del:1"), None),  # shell exercises
     (bearer(ALICE), "sub.open", "team:b:1", Claim("actor:alice", delegation_id="del:1"), "delegation.not_found"),
@@ -97,6 +123,13 @@ CASES = [
      "delegation.not_found"),  # not made under a delegation
     (bearer(WRITER), "cmd.snapshot_create", "team:c:1", Claim("actor:carol"), "authz.operation_not_granted"),
     (bearer(WRITER), "cmd.create", "team:c:1", Claim("actor:carol"), None),
+    # status: any authenticated caller (what it sees is infra.status's: health, or all with the system scope)
+    (None, "status", None, None, "auth.missing_credential"),
+    (bearer(OLD), "status", None, None, "auth.expired_credential"),
+    (bearer(ALICE), "status", None, None, None),
+    (bearer(ALICE), "status", None, Claim("actor:mallory"), "authz.actor_mismatch"),  # a Pam-Actor header
+    (bearer(ADMIN), "status", None, None, None),
+    (bearer(SERVICE), "status", None, None, None),
     (bearer(ALICE), "query.snapshots", "team:a:1", None, None),
     (bearer(ALICE), "query.snapshots", "team:b:1", None, "authz.scope_not_granted"),
     (bearer(WRITER), "query.snapshots", "team:c:1", None, "authz.operation_not_granted"),
@@ -194,3 +227,35 @@ def test_the_limiter_forgets_the_oldest_callers_beyond_its_bound() -> None:
     for name in ("a", "b", "c"):
         assert limiter.admit((name, "r"), now=0.0) == 0
     assert limiter.admit(("a", "r"), now=0.0) == 0  # "a" was forgotten: a fresh budget, bounded memory
+
+
+def test_status_answers_health_to_an_agent_and_everything_to_the_administrator() -> None:
+    import asyncio
+
+    from authz.enforce import TokenPolicy
+    from authz.registry import GrantsRegistry
+    from infra.request_shell import AllowAll
+    from infra.status import status_reply
+    from schemas.auth import AUTHORIZATION_HEADER
+    from schemas.canonical import decode_json
+
+    async def registry() -> GrantsRegistry:  # asyncio.Event needs a loop on older Pythons
+        made = GrantsRegistry("postgresql://unused", bootstrap_credentials(ADMIN, SERVICE))
+        made.grants = grants()
+        made.loaded.set()
+        made.refreshed_at = float("inf")  # never stale
+        return made
+
+    policy = TokenPolicy(asyncio.run(registry()))
+    health = {"role": "writer", "leader": True, "ok": True}
+
+    def ask(token: str | None, policy: object = policy) -> dict[str, object]:
+        headers = {AUTHORIZATION_HEADER: bearer(token)} if token is not None else None
+        return decode_json(status_reply(policy, "p.status.writer", headers, health,  # type: ignore[arg-type]
+                                        lambda: {"pid": 42, "ledger_sequence": 7}))
+
+    assert ask(None)["error"]["policy_rule_id"] == "auth.missing_credential"  # type: ignore[index]
+    assert ask(ALICE) == {"result": health}
+    assert ask(WRITER) == {"result": health}
+    assert ask(ADMIN) == {"result": {**health, "pid": 42, "ledger_sequence": 7}}
+    assert ask(None, AllowAll()) == {"result": {**health, "pid": 42, "ledger_sequence": 7}}  # auth off

@@ -219,7 +219,8 @@ async def resources(session: mcp.ClientSession, scope: str, actor: dict[str, str
 
 async def every_tool(session: mcp.ClientSession, scope: str, actor: dict[str, str], grants: list[Any]) -> None:
     listed = {t.name for t in (await session.list_tools()).tools}
-    assert len(listed) == 20 and {"pamspec.create", "pamledger.poll", "pamledger.snapshot_create"} <= listed
+    assert len(listed) == 21 and {"pamspec.create", "pamledger.poll", "pamledger.snapshot_create",
+                                  "pamledger.snapshot_diff"} <= listed
     first = await writes_and_reads(session, scope, actor)
     await subscriptions(session, scope)
     await snapshots(session, scope)

@@ -8,6 +8,7 @@ token id, and never memory content. Each role process serves them at `/metrics` 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -53,9 +54,20 @@ def rule_label(rule_id: str | None) -> str:
         else "unknown"
 
 
+_command_counters: dict[tuple[str, str], Any] = {}  # labels() costs a lock and a lookup: once per pair
+
+
 def count_commands(names_and_outcomes: Iterable[tuple[str, str]]) -> None:
+    """Count a batch's commands: one increment per (command, outcome) pair it holds."""
+    tally: dict[tuple[str, str], int] = {}
     for name, outcome in names_and_outcomes:
-        COMMANDS_TOTAL.labels(command_label(name), outcome).inc()
+        pair = (command_label(name), outcome)  # bounded before it becomes a key: names are the client's
+        tally[pair] = tally.get(pair, 0) + 1
+    for pair, count in tally.items():
+        counter = _command_counters.get(pair)
+        if counter is None:
+            counter = _command_counters[pair] = COMMANDS_TOTAL.labels(*pair)
+        counter.inc(count)
 
 
 _leading: set[str] = set()

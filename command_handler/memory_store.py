@@ -15,7 +15,8 @@ from typing import Any
 import msgspec
 
 from command_handler.core.chain import GENESIS_HASH
-from command_handler.core.state import HandoffRow, ObjectHead
+from command_handler.core.state import ObjectHead
+from schemas.embedding import HandedVector
 from command_handler.core.batch import (
     Batch, ContentRow, SnapshotRow, VersionRow, forgotten, kept_content, last_erasures, tail_problem,
 )
@@ -72,7 +73,7 @@ class InMemoryLedgerStore:
             SYSTEM_SCOPE: ScopeRow(scope_id=SYSTEM_SCOPE, scope_kind="system", parent_scope_id=None, policy=None)}
         self.delegations: dict[str, DelegationState] = {}
         self.snapshots: dict[str, SnapshotRow] = {}
-        self.handoff: list[HandoffRow] = []  # vectors imports handed to the indexer (no indexer here)
+        self.handoff: list[HandedVector] = []  # vectors imports handed to the indexer (no indexer here)
         self._event_ids: set[str] = set()
         self._version_ids: set[str] = set()
         self._sequences: dict[tuple[str, str], list[int]] = {}  # per object, its versions' sequences ascending

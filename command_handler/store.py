@@ -15,7 +15,7 @@ import psycopg
 from command_handler.core.batch import ERASED_REQUEST, Batch, ContentRow, forgotten, kept_content, last_erasures, tail_problem
 from command_handler.core.chain import GENESIS_HASH
 from command_handler.store_reads import LedgerReads
-from embedding.handoff import HandedVector, hand_over
+from embedding.handoff import hand_over
 
 # Up to this many creates one statement (JSON parameters) beats COPYs in a transaction (4-6 round trips):
 # measured here 1.6x at 32 rows, 1.4x at 64, 1.1x at 128; about even near 200, COPY ahead from 256.
@@ -133,9 +133,7 @@ class PostgresLedgerStore(LedgerReads):
             return
         async with self.conn.transaction():
             await self._append_with_copy(batch, content)
-            await hand_over(self.conn, [HandedVector(
-                r.scope_id, r.object_id, r.embedding_space_id, r.space_digest, r.version_id, r.version_sequence,
-                r.content_digest, r.vector) for r in batch.handoff])  # with the entries the indexer will read
+            await hand_over(self.conn, batch.handoff)  # with the entries the indexer will read
 
     async def _append_parts(self, batch: Batch, content: list[ContentRow], parts: tuple[str, ...]) -> None:
         """The rows of these kinds (keys of _APPEND_PARTS) in one append_statement, each kind one JSON

@@ -13,29 +13,15 @@ reaches the vector tables).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import psycopg
 
 from embedding.vector_wire import ensure_vector_adapters, vector_bytes
+from schemas.embedding import HandedVector
 
 _values = msgspec.json.Decoder(list[float]).decode  # pgvector's text form is a JSON array
-
-
-@dataclass(frozen=True)
-class HandedVector:
-    """The vector of one version's content in one space, as an import's bundle carried it."""
-
-    scope_id: str
-    object_id: str
-    embedding_space_id: str
-    space_digest: str
-    version_id: str
-    version_sequence: int
-    content_digest: str
-    vector: Sequence[float]
 
 
 async def hand_over(conn: psycopg.AsyncConnection[Any], rows: Sequence[HandedVector]) -> None:
@@ -69,7 +55,8 @@ async def handed_vectors(conn: psycopg.AsyncConnection[Any],
         " JOIN unnest(%s::text[], %s::text[]) AS d(scope_id, object_id)"
         " ON h.scope_id = d.scope_id AND h.object_id = d.object_id",
         ([o[0] for o in objects], [o[1] for o in objects]))
-    return [HandedVector(r[0], r[1], r[2], r[3], r[4], int(r[5]), r[6], _values(r[7]))
+    return [HandedVector(scope_id=r[0], object_id=r[1], embedding_space_id=r[2], space_digest=r[3], version_id=r[4],
+                         version_sequence=int(r[5]), content_digest=r[6], vector=tuple(_values(r[7])))
             for r in await cur.fetchall()]
 
 

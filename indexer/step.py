@@ -36,7 +36,8 @@ from embedding.store import (
     INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL, MovedRow, SpaceRow, VectorRow, create_space, delete_object_vectors,
     list_spaces, make_default, move_vectors, upsert_vectors, vector_digests,
 )
-from embedding.handoff import HandedVector, drop_handed, handed_vectors
+from embedding.handoff import drop_handed, handed_vectors
+from schemas.embedding import HandedVector
 from indexer.catalog import apply_catalog
 from indexer.outbox import Entry, add_entries, entry_key
 from indexer.plan import DefaultSwitch, Plan, Registration, Version, plan_batch

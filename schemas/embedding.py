@@ -56,3 +56,17 @@ def space_digest(space: EmbeddingSpace) -> str:
 def same_space(a: EmbeddingSpace, b: EmbeddingSpace) -> bool:
     """Whether vectors of `a` and `b` may be compared: same id and same full descriptor, never by dims or names."""
     return a.embedding_space_id == b.embedding_space_id and space_digest(a) == space_digest(b)
+
+
+class HandedVector(msgspec.Struct, frozen=True, kw_only=True):
+    """The vector of one version's content in one space, as an import's bundle carried it: what the writer's
+    core decides to hand over (command_handler.core.imports) and what the indexer takes (embedding.handoff)."""
+
+    scope_id: str
+    object_id: str
+    embedding_space_id: str
+    space_digest: str
+    version_id: str
+    version_sequence: int
+    content_digest: str
+    vector: tuple[float, ...]

@@ -13,7 +13,8 @@ from typing import Any, Protocol
 import msgspec
 
 from command_handler.core.chain import GENESIS_HASH, row_hash
-from command_handler.core.state import HandoffRow, ObjectHead
+from command_handler.core.state import ObjectHead
+from schemas.embedding import HandedVector
 from infra.ledger import IdempotencyRow, LedgerRow
 from schemas.delegation import DelegationState
 
@@ -67,7 +68,7 @@ class Batch(msgspec.Struct, kw_only=True):
     erase: list[tuple[str, str, str | None, int]]
     scopes: list[tuple[str, str, str | None, str | None]]
     delegations: list[DelegationState] = []  # each changed delegation's state after the batch, once
-    handoff: list[HandoffRow] = []  # vectors imported versions bring for the indexer (embedding.handoff)
+    handoff: list[HandedVector] = []  # vectors imported versions bring for the indexer (embedding.handoff)
     snapshots: list[SnapshotRow] = []  # evaluation snapshots this batch seals
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 import msgspec
 
-from command_handler.core.state import NO_IMPORT_FACTS, Context, Decision, HandoffRow, ObjectHead, Stamp
+from command_handler.core.state import NO_IMPORT_FACTS, Context, Decision, ObjectHead, Stamp
+from schemas.embedding import HandedVector
 from command_handler.core.versions import entry_event
 from schemas.bundle import (
     FIRST_VERSION_EVENTS, REPLAYED, VERSION_EVENTS, chunk_key, envelope_agrees, envelope_meta, shown_content,
@@ -107,16 +108,16 @@ def _replayed(index: int, entry: ImportedEntry, command: ImportEntries, heads: d
 
 
 def _handoff(entry: ImportedEntry, event: Any, head: ObjectHead | None,
-             spaces: dict[str, str]) -> tuple[HandoffRow, ...]:
+             spaces: dict[str, str]) -> tuple[HandedVector, ...]:
     """The entry's vectors the indexer may take: of an object's version whose content the bundle shows (its
     salt came, checked against the digest), one per space registered here with the same descriptor digest."""
     if not entry.vectors or head is None or entry.salt is None or head.content_digest is None \
             or event.object_id is None or head.meta.get("availability_state") in ("deleted", "redacted"):
         return ()
-    rows: dict[str, HandoffRow] = {}
+    rows: dict[str, HandedVector] = {}
     for vector in entry.vectors:
         if spaces.get(vector.embedding_space_id) == vector.space_digest and vector.embedding_space_id not in rows:
-            rows[vector.embedding_space_id] = HandoffRow(
+            rows[vector.embedding_space_id] = HandedVector(
                 scope_id=head.scope_id, object_id=head.object_id, embedding_space_id=vector.embedding_space_id,
                 space_digest=vector.space_digest, version_id=head.version_id, version_sequence=head.sequence,
                 content_digest=head.content_digest, vector=tuple(vector.vector))

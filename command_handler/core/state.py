@@ -10,6 +10,8 @@ from typing import Any, Protocol
 
 import msgspec
 
+from schemas.embedding import HandedVector
+
 
 class ObjectHead(msgspec.Struct, frozen=True, kw_only=True):
     """The latest version of one object: its envelope metadata (no content) and content digest."""
@@ -76,19 +78,6 @@ class ImportFacts(msgspec.Struct, frozen=True, kw_only=True):
     spaces: dict[str, str] = {}
 
 
-class HandoffRow(msgspec.Struct, frozen=True, kw_only=True):
-    """A vector an import hands to the indexer for one version's content in one space (embedding.handoff)."""
-
-    scope_id: str
-    object_id: str
-    embedding_space_id: str
-    space_digest: str
-    version_id: str
-    version_sequence: int
-    content_digest: str
-    vector: tuple[float, ...]
-
-
 NO_IMPORT_FACTS = ImportFacts()
 _NOTHING: Mapping[Any, Any] = MappingProxyType({})
 
@@ -131,4 +120,4 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     # Entries the same command writes after this one, in order, in the same transaction (promote: the source's
     # superseded version, the derived_from relationship, the working_memory_promoted entry).
     followers: tuple["Decision", ...] = ()
-    handoff: tuple[HandoffRow, ...] = ()  # an import's vectors of this version, for the indexer
+    handoff: tuple[HandedVector, ...] = ()  # an import's vectors of this version, for the indexer

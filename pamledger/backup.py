@@ -90,6 +90,9 @@ def read_manifest(folder: Path) -> Manifest:
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise InvalidRequest(f"{path} is not a pamledger backup manifest: {exc}",
                              details={"backup": str(folder)}) from None
+    if manifest.database.file != DUMP:  # the dump restored is always this one: a manifest naming another is forged
+        raise InvalidRequest(f"{path} names the dump {manifest.database.file!r}; a pamledger backup's dump is {DUMP}",
+                             details={"backup": str(folder)})
     if manifest.format != FORMAT or manifest.format_version != FORMAT_VERSION:
         raise InvalidRequest(f"{path} is {manifest.format} version {manifest.format_version}; this pamledger reads"
                              f" {FORMAT} version {FORMAT_VERSION}", details={"backup": str(folder)})

@@ -63,8 +63,8 @@ REAPPLIED = "restore:"  # the operation id and idempotency key of an erasure mad
 async def restore(settings: Settings, nats_url: str, database_url: str, folder: Path, replace: bool = False,
                   accept_unverified: bool = False, progress: Progress = lambda _: None) -> dict[str, Any]:
     manifest = read_manifest(folder)
-    if file_sha256(folder / manifest.database.file) != manifest.database.sha256:
-        raise InvalidRequest(f"{folder / manifest.database.file} does not match the manifest's sha256: the backup"
+    if not (folder / DUMP).is_file() or file_sha256(folder / DUMP) != manifest.database.sha256:
+        raise InvalidRequest(f"{folder / DUMP} is missing or does not match the manifest's sha256: the backup"
                              " is damaged or was edited", details={"backup": str(folder)})
     newest = migration_files()[-1][0]
     if manifest.schema_version > newest:

@@ -247,3 +247,15 @@ def test_a_backup_of_a_newer_schema_is_refused(env: Env, world: World, tmp_path:
     (newer / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 999}))
     code, error = cli_json(env, "restore", str(newer), "--replace", "--quiet")
     assert code != 0 and error["error"]["details"]["rule"] == "restore.schema_too_new"
+
+
+def test_a_manifest_naming_another_file_as_its_dump_is_refused(env: Env, world: World, tmp_path: Path) -> None:
+    """The checksum is of the dump restore reads, never of a file a forged manifest names instead."""
+    forged = tmp_path / "forged"
+    shutil.copytree(world.backup, forged)
+    (forged / "other.bin").write_bytes(b"anything")
+    manifest = json.loads((forged / "manifest.json").read_text())
+    manifest["database"]["file"] = "other.bin"
+    (forged / "manifest.json").write_text(json.dumps(manifest))
+    code, error = cli_json(env, "restore", str(forged), "--replace", "--quiet")
+    assert code != 0 and "other.bin" in error["error"]["message"]

@@ -84,8 +84,8 @@ async def _respond(probes: Probes, reader: asyncio.StreamReader, writer: asyncio
         writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
                      "Connection: close\r\n\r\n".encode() + body)
         await writer.drain()
-    except (OSError, asyncio.TimeoutError, UnicodeDecodeError):
-        pass  # a client that went away or sent nothing: nothing to answer
+    except (OSError, asyncio.TimeoutError, ValueError):
+        pass  # a client that went away, sent nothing, or a request line past the reader's limit: no answer
     finally:
         writer.close()
 

@@ -88,6 +88,13 @@ async def test_metrics_move_and_readiness_follows_postgres(run: tuple[subprocess
     assert status == 200 and time.perf_counter() - started < 0.5, body  # well under the probe's budget here
     assert '"leading":["writer"]' in body
 
+    for junk in (b"GET /" + b"a" * 200_000 + b" HTTP/1.1\r\n\r\n", b"\x00\xff\r\n", b""):  # no answer, no harm
+        with socket.create_connection(("127.0.0.1", base), timeout=5) as raw:
+            raw.sendall(junk)
+            raw.shutdown(socket.SHUT_WR)
+            raw.recv(100)
+    assert get(f"{writer}/healthz")[0] == 200 and get(f"{writer}/nowhere")[0] == 404
+
     os.kill(first["postgres_pid"], signal.SIGKILL)
     down = await wait_for(lambda: (lambda r: r if r[0] == 503 else None)(get(f"{writer}/readyz")), timeout=60,
                           interval=0.02)

@@ -304,18 +304,20 @@ class Writer:
         self.ledger_id = await self.store.identity()
         try:
             await catch_up(self.journal, self.store, self.ledger_id, self.store.partition, self.tail[0])
-        except OSError as exc:
-            log.error("erasure_journal.unwritable", path=str(self.journal.path), error=str(exc))
+        except psycopg.Error:
+            raise  # the database went away: the writer reconnects and tries again (lead_forever)
+        except Exception:  # noqa: BLE001 - a journal that cannot be written or read must not keep the writer down
+            log.exception("erasure_journal.catch_up_failed", path=str(self.journal.path))
 
     async def _journal(self, rows: list[LedgerRow]) -> None:
-        """Record the batch's erasures (committed) and fsync. A journal that cannot be written is logged and
-        made up for at the next start (catch-up reads the ledger); the commit stands."""
+        """Record the batch's erasures (committed) and fsync. Any failure (the disk, the database asked for the
+        ledger id) is logged and made up for at the next start (catch-up reads the ledger); the commit stands."""
         try:
             if self.ledger_id is None:
                 self.ledger_id = await self.store.identity()
             self.journal.append(list(erasures_in(rows, self.ledger_id, self.store.partition)))
-        except OSError as exc:
-            log.error("erasure_journal.unwritable", path=str(self.journal.path), error=str(exc))
+        except Exception:  # noqa: BLE001 - committed: the replies must go out whatever the journal's trouble
+            log.exception("erasure_journal.write_failed", path=str(self.journal.path))
 
     def _advance(self, plan: Plan) -> None:
         self.tail = plan.tail

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from command_handler.erasure_journal import journal_for
-from tests.conftest import ACTOR, PROVENANCE, Env, serving
+from infra.settings import WriterSettings
+from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, serving
 from tests.integration.test_erasure_canary import word
 
 SCOPE = "workspace:journal"
@@ -63,3 +64,19 @@ async def test_an_unreadable_line_is_skipped_and_logged_not_fatal(env: Env, bad:
         handle.write(bad)
     async with serving(env) as client:
         assert (await client.status("writer"))["role"] == "leader"
+
+
+async def test_a_journal_that_cannot_be_written_costs_no_reply(servers: Servers, tmp_path: Path) -> None:
+    """The journal's path is a folder: the erasure commits and is answered, the writer serves on, and the
+    failure is logged (the next start makes it up from the ledger)."""
+    blocked = tmp_path / "journal-is-a-folder"
+    blocked.mkdir()
+    env = Env(servers, fresh_database(servers, "journal_blocked"),
+              fresh_settings("journal_blocked", writer=WriterSettings(erasure_journal=blocked)))
+    async with serving(env) as client:
+        await client.create_scope(SCOPE)
+        made = await client.create(SCOPE, "claim", {"statement": "x"}, ACTOR, PROVENANCE)
+        gone = await client.delete(SCOPE, made["object_id"], made["version_id"], ACTOR, PROVENANCE)
+        assert gone["version_id"] != made["version_id"]
+        after = await client.create(SCOPE, "claim", {"statement": "still serving"}, ACTOR, PROVENANCE)
+        assert after["ledger_sequence"] > gone["ledger_sequence"]

@@ -28,9 +28,11 @@ async def connect(url: str) -> NATS:
 
 
 @contextlib.asynccontextmanager
-async def service_on(servers: Servers, database_url: str, head: int, label: str
+async def service_on(servers: Servers, database_url: str, head: int, label: str,
+                     answering: tuple[str, ...] = ("writer", "query", "projector", "gateway")
                      ) -> AsyncIterator[tuple[NATS, str, Child]]:
-    """Start the service on `database_url` (ledger head `head`, projection checkpoint = head); stop it after."""
+    """Start the service on `database_url` (ledger head `head`, projection checkpoint = head); stop it after.
+    `answering`: the roles whose status subjects must answer first."""
 
     async def replica_at_head(nc: NATS, prefix: str, stream: str) -> None:
         config = ensure_stream_config(stream, prefix)
@@ -38,7 +40,7 @@ async def service_on(servers: Servers, database_url: str, head: int, label: str
         await nc.jetstream().add_stream(config)
 
     async with service.service_process(servers, database_url, label, prepare=replica_at_head,
-                                       timeout=60) as (nc, prefix, _stream, child):
+                                       answering=answering, timeout=60) as (nc, prefix, _stream, child):
         yield nc, prefix, child
 
 

@@ -85,7 +85,12 @@ async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, 
     reached = True
     if request.min_sequence is not None and as_of is None and watcher.sequence < request.min_sequence:
         reached = await watcher.wait_for(request.min_sequence, request.wait_ms / 1000)
-    statement, params = build(request, after, as_of, pin.members if pin is not None else None)
+    # A past sequence reads the projection for what has not changed since, once the projector is there (a
+    # snapshot sealed a moment ago waits that moment); before, from the versions alone: the same rows, slower.
+    projected = as_of is not None and (watcher.sequence >= as_of or (
+        pin is not None and await watcher.wait_for(as_of, min(request.wait_ms, 1000) / 1000)))
+    statement, params = build(request, after, as_of, pin.members if pin is not None else None, projected,
+                              partition)
     async with pool.connection() as conn:
         # One snapshot for the scope check, the checkpoint and the rows (and, at an evaluation snapshot, the
         # count of its erased versions); pipelined, so the whole transaction costs one round trip. Rows of an
@@ -93,7 +98,7 @@ async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, 
         async with pipelined_transaction(conn, BEGIN_SNAPSHOT):
             state = await conn.execute(_STATE, (request.scope_id, PROJECTION, partition))
             found = await conn.execute(statement, params)
-            lost = await conn.execute(*lost_statement(pin)) if pin is not None else None
+            lost = await conn.execute(*lost_statement(pin, partition)) if pin is not None else None
         known, projected, head = await state.fetchone() or (False, 0, 0)
         rows = await found.fetchall()
         erased = (await lost.fetchone() or (0,))[0] if lost is not None else 0

@@ -25,10 +25,13 @@ _FIND = "SELECT descriptor FROM evaluation_snapshots WHERE snapshot_id = %s AND 
 _LIST = ("SELECT ledger_sequence, descriptor FROM evaluation_snapshots WHERE scope_id = %s AND ledger_sequence > %s"
          " ORDER BY ledger_sequence LIMIT %s")
 # Versions visible at the watermark (each object's newest at or before it) with content when sealed, whose
-# content is gone now or hidden by a later redaction.
+# content is gone now or hidden by a later redaction. Content is erased or hidden only by a later ledger entry
+# of its object (command_handler.store), so only the objects with entries after the watermark are looked at.
 _LOST = """SELECT count(*) FROM (
   SELECT DISTINCT ON (object_id) * FROM memory_versions
   WHERE scope_id = %s AND ledger_sequence <= %s AND (%s::text[] IS NULL OR object_id = ANY(%s::text[]))
+    AND object_id IN (SELECT t.object_id FROM ledger t WHERE t.scope_id = %s AND t.partition = %s
+                      AND t.ledger_sequence > %s AND t.object_id IS NOT NULL)
   ORDER BY object_id, sequence DESC) v
 """ + latest_version("v") + """
 WHERE v.content_digest IS NOT NULL AND ((""" + hidden_by_latest("v") + """)
@@ -77,11 +80,11 @@ async def pinned(conn: psycopg.AsyncConnection[Any], scope_id: str, snapshot_id:
     return Pinned(decode_json(bytes(row[0])))
 
 
-def lost_statement(pin: Pinned) -> tuple[str, tuple[Any, ...]]:
+def lost_statement(pin: Pinned, partition: int = 0) -> tuple[str, tuple[Any, ...]]:
     """The count of the snapshot's versions that lost content since the seal, as (SQL, parameters), for a
     caller that runs it in the same transaction as its rows."""
-    members = pin.members
-    return _LOST, (pin.descriptor["scope_id"], pin.watermark, members, members)
+    members, scope = pin.members, pin.descriptor["scope_id"]
+    return _LOST, (scope, pin.watermark, members, members, scope, partition, pin.watermark)
 
 
 def report_of(pin: Pinned, lost: int) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """The real service (`python -m pamledger run`) on an already loaded database, and a writer probe.
 
 A loaded ledger has no JetStream replica yet; started as is, the relay would first republish every
-ledger row. The stream is therefore created empty with `first_seq = head + 1` (a replica whose older
-messages were purged, as stream limits do): the relay finds it caught up, the projector (checkpoint =
-head) follows from head + 1, and new writes flow through the whole pipeline as in production.
+ledger row. The stream is therefore created with `first_seq = head`, stamped with the ledger's id and holding
+the head event only (a replica whose older messages were purged): the roles' identity check finds it the
+ledger's, the relay finds it caught up, the projector (checkpoint = head) follows from head + 1, and new
+writes flow through the whole pipeline as in production.
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
+import psycopg
 from nats.aio.client import Client as NATS
 
 from bench.load import ACTOR, PROVENANCE, REQUEST_TIMEOUT, check_result
 from bench.procs import Child
 from bench import service
 from bench.servers import Servers
-from command_handler.relay import ensure_stream_config
-from infra.subjects import command_subject, query_subject
+from command_handler.relay import Relay, ensure_stream_config
+from infra.ledger_identity import ledger_identity
+from infra.subjects import command_subject, ledger_subject, query_subject
 
 
 async def connect(url: str) -> NATS:
@@ -35,9 +38,20 @@ async def service_on(servers: Servers, database_url: str, head: int, label: str,
     `answering`: the roles whose status subjects must answer first."""
 
     async def replica_at_head(nc: NATS, prefix: str, stream: str) -> None:
-        config = ensure_stream_config(stream, prefix)
-        config.first_seq = head + 1
-        await nc.jetstream().add_stream(config)
+        """The stream stamped with the ledger's id, holding its head event only (the roles check that the
+        stream's last message is the ledger's: infra.ledger_identity)."""
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            ledger_id = await ledger_identity(conn, 0)
+            relay = Relay(nc, database_url, stream, prefix, 0)
+            rows = await relay.read_ledger(conn, head - 1)
+        config = ensure_stream_config(stream, prefix, ledger_id)
+        config.first_seq = head
+        js = nc.jetstream()
+        await js.add_stream(config)
+        if rows:
+            row = rows[0]
+            await js.publish(ledger_subject(prefix, 0, row.scope_id, row.event_type), row.event,
+                             headers=Relay._headers(row))
 
     async with service.service_process(servers, database_url, label, prepare=replica_at_head,
                                        answering=answering, timeout=60) as (nc, prefix, _stream, child):

@@ -46,6 +46,8 @@ TABLES: dict[str, Table] = {
         "projector.replay_diagnosis": "replay's diagnosis re-reads the events of a disagreement",
         "query.reads": "history and the scope's event list are ledger reads",
         "query.export": "an export is the scope's ledger entries with their versions",
+        "query.plan": "a query at a past sequence rebuilds only the objects with ledger entries after it",
+        "query.snapshots": "content a snapshot lost since its seal is lost by a later entry of its object",
         "query.snapshot_diff": "a snapshot diff shows a changed object's ledger events between two watermarks",
         "retention.evaluator": "an object's age is its first version's commit time",
     }),

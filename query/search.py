@@ -22,7 +22,7 @@ from infra.scopes import SCOPE_EXISTS
 from query.cursor import decode_cursor, encode_cursor
 from query.plan import build
 from query.snapshot import BEGIN_SNAPSHOT
-from query.snapshots import Pinned, lost_statement, report_of
+from query.snapshots import Pinned, found_in, lost_statement, report_of
 from query.snapshots import pinned as snapshot_pin
 from schemas.queries import QueryRequest
 from schemas.canonical import canonical_bytes, decode_json
@@ -80,7 +80,7 @@ async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, 
     pin: Pinned | None = None
     if request.snapshot_id is not None:  # the scope as the snapshot pins it: its watermark, its members
         async with pool.connection() as conn:
-            pin = await snapshot_pin(conn, request.scope_id, request.snapshot_id)
+            pin = await snapshot_pin(conn, request.scope_id, request.snapshot_id, found_in(pool))
         as_of = pin.watermark
     reached = True
     if request.min_sequence is not None and as_of is None and watcher.sequence < request.min_sequence:

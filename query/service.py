@@ -30,7 +30,7 @@ from query.export import ExportRequest, export_entries, export_header
 from query.reads import history, read_envelope, scope_events
 from query.related import relationship_refs, run_related
 from query.snapshot_diff import SnapshotDiffRequest, snapshot_diff
-from query.snapshots import SnapshotsRequest, pin_report, pinned, snapshots
+from query.snapshots import SnapshotsRequest, found_in, pin_report, pinned, snapshots
 from query.hybrid import run_search
 from query.search import CheckpointWatcher, run_query
 from schemas.queries import RelatedRequest, decode_query, decode_related, decode_request
@@ -250,7 +250,7 @@ class QueryService:
             raise InvalidRequest("relationship_refs are the current projection's: not at a snapshot",
                                  details={"field": "include_relationship_refs"})
         async with self.pool.connection() as conn:
-            pin = await pinned(conn, request.scope_id, request.snapshot_id)
+            pin = await pinned(conn, request.scope_id, request.snapshot_id, found_in(self.pool))
             if not pin.holds(request.object_id):
                 raise ObjectNotFound("object not found in this snapshot", details={"object_id": request.object_id})
             report = await pin_report(conn, pin)

@@ -9,6 +9,8 @@ never what was lost).
 
 from __future__ import annotations
 
+import collections
+import weakref
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -68,9 +70,36 @@ class Pinned:
         return members is None or object_id in members
 
 
-async def pinned(conn: psycopg.AsyncConnection[Any], scope_id: str, snapshot_id: str) -> Pinned:
+# Sealed snapshots never change (their table refuses UPDATE and DELETE), so one found is kept, per
+# connection pool (one service's database; a restored database is served by a new service and a new pool): a
+# read at a snapshot then costs no look-up round trip (python -m bench evaluation). Bounded, oldest out first.
+Found = collections.OrderedDict[tuple[str, str], Pinned]
+_FOUND: weakref.WeakKeyDictionary[Any, Found] = weakref.WeakKeyDictionary()
+FOUND_LIMIT = 1024
+
+
+def found_in(pool: Any) -> Found:
+    """The snapshots found through this pool (a new pool starts empty)."""
+    return _FOUND.setdefault(pool, collections.OrderedDict())
+
+
+async def pinned(conn: psycopg.AsyncConnection[Any], scope_id: str, snapshot_id: str,
+                 found: Found | None = None) -> Pinned:
     """The sealed snapshot of this scope with this id; snapshot_not_found for any other (another scope's
-    answers alike, so its existence never leaks)."""
+    answers alike, so its existence never leaks). `found`: the pool's kept snapshots (found_in)."""
+    key = (scope_id, snapshot_id)
+    if found is not None and (pin := found.get(key)) is not None:
+        found.move_to_end(key)
+        return pin
+    pin = await _look_up(conn, scope_id, snapshot_id)
+    if found is not None:
+        found[key] = pin
+        if len(found) > FOUND_LIMIT:
+            found.popitem(last=False)
+    return pin
+
+
+async def _look_up(conn: psycopg.AsyncConnection[Any], scope_id: str, snapshot_id: str) -> Pinned:
     if not await scope_exists(conn, scope_id):
         raise ScopeNotFound("scope not found", details={"scope_id": scope_id})
     cur = await conn.execute(_FIND, (snapshot_id, scope_id))

@@ -63,6 +63,10 @@ class QuerySettings(_Group):
     # How many index tuples one iterative HNSW scan may visit before it gives up (hnsw.max_scan_tuples):
     # bounds the work of a filter that almost nothing passes.
     search_max_scan_tuples: int = Field(default=20_000, ge=1, le=10_000_000)
+    # The keys that sign query cursors (query.cursor_keys). Unset: <state_dir>/cursor-keys.json, made at start.
+    cursor_keys: Path | None = None
+    # How long a cursor signed with a rotated-out key is still accepted (`pamledger cursor-keys rotate`).
+    cursor_key_grace_seconds: float = Field(default=86_400.0, ge=0, le=90 * 86_400)
 
 
 class GatewaySettings(_Group):

@@ -23,6 +23,7 @@ from memory_client.cli_common import Parser, installed_version, invalid, print_j
 from memory_client.client import MemoryClient, PamspecError
 from pamledger.cli_audit import add_audit_parsers, cmd_audit, cmd_replay
 from pamledger.cli_backup import add_backup_parsers, cmd_backup, cmd_restore
+from pamledger.cli_cursor_keys import add_cursor_keys_parser, cmd_cursor_keys
 from pamledger.cli_index import add_index_parsers, cmd_index, cmd_spaces
 from pamledger.cli_mem0 import add_mem0_arguments, cmd_import_mem0
 from pamledger.cli_ledger import add_ledger_parsers, cmd_stream, cmd_verify, identity_report
@@ -261,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_scrub_parser(sub)
     add_mcp_parser(sub)
     add_backup_parsers(sub)
+    add_cursor_keys_parser(sub)
     _add_import_parser(sub)
     return parser
 
@@ -283,7 +285,7 @@ HANDLERS: dict[str, Handler] = {
     "up": cmd_up, "down": cmd_down, "clean": cmd_clean, "run": cmd_run, "serve": cmd_serve, "status": cmd_status,
     "verify": cmd_verify, "stream": cmd_stream, "replay": cmd_replay, "audit": cmd_audit,
     "spaces": cmd_spaces, "index": cmd_index, "retention": cmd_retention, "scrub": cmd_scrub, "mcp": cmd_mcp,
-    "import": cmd_import, "backup": cmd_backup, "restore": cmd_restore,
+    "import": cmd_import, "backup": cmd_backup, "restore": cmd_restore, "cursor-keys": cmd_cursor_keys,
 }
 
 

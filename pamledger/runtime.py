@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from pathlib import Path
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -45,6 +46,7 @@ from pamledger.auth import auth_for, delegated_reads
 from pamledger.followers import FOLLOWERS
 from pamledger.nats_users import nats_is_ours, nats_users, operator_nats_options
 from pamledger.supervisor import ROLES
+from query.cursor_keys import CURSOR_KEYS_NAME, CursorSigner
 from query.search import CheckpointWatcher
 from query.service import QueryService
 from retention.evaluator import run_rounds
@@ -113,7 +115,8 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             query = QueryService(query_nc, pool, settings.subject_prefix, watcher, settings.query,
                                  settings.partition, policy, index_watcher,
                                  auth.denials(query_nc, settings.subject_prefix),
-                                 delegated_reads(auth, query_nc, settings.subject_prefix))
+                                 delegated_reads(auth, query_nc, settings.subject_prefix),
+                                 cursor_signer(settings))
             await query.start()
             tasks.append(asyncio.create_task(watcher.run(database_url)))
             tasks.append(asyncio.create_task(index_watcher.run(database_url)))
@@ -167,6 +170,15 @@ def _position_of(follower: Follower) -> Callable[[], float]:
 
 # A process serving one role serves its probes at the base port plus the role's offset (infra.probes).
 PROBE_OFFSETS = {"writer": 0, "query": 1, "projector": 2, "indexer": 3, "gateway": 4, "retention": 5}
+
+
+def cursor_keys_path(settings: Settings) -> Path:
+    """The file of the keys that sign query cursors (query.cursor_keys): the setting, else the state dir's."""
+    return settings.query.cursor_keys or settings.state_dir / CURSOR_KEYS_NAME
+
+
+def cursor_signer(settings: Settings) -> CursorSigner:
+    return CursorSigner(cursor_keys_path(settings), settings.query.cursor_key_grace_seconds)
 
 
 def probe_port(settings: Settings, roles: Sequence[str]) -> int:

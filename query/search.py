@@ -8,6 +8,7 @@ immutable versions instead ("the scope as it was at ledger sequence N").
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -20,6 +21,7 @@ from infra.ledger import HEAD
 from infra.projections import CHECKPOINT, NOTIFY_CHANNEL, PROJECTION, checkpoint
 from infra.scopes import SCOPE_EXISTS
 from query.cursor import decode_cursor, encode_cursor
+from query.cursor_keys import CursorSigner
 from query.plan import build
 from query.snapshot import BEGIN_SNAPSHOT
 from query.snapshots import Pinned, found_in, lost_statement, report_of
@@ -74,8 +76,9 @@ class CheckpointWatcher:
 
 
 async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, request: QueryRequest,
-                    partition: int) -> bytes:
-    after, pinned = decode_cursor(request)
+                    partition: int, signer: CursorSigner, caller: str) -> bytes:
+    """One page of a Query; its cursor signed by `signer` and bound to `caller` (query.cursor)."""
+    after, pinned = decode_cursor(request, signer, caller)
     as_of = request.as_of_sequence if request.as_of_sequence is not None else pinned
     pin: Pinned | None = None
     if request.snapshot_id is not None:  # the scope as the snapshot pins it: its watermark, its members
@@ -107,11 +110,13 @@ async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, 
     if as_of is not None and as_of > head:
         raise InvalidRequest("as_of_sequence is beyond the ledger head", details={"as_of_sequence": as_of})
     snapshot = as_of if as_of is not None else projected
-    return _reply(request, rows, snapshot, as_of, reached, report_of(pin, int(erased)) if pin is not None else None)
+    cursor = (lambda key: encode_cursor(request, key, as_of, signer, caller))
+    return _reply(request, rows, snapshot, as_of, reached, report_of(pin, int(erased)) if pin is not None else None,
+                  cursor)
 
 
 def _reply(request: QueryRequest, rows: list[Any], snapshot: int, as_of: int | None, reached: bool,
-           report: dict[str, Any] | None = None) -> bytes:
+           report: dict[str, Any] | None, cursor: Callable[[list[Any]], str]) -> bytes:
     page = rows[: request.limit]
     items = []
     for row in page:
@@ -124,7 +129,7 @@ def _reply(request: QueryRequest, rows: list[Any], snapshot: int, as_of: int | N
         items.append(item)
     next_cursor = None
     if len(rows) > request.limit:
-        next_cursor = encode_cursor(request, list(page[-1][2:]), as_of)
+        next_cursor = cursor(list(page[-1][2:]))
     result: dict[str, Any] = {"items": items, "next_cursor": next_cursor, "as_of_sequence": snapshot,
                               "order": request.order}
     if request.min_sequence is not None:

@@ -32,6 +32,7 @@ from query.related import relationship_refs, run_related
 from query.snapshot_diff import SnapshotDiffRequest, snapshot_diff
 from query.snapshots import SnapshotsRequest, found_in, pin_report, pinned, snapshots
 from query.hybrid import run_search
+from query.cursor_keys import CursorSigner, caller_tag
 from query.search import CheckpointWatcher, run_query
 from schemas.queries import RelatedRequest, decode_query, decode_related, decode_request
 from schemas.search import SearchRequest, decode_search
@@ -93,7 +94,7 @@ class QueryService:
     def __init__(self, nc: RawClient, pool: AsyncConnectionPool[Any], prefix: str, watcher: CheckpointWatcher,
                  settings: QuerySettings, partition: int, policy: Policy | None = None,
                  index_watcher: CheckpointWatcher | None = None, denials: DenialSink | None = None,
-                 delegations: DelegationGate | None = None):
+                 delegations: DelegationGate | None = None, signer: CursorSigner | None = None):
         """`watcher` follows the projection (Query, lexical search), `index_watcher` the indexer (semantic
         search); without one, a search's min_sequence on the index is never reached and says so."""
         self.nc = nc
@@ -107,6 +108,8 @@ class QueryService:
         self.index_watcher = index_watcher or CheckpointWatcher(INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL)
         self._subs: list[Any] = []
         self._in_flight: set[asyncio.Task[None]] = set()
+        # Signs query cursors (query.cursor_keys); the composition root gives the state dir's keys.
+        self.signer = signer or CursorSigner(None, settings.cursor_key_grace_seconds)
 
     async def start(self) -> None:
         for name in QUERIES:
@@ -241,7 +244,9 @@ class QueryService:
             return await run_search(self.pool, self.watcher, self.index_watcher, request, self.settings)
         if isinstance(request, RelatedRequest):
             return await run_related(self.pool, self.watcher, request, lambda scope: self._may_read(context, scope))
-        return await run_query(self.pool, self.watcher, request, self.partition)
+        principal = context.principal
+        caller = caller_tag(principal.actor_id, principal.delegation_id)
+        return await run_query(self.pool, self.watcher, request, self.partition, self.signer, caller)
 
     async def _at_snapshot(self, request: ReadRequest | HistoryRequest) -> bytes:
         """Read or history as a sealed snapshot holds the object: at its watermark, members only."""

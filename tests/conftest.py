@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 from infra.migrations import migrate
-from infra.settings import AuthSettings, IndexerSettings, MetricsSettings, Settings, WriterSettings
+from infra.settings import AuthSettings, IndexerSettings, MetricsSettings, QuerySettings, Settings, WriterSettings
 from tests.profile_claims import (  # noqa: F401 - the claimed-profile gate's hooks (docs/implementation-report.md)
     pytest_collection_modifyitems,
     pytest_configure,
@@ -102,6 +102,8 @@ def service_environment(env: "Env", database_url: str | None = None, **extra: st
             "PAMLEDGER_METRICS__PORT": str(env.settings.metrics.port),
             **({"PAMLEDGER_WRITER__ERASURE_JOURNAL": str(env.settings.writer.erasure_journal)}
                if env.settings.writer.erasure_journal else {}),
+            **({"PAMLEDGER_QUERY__CURSOR_KEYS": str(env.settings.query.cursor_keys)}
+               if env.settings.query.cursor_keys else {}),
             "PAMLEDGER_LOG_FORMAT": "json", **extra}
 
 
@@ -125,6 +127,9 @@ def fresh_settings(label: str, **overrides: Any) -> Settings:
     # Each module's erasure journal of its own (the default is the state dir's, shared by every module here).
     overrides.setdefault("writer", WriterSettings(erasure_journal=JOURNALS / f"{tag}.jsonl"))
     overrides.setdefault("metrics", MetricsSettings(port=0))  # no side door unless a test asks (ports are shared)
+    # Cursor keys of the module's own (a state dir given by the module holds them, as in production).
+    if "state_dir" not in overrides:
+        overrides.setdefault("query", QuerySettings(cursor_keys=JOURNALS / f"{tag}-cursor-keys.json"))
     return Settings(subject_prefix=f"pam_{tag}", stream_name=f"PAM_{tag.upper()}", **overrides)
 
 

@@ -272,33 +272,54 @@ async def test_ids_with_a_trailing_newline_are_invalid(client: MemoryClient, ser
     await assert_refused(service, client, command, body, "invalid_object" if b"actor:nl" in body else "invalid_request")
 
 
-def forged_cursor(query: dict[str, Any], key: Any, as_of: Any = None) -> str:
+def forged_cursor(service: Env, query: dict[str, Any], key: Any, as_of: Any = None,
+                  caller: str | None = None) -> str:
+    """A cursor with this sort key, signed with the module's own cursor key (a leaked key: what the shape
+    checks behind the signature are for) for the caller a bare NATS request is (anonymous), unless told."""
+    from infra.request_shell import ANONYMOUS
     from query.cursor import query_digest
+    from query.cursor_keys import CursorSigner, caller_tag
     from schemas.queries import decode_query
     from schemas.canonical import canonical_bytes
 
-    body = canonical_bytes({"q": query_digest(decode_query(msgspec.json.encode(query))), "k": key, "a": as_of})
-    return base64.urlsafe_b64encode(body).decode().rstrip("=")
+    tag = caller or caller_tag(ANONYMOUS.actor_id, None)
+    body = canonical_bytes({"q": query_digest(decode_query(msgspec.json.encode(query))), "k": key, "a": as_of,
+                            "c": tag})
+    signer = CursorSigner(service.settings.query.cursor_keys, service.settings.query.cursor_key_grace_seconds)
+    return base64.urlsafe_b64encode(body).decode().rstrip("=") + "." + signer.sign(body)
 
 
 QUERY = {"scope_id": SCOPE, "validation_states": ["unverified"]}
+OBSERVED = {**QUERY, "order": "observed_at_desc"}
 
 
-@pytest.mark.parametrize("query", [
-    {**QUERY, "text": "a\x00b"},
-    {**QUERY, "object_types": ["claim\x00"]},
-    {**QUERY, "cursor": forged_cursor(QUERY, [["x"], "mem:a", "ver:a"])},
-    {**QUERY, "cursor": forged_cursor(QUERY, [1, {"x": 1}, "ver:a"])},
-    {**QUERY, "cursor": forged_cursor(QUERY, [1, "mem:a"])},
-    {**QUERY, "cursor": forged_cursor(QUERY, [1, "mem:a", "ver:a"], as_of="7")},
-    {**QUERY, "order": "observed_at_desc",
-     "cursor": forged_cursor({**QUERY, "order": "observed_at_desc"}, ["yesterday", 1, "mem:a", "ver:a"])},
+@pytest.mark.parametrize("query,forged", [
+    ({**QUERY, "text": "a\x00b"}, None),
+    ({**QUERY, "object_types": ["claim\x00"]}, None),
+    (QUERY, ([["x"], "mem:a", "ver:a"], None)),
+    (QUERY, ([1, {"x": 1}, "ver:a"], None)),
+    (QUERY, ([1, "mem:a"], None)),
+    (QUERY, ([1, "mem:a", "ver:a"], "7")),
+    (OBSERVED, (["yesterday", 1, "mem:a", "ver:a"], None)),
 ])
 async def test_bad_query_input_is_invalid_request_before_postgres(client: MemoryClient, service: Env,
-                                                                  query: dict[str, Any]) -> None:
+                                                                  query: dict[str, Any], forged: Any) -> None:
     await client.create_scope(SCOPE)
+    if forged is not None:
+        query = {**query, "cursor": forged_cursor(service, query, *forged)}
     reply = await send(service, client.nc, "query", msgspec.json.encode(query), kind="query")
     assert reply.get("error", {}).get("code") == "invalid_request", reply
+    if forged is not None:  # refused by the shape check behind the signature, not by the signature
+        assert "does not fit" in reply["error"]["message"], reply
+
+
+async def test_a_forged_cursor_of_a_valid_shape_passes_the_signature(client: MemoryClient, service: Env) -> None:
+    """The control for the forgeries above: forged_cursor signs with the module's key for the anonymous
+    caller, so a well-shaped one pages (their refusals are the shape checks', not the signature's)."""
+    await client.create_scope(SCOPE)
+    query = {**QUERY, "cursor": forged_cursor(service, QUERY, [1, "mem:a", "ver:a"])}
+    reply = await send(service, client.nc, "query", msgspec.json.encode(query), kind="query")
+    assert "result" in reply, reply
 
 
 async def test_a_well_formed_cursor_still_pages(client: MemoryClient, service: Env) -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import subprocess
+import sys
 from typing import Any
 
 import msgspec
@@ -12,7 +15,8 @@ import pytest
 from infra.subjects import query_subject
 from memory_client.client import MemoryClient, PamspecError
 from tests.conftest import (
-    ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, running_service, wait_for,
+    ACTOR, PROVENANCE, ROOT, Env, Servers, fresh_database, fresh_settings, run_cli, running_service,
+    service_environment, wait_for,
 )
 
 pytestmark = pytest.mark.profile("PAMSPEC-Structured-Query")  # docs/implementation-report.md
@@ -110,6 +114,65 @@ async def test_a_cursor_from_another_query_is_invalid_request(client: MemoryClie
     with pytest.raises(PamspecError) as err:
         await client.query(SCOPE, limit=1, text="cats", cursor=page["next_cursor"])
     assert err.value.code == "invalid_request"
+
+
+async def test_a_cursor_given_to_another_caller_or_changed_is_invalid_request(client: MemoryClient,
+                                                                            data: dict[str, Any]) -> None:
+    """Cursors are signed and bound to the caller they were given to (query.cursor): another actor holding
+    one, or the same caller with a cursor whose body was changed, gets invalid_request."""
+    mallory = {"actor_id": "actor:agent:mallory", "actor_kind": "agent"}
+    page = await client.query(SCOPE, limit=1)
+    cursor = page["next_cursor"]
+    assert (await client.query(SCOPE, limit=1, cursor=cursor))["items"]  # its own caller pages on
+    with pytest.raises(PamspecError) as err:
+        await client.query(SCOPE, mallory, limit=1, cursor=cursor)
+    assert err.value.code == "invalid_request" and "another caller" in str(err.value)
+    body, key_id, mac = cursor.split(".")
+    flipped = body[:-2] + ("A" if body[-2] != "A" else "B") + body[-1]
+    with pytest.raises(PamspecError) as err:
+        await client.query(SCOPE, limit=1, cursor=f"{flipped}.{key_id}.{mac}")
+    assert err.value.code == "invalid_request" and "not a pamledger query cursor" in str(err.value)
+
+
+async def test_a_cursor_outlives_a_key_rotation_by_the_grace_period_only(client: MemoryClient, service: Env,
+                                                                         data: dict[str, Any]) -> None:
+    """`pamledger cursor-keys rotate` beside the running service: a cursor signed before still pages, new
+    cursors name the new key (the service re-reads the key file by itself); once the retired key is past its
+    grace period (a second rotation with a grace of 0 drops every retired key), its cursors are refused."""
+    before = (await client.query(SCOPE, limit=1))["next_cursor"]
+    rotated = run_cli(service, "cursor-keys", "rotate")
+    assert rotated.returncode == 0, rotated.stderr
+    report = json.loads(rotated.stdout)
+    assert "secret" not in rotated.stdout and len(report["keys"]) == 2
+
+    async def signing_key() -> str:
+        return str((await client.query(SCOPE, limit=1))["next_cursor"].split(".")[1])
+
+    await wait_for(lambda: _named(signing_key(), report["signing_key_id"]))
+    assert (await client.query(SCOPE, limit=1, cursor=before))["items"]  # within the grace period
+    after = (await client.query(SCOPE, limit=1))["next_cursor"]
+    again = subprocess.run([sys.executable, "-m", "pamledger", "cursor-keys", "rotate"], cwd=ROOT,
+                           env=service_environment(service, PAMLEDGER_QUERY__CURSOR_KEY_GRACE_SECONDS="0"),
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert before.split(".")[1] not in again.stdout  # dropped from the file
+
+    async def refused() -> bool:
+        try:
+            await client.query(SCOPE, limit=1, cursor=before)
+        except PamspecError as exc:
+            return exc.code == "invalid_request"
+        return False
+
+    await wait_for(refused)
+    with pytest.raises(PamspecError):  # retired by the second rotation, whose grace of 0 dropped it at once
+        await client.query(SCOPE, limit=1, cursor=after)
+    fresh = (await client.query(SCOPE, limit=1))["next_cursor"]
+    assert (await client.query(SCOPE, limit=1, cursor=fresh))["items"]
+
+
+async def _named(found: Any, key_id: str) -> bool:
+    return await found == key_id
 
 
 async def test_the_same_query_over_the_same_state_is_byte_identical(client: MemoryClient, service: Env,

@@ -72,21 +72,26 @@ def _read(path: Path) -> list[CursorKey]:
 
 
 def load_keys(path: Path) -> list[CursorKey]:
-    """The file's keys, made (one new key) when the file does not exist yet."""
+    """The file's keys, made (one new key) when the file does not exist yet. Made whole beside it and linked
+    into place, so two processes starting at once agree on one key and neither reads a half-written file."""
     try:
         return _read(path)
     except FileNotFoundError:
-        keys = [_new_key(_now())]
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # two processes starting: one wins
-        except FileExistsError:
-            return _read(path)
-        except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            return load_keys(path)
-        with os.fdopen(fd, "wb") as out:
-            out.write(msgspec.json.encode(KeyFile(keys=keys)))
-        return keys
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + f".{os.getpid()}.{secrets.token_hex(4)}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(msgspec.json.encode(KeyFile(keys=[_new_key(_now())])))
+        out.flush()
+        os.fsync(out.fileno())
+    try:
+        os.link(partial, path)  # fails when another process made the file first: its key is the one
+    except FileExistsError:
+        pass
+    finally:
+        partial.unlink()
+    return _read(path)
 
 
 def rotate(path: Path, grace_seconds: float, now: float | None = None) -> tuple[CursorKey, list[CursorKey]]:

@@ -82,3 +82,13 @@ def test_a_memory_only_signer_needs_no_file() -> None:
     signer = CursorSigner(None, 60)
     cursor = encode_cursor(QUERY, [1, "mem:a", "ver:a"], None, signer, ALICE)
     assert decode_cursor(with_cursor(cursor), signer, ALICE)[0] == [1, "mem:a", "ver:a"]
+
+
+def test_processes_starting_at_once_agree_on_one_key(tmp_path: Path) -> None:
+    import concurrent.futures
+
+    path = tmp_path / "k.json"
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        found = list(pool.map(lambda _: load_keys(path), range(32)))
+    assert all(keys == found[0] for keys in found) and len(found[0]) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["k.json"]  # no partial file left behind

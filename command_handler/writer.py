@@ -28,6 +28,7 @@ from command_handler.guard import AppendGuard
 from command_handler.core.intake import Parsed, parse, space_key
 from command_handler.core.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch, refused_before_key_check
 from command_handler.core.imports import entry_ids
+from command_handler.core.validation import needs_scope_policy
 from command_handler.core.state import ImportFacts, ObjectHead
 from command_handler.store import PostgresLedgerStore
 from infra.db_errors import map_db_error
@@ -285,15 +286,17 @@ class Writer:
             previous_committed=(c.scope_id, chunk_key(c.bundle_digest, c.chunk - 1)) in previous) for c in chunks}
 
     async def _retention_inputs(self, parsed: list[Parsed]) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
-        """For commands that may erase content: their scopes' policies and, where a policy sets a minimum
-        retention, when the objects were created (nothing is read for batches without such commands)."""
+        """For commands that may erase content or that set or carry a validation state: their scopes'
+        policies (cached) and, where a policy sets a minimum retention, when the objects were created (nothing
+        is read for batches without such commands)."""
         erasing = [p for p in parsed if erases_content(p.command)]
-        if not erasing:
+        policed = erasing + [p for p in parsed if needs_scope_policy(p.command)]
+        if not policed:
             return {}, {}
-        missing = sorted({p.scope_id for p in erasing if p.scope_id not in self.scope_policies})
+        missing = sorted({p.scope_id for p in policed if p.scope_id not in self.scope_policies})
         for scope_id, policy in (await self.store.load_scope_policies(missing)).items():
             self.scope_policies.put(scope_id, policy)
-        policies = {p.scope_id: self.scope_policies.get(p.scope_id) for p in erasing}
+        policies = {p.scope_id: self.scope_policies.get(p.scope_id) for p in policed}
         keys = sorted({(p.scope_id, str(getattr(p.command, "object_id"))) for p in erasing
                        if minimum_retention_days(policies.get(p.scope_id)) is not None})
         return policies, await self.store.load_created_at(keys)

@@ -15,7 +15,8 @@ from schemas.auth import ACTOR_TYPE, CREDENTIAL_TYPE
 
 GRANT_HELP = ("SCOPES=OPERATIONS, repeatable: scopes are exact ids, prefixes ending in '*' or '*' (every scope but "
               "system:pamledger); operations are PAMSPEC's (create, read, update, transition, relate, query, "
-              "inspect_history, redact, delete, promote, subscribe, unsubscribe) or '*'. E.g. 'team:a:*=read,query'")
+              "inspect_history, redact, delete, promote, subscribe, unsubscribe), pamledger's 'validate' (set a validation "
+              "state other than unverified: a reviewer's) or '*' (all of them). E.g. 'team:a:*=read,query'")
 
 
 def add_auth_parsers(sub: Any) -> None:

@@ -32,6 +32,9 @@ MAX_AUTHORIZATION_CHARS = 256
 Operation = Literal["create", "read", "update", "transition", "relate", "query", "inspect_history", "redact",
                     "delete", "promote", "subscribe", "unsubscribe"]
 ALL_OPERATIONS = "*"
+# A pamledger extension of PAMSPEC's operations, for actors' grants only (never a delegation's: a review is not
+# delegated): setting a validation state other than unverified (command_handler.core.validation).
+VALIDATE = "validate"
 ALL_SCOPES = "*"
 
 # An exact id, a prefix ending in "*", or "*" alone; never NUL or whitespace.
@@ -49,7 +52,7 @@ class ScopeGrant(msgspec.Struct, **_STRICT):
     """`operations` on every scope one of `scopes` matches."""
 
     scopes: Annotated[list[ScopePattern], msgspec.Meta(min_length=1, max_length=256)]
-    operations: Annotated[list[Operation | Literal["*"]], msgspec.Meta(min_length=1, max_length=16)]
+    operations: Annotated[list[Operation | Literal["validate", "*"]], msgspec.Meta(min_length=1, max_length=16)]
 
 
 class ActorRecord(msgspec.Struct, **_STRICT):

@@ -18,6 +18,7 @@ from authz.policy import RETENTION_ACTOR_ID
 from command_handler.core import imports, promotion, redactions, relationships
 from command_handler.core.delegations import operation_of
 from command_handler.core.tool_memory import TOOL_EVENTS, check_invocation, tool_entry
+from command_handler.core.validation import carried_validation, check_validation
 from command_handler.core.state import NO_CONTEXT, Context, Decision, ObjectHead, Stamp
 from command_handler.core.versions import (
     check_actor,
@@ -80,14 +81,19 @@ def decide(
     if command.actor.actor_id == RETENTION_ACTOR_ID and not _expiration(command, head):
         raise AccessDenied("the retention evaluator's actor only moves retention from retained to expired",
                            rule_id="retention.actor_expires_only")
+    policy = context.scope_policies.get(command.scope_id)
     match command:
         case CreateObject():
+            check_validation(command, head, context.authority, policy)
             return create(head, command, stamp, registry, context)
         case UpdateObject():
-            return _update(_object_head(head, command), command, stamp, registry)
+            current = _object_head(head, command)
+            return _update(current, command, stamp, registry,
+                           carried_validation(command, current, context.authority, policy))
         case TransitionState():
-            return _transition(live_head(head, command.object_id, command.expected_version_id), command, stamp,
-                               registry, context)
+            current = live_head(head, command.object_id, command.expected_version_id)
+            check_validation(command, current, context.authority, policy)
+            return _transition(current, command, stamp, registry, context)
         case DeleteObject():
             return redactions.erase(live_head(head, command.object_id, command.expected_version_id), command, stamp,
                                     "deleted", "object_deleted", context)
@@ -99,6 +105,7 @@ def decide(
             return redactions.redact(live_head(head, command.object_id, command.expected_version_id), command, stamp,
                                      context)
         case Promote():
+            check_validation(command, head, context.authority, policy)
             return promotion.promote(head, command, stamp, registry, context, create)
     raise InvalidRequest(f"unknown command {type(command).__name__}")
 
@@ -198,13 +205,18 @@ def create(head: ObjectHead | None, command: CreateObject, stamp: Stamp, registr
     return msgspec.structs.replace(decision, followers=(tool_entry(command, stamp, tool_event, new),))
 
 
-def _update(head: ObjectHead, command: UpdateObject, stamp: Stamp, registry: TypeRegistry) -> Decision:
+def _update(head: ObjectHead, command: UpdateObject, stamp: Stamp, registry: TypeRegistry,
+            validation: str | None = None) -> Decision:
+    """A new version with new content; `validation`: the state it carries instead of its head's (core.validation:
+    new words are unverified again where the updating actor could not have set the head's state)."""
     if head.state("availability") in ("redacted", "partially_redacted"):
         raise ObjectRedacted("object content is redacted; it cannot be updated", details={"object_id": head.object_id})
     check_actor(command.actor, command.provenance)
     registry.check_content(str(head.meta["object_type"]), command.canonical_content)
     meta = stamped(with_optionals(dict(head.meta), command), command.actor, command.provenance, stamp,
                    head.sequence + 1)
+    if validation is not None:
+        meta["validation_state"] = validation
     content = canonical_bytes(command.canonical_content)
     new = next_head(head, stamp, meta, content_digest(stamp.salt, content))
     payload = {"previous_version_id": head.version_id}

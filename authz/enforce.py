@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from authz.audit import DenialRecorder, denial_entry
-from authz.policy import DELEGABLE_READS, Denied, decide, holds
+from authz.policy import DELEGABLE_READS, Denied, decide, holds, refusal_of
 from authz.registry import GrantsRegistry
 from infra.request_shell import Allow, Decision, Deny, Principal, RequestContext
 from schemas.common import SYSTEM_SCOPE
@@ -85,3 +85,10 @@ class GrantsAuthorizer:
             return False
         record = self.registry.grants.actors.get(str(actor.get("actor_id")))
         return record is not None and holds(record, scope_id, "subscribe") is None
+
+    def credential_live(self, credential_id: str) -> bool:
+        """The token is still a live credential (revoking deletes its record; expiry and a revoked actor
+        refuse it as authentication would)."""
+        grants = self.registry.grants
+        credential = grants.credentials.get(credential_id)
+        return credential is not None and refusal_of(grants, credential, datetime.now(timezone.utc)) is None

@@ -243,17 +243,22 @@ class MemoryClient(ObjectCommands):
                         subscription_id: str | None = None) -> Subscription:
         """Open (or, with subscription_id, re-attach to) a push subscription; iterate it for events."""
         delivery = {"keepalive_interval_ms": 2000, **(delivery or {}), "mode": "push"}
-        if subscription_id is not None:
-            opened = await self.subscription_request("resume", {"subscription_id": subscription_id,
-                                                                "after_sequence": after_sequence}, actor)
-            subscription = Subscription(self, opened, int(delivery["keepalive_interval_ms"]), actor)
-            await subscription.listen()
-            return subscription
-        # Listen on our own inbox first, then open naming it: the first push cannot be missed. One
+        # Listen on our own inbox first, then open (or resume) naming it: the first push cannot be missed. One
         # operation id for every retry: a retried open returns the subscription the first one made.
         inbox = self.nc.new_inbox()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         listening = await self.nc.subscribe(inbox, cb=queue.put)
+        if subscription_id is not None:  # re-attach, here: pushes come to this client's inbox from now on
+            try:
+                opened = await self.subscription_request("resume", {
+                    "subscription_id": subscription_id, "after_sequence": after_sequence,
+                    "delivery_subject": inbox}, actor)
+            except BaseException:
+                await listening.unsubscribe()
+                raise
+            subscription = Subscription(self, opened, int(delivery["keepalive_interval_ms"]), actor)
+            subscription.adopt(queue, listening)
+            return subscription
         body: dict[str, Any] = {"scope_id": scope_id, "actor": actor, "filter": filter or {},
                                 "delivery": {**delivery, "subject": inbox}, "operation_id": f"op:{uuid.uuid4()}"}
         if after_sequence is not None:

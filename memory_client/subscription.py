@@ -93,8 +93,10 @@ class Subscription:
         return {"ledger_sequence": sequence, "event": body["event"]}
 
     async def resume(self) -> None:
-        reply = await self.client.subscription_request("resume", {"subscription_id": self.subscription_id,
-                                                                  "after_sequence": self.last_sequence}, self.actor)
+        body: dict[str, Any] = {"subscription_id": self.subscription_id, "after_sequence": self.last_sequence}
+        if self.delivery_subject.startswith("_INBOX."):  # ours: pushes keep coming here, whichever token resumes
+            body["delivery_subject"] = self.delivery_subject
+        reply = await self.client.subscription_request("resume", body, self.actor)
         self.generation = int(reply["generation"])
 
     async def _ack_forever(self) -> None:

@@ -69,11 +69,17 @@ class PollRequest(msgspec.Struct, **_STRICT):
     wait_ms: Annotated[int, msgspec.Meta(ge=0, le=30_000)] = 1000
 
 
+InboxSubject = Annotated[str, msgspec.Meta(pattern=r"^_INBOX\.[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\Z", max_length=200)]
+
+
 class ResumeRequest(msgspec.Struct, **_STRICT):
-    """Re-attach; delivery restarts right after `after_sequence` (the last event the client processed)."""
+    """Re-attach; delivery restarts right after `after_sequence` (the last event the client processed).
+    `delivery_subject` (push only): where pushes go from now on, the resuming client's own inbox (with auth
+    enforced, under the inbox of the token that resumes; the subscription then goes on under that token)."""
 
     subscription_id: Id
     after_sequence: Sequence | None = None
+    delivery_subject: InboxSubject | None = None
 
 
 class ListRequest(msgspec.Struct, **_STRICT):

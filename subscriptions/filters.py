@@ -47,9 +47,16 @@ class Authorizer(Protocol):
 
     def allows(self, actor: dict[str, Any], scope_id: str, event: dict[str, Any]) -> bool: ...
 
+    def credential_live(self, credential_id: str) -> bool:
+        """Whether the token a subscription is delivered under still works (not revoked, not expired)."""
+        ...
+
 
 class SameScope:
     """Auth off: every actor may read every event of the subscription's own scope."""
 
     def allows(self, actor: dict[str, Any], scope_id: str, event: dict[str, Any]) -> bool:
         return event.get("scope_id") == scope_id
+
+    def credential_live(self, credential_id: str) -> bool:
+        return True

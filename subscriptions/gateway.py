@@ -51,6 +51,19 @@ from subscriptions.store import LOST_CONNECTION, SubscriptionStore, subscription
 log = structlog.get_logger(__name__)
 
 
+REVOCATION_SWEEP_SECONDS = 0.5  # as often as the grants registry refreshes (auth.refresh_seconds)
+
+
+def _credential_of(context: RequestContext) -> str | None:
+    """The token id an authenticated request came with (None: auth off, or unauthenticated)."""
+    if not context.authenticated or context.credential is None:
+        return None
+    try:
+        return token_id_of(bearer_token(context.credential))
+    except BadCredential:
+        return None
+
+
 class Gateway:
     def __init__(self, settings: Settings, nc: NATS, store: SubscriptionStore, authorizer: Authorizer,
                  policy: Policy | None = None, denials: DenialSink | None = None, service_token: str | None = None):
@@ -82,9 +95,12 @@ class Gateway:
         await wait_for_agreement("gateway", self._disagreement)
         feed_task = asyncio.create_task(self.feed.run())
         flusher = asyncio.create_task(self._flush_forever())
+        sweeper = asyncio.create_task(self._close_revoked_credentials())
         try:
-            for subscription_id, request, position in await self._open_rows():
-                self._start(self._session(subscription_id, request, position))
+            for subscription_id, request, position, credential_id in await self._open_rows():
+                session = self._session(subscription_id, request, position)
+                session.credential_id = credential_id
+                self._start(session)
             self.closes.pending.update(await self._closing_rows())
             for name in DECODERS:
                 # nats-py calls a subscription's callback for one message at a time: a poll waiting up to
@@ -106,7 +122,7 @@ class Gateway:
             for sub in self._subs:
                 with contextlib.suppress(nats.errors.Error):
                     await sub.unsubscribe()
-            for task in (feed_task, flusher, *self._background,
+            for task in (feed_task, flusher, sweeper, *self._background,
                          *(s.pump_task for s in self.sessions.values() if s.pump_task)):
                 await stop_task(task)
             for session in list(self.sessions.values()):
@@ -147,21 +163,24 @@ class Gateway:
         if name != "open" and context.authenticated:
             await self._check_owner(name, request.subscription_id, context)
         if name == "open" and context.authenticated:
-            await self._check_delivery(request, context)
+            await self._check_delivery(request.delivery.subject, context, "sub.open")
+        if name == "resume" and context.authenticated and request.delivery_subject is not None:
+            await self._check_delivery(request.delivery_subject, context, "sub.resume")
+        if name in ("open", "resume"):
+            return result_body(await getattr(self, f"_{name}")(request, _credential_of(context)))
         return result_body(await getattr(self, f"_{name}")(request))
 
-    async def _check_delivery(self, request: SubscribeRequest, context: RequestContext) -> None:
+    async def _check_delivery(self, subject: str | None, context: RequestContext, request: str) -> None:
         """Where auth is enforced, pushes go only to the caller's own inbox `_INBOX.<token_id>.…` (a NATS
         pamledger runs lets a token receive nowhere else): naming another's inbox would make the gateway
         deliver one actor's events to whoever listens there (docs/security.md, "Transport")."""
-        subject = request.delivery.subject
         try:
             own = f"_INBOX.{token_id_of(bearer_token(context.credential))}."
         except BadCredential:  # authenticated, so it was well-formed; refuse rather than guess
             own = None
         if subject is None or (own is not None and subject.startswith(own)):
             return
-        await self._deny(context, "sub.open", Deny(
+        await self._deny(context, request, Deny(
             "subscription.foreign_inbox", message="delivery.subject must be under the caller's own inbox"
             " _INBOX.<token_id>.", caller={"actor_id": context.principal.actor_id,
                                             "actor_kind": context.principal.actor_kind}))
@@ -187,7 +206,7 @@ class Gateway:
         if msg.reply:
             await msg.respond(body)
 
-    async def _open(self, request: SubscribeRequest) -> dict[str, Any]:
+    async def _open(self, request: SubscribeRequest, credential_id: str | None = None) -> dict[str, Any]:
         if request.operation_id is not None:
             earlier = await self._opened_by(request, request.operation_id)
             if earlier is not None:
@@ -199,13 +218,14 @@ class Gateway:
         start = request.after_sequence if request.after_sequence is not None else head
         subscription_id = f"sub:{uuid.uuid4()}"
         session = self._session(subscription_id, request, start)
+        session.credential_id = credential_id
         described = descriptor(subscription_id, request, start, session.deliver_subject)
         try:
             await self.writer.command("open_subscription", {
                 "scope_id": request.scope_id, "subscription_id": subscription_id,
                 "actor": msgspec.to_builtins(request.actor), "subscription": described})
             await self.store.insert(subscription_id, request.scope_id, msgspec.json.encode(request), start,
-                                    request.operation_id)
+                                    request.operation_id, credential_id)
         except BaseException:
             self.sessions.pop(subscription_id, None)
             raise
@@ -263,19 +283,51 @@ class Gateway:
         async with session.poll_lock:
             return await poll(session, request, self._close_revoked)
 
-    async def _resume(self, request: ResumeRequest) -> dict[str, Any]:
+    async def _resume(self, request: ResumeRequest, credential_id: str | None = None) -> dict[str, Any]:
         session = self._get(request.subscription_id)
         after = session.client_acked if request.after_sequence is None else request.after_sequence
         head = await self._head_of(session.request.scope_id)
         if after > head:  # nothing would ever be delivered before the ledger caught up with it
             raise InvalidRequest("after_sequence is beyond the ledger head",
                                  details={"after_sequence": after, "ledger_head": head})
+        subject = request.delivery_subject
+        if subject is not None and not session.push_mode:
+            raise InvalidRequest("a poll subscription has no delivery subject", details={"subscription_id": session.id})
+        if credential_id != session.credential_id and session.push_mode and subject is None:
+            raise InvalidRequest("resumed with another token: name delivery_subject, an inbox of that token",
+                                 details={"subscription_id": session.id})
+        moved = subject is not None and subject != session.deliver_subject
+        if moved or credential_id != session.credential_id:
+            await self._rebind(session, subject if moved else None, credential_id)
         await self._stop_pump(session)
         await session.close_reader()
         session.reposition(after)
         self._start(session)
         return {"subscription_id": session.id, "delivery_subject": session.deliver_subject,
                 "resumed_after": session.client_acked, "generation": session.generation}
+
+    async def _rebind(self, session: Session, subject: str | None, credential_id: str | None) -> None:
+        """Deliver to `subject` (the resumer's inbox) under `credential_id` from now on, stored first."""
+        request = session.request
+        if subject is not None:
+            request = msgspec.structs.replace(request, delivery=msgspec.structs.replace(request.delivery,
+                                                                                        subject=subject))
+        await self.store.rebind(session.id, msgspec.json.encode(request), credential_id)
+        session.request, session.credential_id = request, credential_id
+        if subject is not None:
+            session.deliver_subject = subject
+        log.info("subscription.rebound", subscription_id=session.id, new_subject=subject is not None)
+
+    async def _close_revoked_credentials(self) -> None:
+        """Close every subscription whose token was revoked or expired (`access_revoked`, at the last
+        delivered sequence), whether or not an event arrives: looked at every REVOCATION_SWEEP_SECONDS."""
+        while True:
+            await asyncio.sleep(REVOCATION_SWEEP_SECONDS)
+            for session in list(self.sessions.values()):
+                credential = session.credential_id
+                if credential is not None and not session.closing and not self.authorizer.credential_live(credential):
+                    log.info("subscription.credential_revoked", subscription_id=session.id)
+                    await self._close_revoked(session, session.last_delivered)
 
     async def _close(self, request: CloseRequest) -> dict[str, Any]:
         """Answered only once the close is durable; a repeated close is answered the same way."""

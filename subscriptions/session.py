@@ -89,6 +89,8 @@ class Session:
         self.actor: dict[str, Any] = msgspec.to_builtins(request.actor)  # once, not per event
         self._id_json = msgspec.json.encode(subscription_id)
         self.deliver_subject = request.delivery.subject or push_subject(prefix, subscription_id)
+        # The token the subscription is delivered under (the opener's, or the last resumer's); None: auth off.
+        self.credential_id: str | None = None
         self.push_mode = request.delivery.mode == "push"
         self.max_unacked = request.delivery.max_unacked
         self.closing: str | None = None

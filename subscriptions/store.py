@@ -24,8 +24,9 @@ log = structlog.get_logger(__name__)
 LOST_CONNECTION = (psycopg.OperationalError, psycopg.InterfaceError)
 
 INSERT_SQL = (
-    "INSERT INTO subscriptions (subscription_id, scope_id, request, start_sequence, acked_sequence, operation_id)"
-    " VALUES (%s, %s, %s, %s, %s, %s)")
+    "INSERT INTO subscriptions (subscription_id, scope_id, request, start_sequence, acked_sequence, operation_id,"
+    " credential_id) VALUES (%s, %s, %s, %s, %s, %s, %s)")
+REBIND_SQL = "UPDATE subscriptions SET request = %s, credential_id = %s WHERE subscription_id = %s AND status = 'open'"
 OPENED_BY_SQL = "SELECT subscription_id, request, start_sequence FROM subscriptions WHERE operation_id = %s"
 HEAD_OF_SQL = f"SELECT {SCOPE_EXISTS}, {HEAD}"
 POSITIONS_SQL = (
@@ -37,7 +38,7 @@ CLOSING_SQL = (
     " acked_sequence = %s, closed_at = now() WHERE subscription_id = %s")
 CLOSED_SQL = "UPDATE subscriptions SET status = 'closed' WHERE subscription_id = %s AND status = 'closing'"
 OPEN_ROWS_SQL = (
-    "SELECT subscription_id, request, coalesce(acked_sequence, start_sequence) FROM subscriptions"
+    "SELECT subscription_id, request, coalesce(acked_sequence, start_sequence), credential_id FROM subscriptions"
     " WHERE status = 'open'")
 CLOSING_ROWS_SQL = (
     "SELECT subscription_id, request, close_reason, last_delivered_sequence FROM subscriptions"
@@ -76,8 +77,13 @@ class SubscriptionStore:
         self._replaced: list[psycopg.AsyncConnection[Any]] = []
 
     async def insert(self, subscription_id: str, scope_id: str, request: bytes, start: int,
-                     operation_id: str | None) -> None:
-        await self.conn.execute(INSERT_SQL, (subscription_id, scope_id, request, start, start, operation_id))
+                     operation_id: str | None, credential_id: str | None = None) -> None:
+        await self.conn.execute(INSERT_SQL, (subscription_id, scope_id, request, start, start, operation_id,
+                                             credential_id))
+
+    async def rebind(self, subscription_id: str, request: bytes, credential_id: str | None) -> None:
+        """A resume by another token: the request (its delivery subject) and the credential it goes on under."""
+        await self.conn.execute(REBIND_SQL, (request, credential_id, subscription_id))
 
     async def opened_by(self, operation_id: str) -> tuple[str, bytes, int] | None:
         cur = await self.conn.execute(OPENED_BY_SQL, (operation_id,))
@@ -101,10 +107,11 @@ class SubscriptionStore:
     async def mark_closed(self, subscription_id: str) -> None:
         await self.conn.execute(CLOSED_SQL, (subscription_id,))
 
-    async def open_rows(self) -> list[tuple[str, bytes, int]]:
-        """Open subscriptions and the position each resumes from (acknowledged, else where it started)."""
+    async def open_rows(self) -> list[tuple[str, bytes, int, str | None]]:
+        """Open subscriptions, the position each resumes from (acknowledged, else where it started) and the
+        credential it is delivered under."""
         cur = await self.conn.execute(OPEN_ROWS_SQL)
-        return [(str(r[0]), bytes(r[1]), int(r[2])) for r in await cur.fetchall()]
+        return [(str(r[0]), bytes(r[1]), int(r[2]), r[3]) for r in await cur.fetchall()]
 
     async def closing_rows(self) -> list[tuple[str, bytes, str, int]]:
         """Closes an earlier leader decided but could not write to the ledger."""

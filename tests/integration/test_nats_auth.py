@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import psycopg
 import pytest
 
 from authz.bootstrap import read_token
@@ -27,6 +28,7 @@ from local_servers.nats_server import NatsServer
 from memory_client.admin import issue_token, parse_grant, put_actor, revoke_token
 from memory_client.client import MemoryClient
 from memory_client.errors import PamspecError
+from subscriptions.gateway import REVOCATION_SWEEP_SECONDS
 from tests.conftest import Env, Servers, answers, locked_env, serving, wait_for
 
 ALICE = {"actor_id": "actor:agent:alice", "actor_kind": "agent"}
@@ -238,6 +240,74 @@ async def test_a_token_issued_at_run_time_logs_in_and_a_revoked_one_is_cut_off(w
         await client.nc.close()
         if not watcher.nc.is_closed:
             await watcher.nc.close()
+
+
+async def _closed_row(world: World, subscription_id: str) -> tuple[str, str, int] | None:
+    """(status, close_reason, last_delivered_sequence) of a closed subscription, as the gateway stored it."""
+    async with await psycopg.AsyncConnection.connect(world.env.database_url) as conn:
+        cur = await conn.execute("SELECT status, close_reason, last_delivered_sequence FROM subscriptions"
+                                 " WHERE subscription_id = %s AND status <> 'open'", (subscription_id,))
+        row = await cur.fetchone()
+    return None if row is None else (str(row[0]), str(row[1]), int(row[2]))
+
+
+async def _next_event(subscription: Any, object_id: str) -> dict[str, Any]:
+    async def first() -> dict[str, Any]:
+        async for event in subscription:
+            if event.get("event", {}).get("object_id") == object_id:
+                return dict(event)
+        raise AssertionError(f"the subscription ended: {subscription.closed}")
+    return await asyncio.wait_for(first(), timeout=15)
+
+
+async def test_a_push_subscription_goes_on_under_the_token_that_resumed_it_and_ends_with_it(world: World) -> None:
+    """Resumed with a second token of the same actor, pushes go to the second token's inbox (the first one's
+    is out of its reach), revoking the first token no longer ends it, and revoking the second closes it
+    (access_revoked, at the last delivered sequence) with no event needed to notice."""
+    second = await issue_token(world.admin, ALICE["actor_id"], label="resumer")
+    first_client, second_client = await _agent(world, "alice"), await _client(world.env, second["token"])
+    first_token = await issue_token(world.admin, ALICE["actor_id"], label="opener")
+    opener = await _client(world.env, first_token["token"])
+    try:
+        opened = await opener.subscribe(SCOPE, ALICE)
+        assert opened.delivery_subject.startswith(f"_INBOX.{first_token['token_id']}.")
+        # Another token must say where its pushes go, and only its own inbox will do.
+        with pytest.raises(PamspecError) as err:
+            await second_client.subscription_request("resume", {"subscription_id": opened.subscription_id}, ALICE)
+        assert err.value.code == "invalid_request", err.value.envelope()
+        with pytest.raises(PamspecError) as err:
+            await second_client.subscription_request("resume", {
+                "subscription_id": opened.subscription_id,
+                "delivery_subject": f"_INBOX.{first_token['token_id']}.x"}, ALICE)
+        assert err.value.policy_rule_id == "subscription.foreign_inbox"
+        resumed = await second_client.subscribe(SCOPE, ALICE, subscription_id=opened.subscription_id)
+        assert resumed.delivery_subject.startswith(f"_INBOX.{second['token_id']}.")
+        made = await first_client.create(SCOPE, "claim", {"text": "to the resumer"}, ALICE, prov(ALICE))
+        await _next_event(resumed, made["object_id"])
+        # The opener's token revoked: the subscription goes on under the resumer's.
+        await revoke_token(world.admin, first_token["token_id"])
+
+        async def gateway_refuses_the_opener() -> bool:  # the gateway's own grants have seen the revocation
+            try:
+                await opener.subscription_request("list", {})
+            except Exception:  # noqa: BLE001 - access_denied, or the login cut by the NATS reload
+                return True
+            return False
+        await wait_for(gateway_refuses_the_opener, timeout=15, interval=0.2)
+        # Proving that nothing closes it takes a window: three sweeps of the gateway's revocation check.
+        await asyncio.sleep(3 * REVOCATION_SWEEP_SECONDS)
+        assert await _closed_row(world, opened.subscription_id) is None
+        later = await first_client.create(SCOPE, "claim", {"text": "after the opener's revocation"}, ALICE,
+                                          prov(ALICE))
+        delivered = await _next_event(resumed, later["object_id"])
+        # The resumer's token revoked: closed by itself, naming the last event it delivered.
+        await revoke_token(world.admin, second["token_id"])
+        row = await wait_for(lambda: _closed_row(world, opened.subscription_id), timeout=15)
+        assert row[1] == "access_revoked" and row[2] == delivered["ledger_sequence"], row
+    finally:
+        for client in (first_client, second_client, opener):
+            with contextlib.suppress(Exception):
+                await client.close()
 
 
 async def test_the_service_logs_in_again_after_nats_is_killed_and_restarted(world: World) -> None:

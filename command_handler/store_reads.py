@@ -81,6 +81,21 @@ class LedgerReads:
                                       (snapshot_ids,))
         return {r[0] for r in await cur.fetchall()}
 
+    async def snapshot_descriptors(self, snapshot_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The sealed descriptors of these snapshot ids (those sealed), for eval_start."""
+        if not snapshot_ids:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT snapshot_id, descriptor FROM evaluation_snapshots WHERE snapshot_id = ANY(%s)", (snapshot_ids,))
+        return {r[0]: msgspec.json.decode(bytes(r[1])) for r in await cur.fetchall()}
+
+    async def evaluation_runs(self) -> list[tuple[dict[str, Any], int, bool]]:
+        """Every evaluation run: its record, its scope's ledger entries, whether it ended."""
+        cur = await self.conn.execute(
+            "SELECT r.record, (SELECT count(*) FROM ledger l WHERE l.scope_id = r.scope_id AND l.partition = %s),"
+            " r.ended_sequence IS NOT NULL FROM evaluation_runs r ORDER BY r.started_sequence", (self.partition,))
+        return [(msgspec.json.decode(bytes(r[0])), int(r[1]), bool(r[2])) for r in await cur.fetchall()]
+
     async def load_restorable(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
         """Per object, the digest of its newest version that was available with content, where content storage
         still holds it (what a suppressing redaction hid and a restoration may bring back)."""

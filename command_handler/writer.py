@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import msgspec
 import psycopg
 import structlog
 from nats.aio.msg import Msg
@@ -28,6 +29,7 @@ from command_handler.guard import AppendGuard
 from command_handler.core.intake import Parsed, parse, space_key
 from command_handler.core.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch, refused_before_key_check
 from command_handler.core.imports import entry_ids
+from command_handler.core.evaluation import EvaluationRun, run_of
 from command_handler.core.state import ImportFacts, ObjectHead
 from command_handler.store import PostgresLedgerStore
 from infra.db_errors import map_db_error
@@ -43,6 +45,7 @@ from infra.subjects import command_subject, status_subject
 from schemas.canonical import canonical_bytes
 from schemas.common import SYSTEM_SCOPE
 from schemas.snapshots import CreateSnapshot
+from schemas.evaluation import StartEvaluation
 from schemas.bundle import chunk_key
 from schemas.commands import CorrectProvenance, CreateScope, ImportEntries, TransitionState
 from schemas.redaction import Redact
@@ -84,12 +87,15 @@ class Writer:
         self.guard = AppendGuard(settings, store, nc)  # while it refuses, nothing is appended
         self.journal = journal_for(settings)  # every erasure, outside the database (command_handler.erasure_journal)
         self.ledger_id: str | None = None
+        # Every evaluation run by its scope, with the scope's entry count (few: loaded whole at serve()).
+        self.runs: dict[str, EvaluationRun] = {}
         self._subs: list[Any] = []
 
     async def serve(self) -> None:
         """Subscribe and run group commits until cancelled."""
         await self.guard.check()
         self.tail = await self.store.tail()
+        self.runs = {run.scope_id: run for run in (run_of(*row) for row in await self.store.evaluation_runs())}
         await self._journal_catch_up()
         LEDGER_HEAD.set_function(lambda: float(self.tail[0]))
         RELAY_LAG.set_function(lambda: float(self.tail[0] - int(self.relay_status().get("relayed_sequence", 0))))
@@ -253,6 +259,11 @@ class Writer:
         policies, created_at = await self._retention_inputs(parsed)
         delegation_ids = sorted({d for p in parsed for d in [delegation_named(p.command)] if d})
         snapshots = [p.command for p in parsed if isinstance(p.command, CreateSnapshot)]
+        forks = sorted({p.command.snapshot_id for p in parsed if isinstance(p.command, StartEvaluation)})
+        for p in parsed:  # an evaluation scope is a scope the batch must know of (eval_start: taken or not)
+            if isinstance(p.command, StartEvaluation) and p.command.evaluation_scope_id not in self.scopes:
+                for scope_id in await self.store.known_scopes([p.command.evaluation_scope_id]):
+                    self.scopes.put(scope_id, True)
         return PlanInputs(heads=heads, idempotency=idem, scope_known=self.scopes.__contains__,
                           stamp=new_stamp, tail=self.tail, registry=self.registry,
                           contents=await self.store.load_contents(digests), restorable=restorable,
@@ -262,6 +273,7 @@ class Writer:
                               {s.snapshot.snapshot_id for s in snapshots}))),
                           born=await self.store.first_sequences(sorted(
                               {(s.scope_id, m) for s in snapshots for m in s.snapshot.included_object_ids or ()})),
+                          runs=self.runs, snapshots=await self.store.snapshot_descriptors(forks),
                           authority=authority_of(self.policy), imports=await self._import_facts(parsed),
                           record_refusal=lambda item, exc: refusal_entry(self.denial_limiter, item, exc))
 
@@ -329,6 +341,11 @@ class Writer:
             self.idempotency.clear()
         for scope_id in plan.new_scopes:
             self.scopes.put(scope_id, True)
+        self.runs.update(plan.runs)
+        for scope_id, count in plan.written.items():
+            run = self.runs.get(scope_id)
+            if run is not None:
+                self.runs[scope_id] = msgspec.structs.replace(run, entries=run.entries + count)
 
     async def _reply(self, msgs: list[Command], items: list[Parsed | PamledgerError], plan: Plan) -> None:
         replies: list[bytes | None] = []

@@ -19,6 +19,7 @@ from psycopg import sql
 
 from infra.ledger import hidden_by_latest, latest_version
 from infra.projections import SEARCH_EXPRESSION
+from schemas.evaluation import run_evidence
 from schemas.queries import QUALITY_SIGNALS, Filters, QueryRequest
 
 _FILTERS = (
@@ -158,6 +159,10 @@ def filter_clauses(request: Filters) -> tuple[list[sql.Composable], list[Any]]:
             if bound is not None:
                 clauses.append(sql.SQL(f"{quality_expression(signal)} {op} %s::double precision"))
                 params.append(bound)
+    if request.evaluation_run_id is not None:  # schemas.evaluation: where a version names its run
+        clauses.append(sql.SQL("(convert_from(p.meta, 'UTF8')::jsonb #> '{provenance,evidence_refs}')"
+                               " @> jsonb_build_array(%s::text)"))
+        params.append(run_evidence(request.evaluation_run_id))
     if request.ledger_sequence is not None:
         if request.ledger_sequence.gte is not None:
             clauses.append(sql.SQL("p.ledger_sequence >= %s"))

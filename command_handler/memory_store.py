@@ -102,6 +102,18 @@ class InMemoryLedgerStore:
                                         content_digest=row.content_digest)
         return heads
 
+    async def load_heads_at(self, scope_id: str, object_ids: list[str], at: int) -> dict[str, ObjectHead]:
+        found = {}
+        for object_id in object_ids:
+            rows = [self.versions[(scope_id, object_id, n)] for n in self._sequences.get((scope_id, object_id), [])]
+            rows = [r for r in rows if r.ledger_sequence <= at]
+            if rows:
+                row = rows[-1]
+                found[object_id] = ObjectHead(scope_id=scope_id, object_id=object_id, version_id=row.version_id,
+                                              sequence=row.sequence, meta=decode_json(row.meta),
+                                              content_digest=row.content_digest)
+        return found
+
     async def load_idempotency(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], IdempotencyRow]:
         return {key: self.idempotency[key] for key in keys if key in self.idempotency}
 

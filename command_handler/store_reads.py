@@ -40,6 +40,18 @@ class LedgerReads:
             )
         return heads
 
+    async def load_heads_at(self, scope_id: str, object_ids: list[str], at: int) -> dict[str, ObjectHead]:
+        """Each object's newest version in `scope_id` at or before ledger sequence `at` (an evaluation run's
+        fork: the snapshot's version of an object the run has not written)."""
+        if not object_ids:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT DISTINCT ON (object_id) object_id, version_id, sequence, meta, content_digest FROM memory_versions"
+            " WHERE scope_id = %s AND object_id = ANY(%s) AND ledger_sequence <= %s ORDER BY object_id, sequence DESC",
+            (scope_id, object_ids, at))
+        return {r[0]: ObjectHead(scope_id=scope_id, object_id=r[0], version_id=r[1], sequence=r[2],
+                                 meta=decode_json(bytes(r[3])), content_digest=r[4]) for r in await cur.fetchall()}
+
     async def load_idempotency(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], IdempotencyRow]:
         if not keys:
             return {}

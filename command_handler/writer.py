@@ -29,7 +29,7 @@ from command_handler.guard import AppendGuard
 from command_handler.core.intake import Parsed, parse, space_key
 from command_handler.core.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch, refused_before_key_check
 from command_handler.core.imports import entry_ids
-from command_handler.core.evaluation import EvaluationRun, run_of
+from command_handler.core.evaluation import EvaluationRun, forkable, forked_head, run_of
 from command_handler.core.state import ImportFacts, ObjectHead
 from command_handler.store import PostgresLedgerStore
 from infra.db_errors import map_db_error
@@ -244,6 +244,7 @@ class Writer:
                 cached = self.heads.get(key)
                 if cached is not None:
                     heads[key] = cached
+        heads.update(await self._forked_heads(parsed, heads))
         idem = {}
         for p in parsed:
             if p.idempotency_key:
@@ -276,6 +277,24 @@ class Writer:
                           runs=self.runs, snapshots=await self.store.snapshot_descriptors(forks),
                           authority=authority_of(self.policy), imports=await self._import_facts(parsed),
                           record_refusal=lambda item, exc: refusal_entry(self.denial_limiter, item, exc))
+
+    async def _forked_heads(self, parsed: list[Parsed], heads: dict[tuple[str, str], ObjectHead]
+                            ) -> dict[tuple[str, str], ObjectHead]:
+        """Copy on write: for objects an evaluation run's commands name that its scope does not hold, the
+        snapshot's version (core.evaluation.forked_head). Never cached: nothing of it is committed."""
+        wanted: dict[str, list[str]] = {}
+        for p in parsed:
+            for key in head_keys(p.command):
+                if key not in heads and key[0] in self.runs:
+                    wanted.setdefault(key[0], []).append(key[1])
+        found: dict[tuple[str, str], ObjectHead] = {}
+        for scope_id, object_ids in sorted(wanted.items()):
+            run = self.runs[scope_id]
+            descriptor = (await self.store.snapshot_descriptors([run.snapshot_id])).get(run.snapshot_id)
+            held = [o for o in sorted(set(object_ids)) if forkable(descriptor, o)]
+            for object_id, base in (await self.store.load_heads_at(run.base_scope_id, held, run.watermark)).items():
+                found[(scope_id, object_id)] = forked_head(base, run)
+        return found
 
     async def _import_facts(self, parsed: list[Parsed]) -> dict[tuple[str, str], ImportFacts]:
         """For an import's chunks (nothing is read for batches without one): whether a first chunk's scope holds

@@ -31,6 +31,7 @@ from query.reads import history, read_envelope, scope_events
 from query.related import relationship_refs, run_related
 from query.snapshot_diff import SnapshotDiffRequest, snapshot_diff
 from query.snapshots import SnapshotsRequest, pin_report, pinned, snapshots
+from query.evaluation import fork_of
 from query.hybrid import run_search
 from query.search import CheckpointWatcher, run_query
 from schemas.queries import RelatedRequest, decode_query, decode_related, decode_request
@@ -219,7 +220,14 @@ class QueryService:
                 return await snapshot_diff(conn, request)
         if isinstance(request, ReadRequest):
             async with self.pool.connection() as conn:
-                envelope = await read_envelope(conn, request.scope_id, request.object_id, request.version_id)
+                try:
+                    envelope = await read_envelope(conn, request.scope_id, request.object_id, request.version_id)
+                except ObjectNotFound:  # an evaluation scope reads its snapshot's objects it has not written
+                    fork = await fork_of(conn, request.scope_id, request.object_id)
+                    if fork is None:
+                        raise
+                    envelope = await read_envelope(conn, fork[0], request.object_id, request.version_id,
+                                                   fork[1].watermark)
             if request.include_relationship_refs:
                 refs, at = await relationship_refs(self.pool, request.scope_id, request.object_id)
                 return canonical_bytes({"result": {"envelope": msgspec.Raw(envelope), "relationship_refs": refs,
@@ -227,7 +235,13 @@ class QueryService:
             return canonical_bytes({"result": msgspec.Raw(envelope)})
         if isinstance(request, HistoryRequest):
             async with self.pool.connection() as conn:
-                return await history(conn, request.scope_id, request.object_id)
+                try:
+                    return await history(conn, request.scope_id, request.object_id)
+                except ObjectNotFound:  # as for read: the snapshot's history of an object the run has not written
+                    fork = await fork_of(conn, request.scope_id, request.object_id)
+                    if fork is None:
+                        raise
+                    return await history(conn, fork[0], request.object_id, fork[1].watermark)
         if isinstance(request, EventsRequest):
             async with self.pool.connection() as conn:
                 return await scope_events(conn, request.scope_id, self.partition, request.after_sequence,

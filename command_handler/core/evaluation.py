@@ -20,7 +20,7 @@ import msgspec
 
 from command_handler.core.ids import stamp_from
 from command_handler.core.intake import Parsed
-from command_handler.core.state import Decision, Stamp
+from command_handler.core.state import Decision, ObjectHead, Stamp
 from command_handler.core.versions import entry_event
 from schemas.errors import InvalidRequest, InvalidStateTransition, SnapshotNotFound
 from schemas.evaluation import ENDED_ACTION, ENDED_RULE, RUN_TAKEN_RULE, STARTED_ACTION, TAKEN_RULE, \
@@ -114,6 +114,20 @@ def run_record(run: EvaluationRun) -> dict[str, Any]:
 def run_of(record: Mapping[str, Any], entries: int, is_ended: bool) -> EvaluationRun:
     """The run a stored record (run_record) describes, with its scope's entry count."""
     return msgspec.convert({**record, "entries": entries, "ended": is_ended}, EvaluationRun)
+
+
+def forked_head(base: ObjectHead, run: EvaluationRun) -> ObjectHead:
+    """The snapshot's version of an object the run has not written, as the evaluation scope's head before
+    its first version there (copy on write): the run's first write of it takes that version as its base
+    (expected_version_id, content, states) and becomes the object's version 1 in the evaluation scope."""
+    return ObjectHead(scope_id=run.scope_id, object_id=base.object_id, version_id=base.version_id, sequence=0,
+                      meta={**base.meta, "scope_id": run.scope_id}, content_digest=base.content_digest)
+
+
+def forkable(descriptor: Mapping[str, Any] | None, object_id: str) -> bool:
+    """Whether the run's snapshot holds the object (every object of its scope, unless it names members)."""
+    members = (descriptor or {}).get("included_object_ids")
+    return descriptor is not None and (members is None or object_id in members)
 
 
 def run_stamp(parsed: Parsed, run: EvaluationRun, index: int, fresh: Stamp, purpose: bytes = b"") -> Stamp:

@@ -28,6 +28,7 @@ SCOPE = "workspace:evalruns"
 RUN = "run:twice"
 EVAL = f"eval:{RUN}"
 PROV = {"provenance_id": "prov:eval", "actor": ACTOR, "activity": "evaluation script"}
+BASE_OBJECT = "mem:evalruns-base"
 CLOCK = {"clock_ref": "clock:eval:twice", "start_at": "2026-07-17T00:00:00Z", "tick_ms": 250}
 _DUMPS = (  # every column of the evaluation scope's rows, in a fixed order
     ("ledger", "SELECT * FROM ledger WHERE scope_id = %s ORDER BY partition, ledger_sequence"),
@@ -43,6 +44,8 @@ class Runs:
     results: list[dict[str, Any]] = field(default_factory=list)
     base_rows: list[int] = field(default_factory=list)  # the base scope's ledger rows after each run
     after_end: dict[str, PamspecError] = field(default_factory=dict)
+    base_after: dict[str, Any] = field(default_factory=dict)  # the base object, read in its scope after run 1
+    eval_after: dict[str, Any] = field(default_factory=dict)  # the same object read through the evaluation scope
 
 
 async def script(client: MemoryClient, snapshot_id: str) -> dict[str, Any]:
@@ -56,7 +59,10 @@ async def script(client: MemoryClient, snapshot_id: str) -> dict[str, Any]:
                                  operation_id="op:script:4")
     rel = await client.relate(EVAL, a["object_id"], b["object_id"], "contradicts", ACTOR, PROV,
                               operation_id="op:script:5")
-    done.update(a=a, b=b, a2=a2, b2=b2, rel=rel)
+    done["forked_read"] = await client.read(EVAL, BASE_OBJECT)  # the snapshot's, through the evaluation scope
+    forked = await client.update(EVAL, BASE_OBJECT, done["forked_read"]["version_id"], {"statement": "changed in eval"},
+                                 ACTOR, PROV, operation_id="op:script:fork")
+    done.update(a=a, b=b, a2=a2, b2=b2, rel=rel, forked=forked)
     done["query"] = await client.query(EVAL, evaluation_run_id=RUN, lifecycle_states=["active", "deprecated"],
                                        validation_states=["unverified", "corroborated"])
     done["reads"] = [await client.read(EVAL, o) for o in (a["object_id"], b["object_id"], rel["relationship_id"])]
@@ -87,13 +93,15 @@ async def runs(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
     backup = tmp_path_factory.mktemp("evalruns") / "before"
     async with serving(env) as client:
         await client.create_scope(SCOPE)
-        await client.create(SCOPE, "claim", {"statement": "the base holds this"}, ACTOR, PROV)
+        await client.create(SCOPE, "claim", {"statement": "the base holds this"}, ACTOR, PROV, object_id=BASE_OBJECT)
         sealed = await client.snapshot_create(SCOPE, ACTOR, snapshot_id="snap:evalruns", evaluation_run_id=RUN,
                                               deterministic_clock=CLOCK, deterministic_rng_seed=20261204)
         cli_json(env, "backup", "--out", str(backup), "--quiet")
         found.results.append(await script(client, sealed["snapshot"]["snapshot_id"]))
         found.dumps.append(await dump(env))
         found.base_rows.append(await base_rows(env))
+        found.base_after = await client.read(SCOPE, BASE_OBJECT)
+        found.eval_after = await client.read(EVAL, BASE_OBJECT)
         for name, write in (
                 ("create", client.create(EVAL, "claim", {"statement": "late"}, ACTOR, PROV)),
                 ("end", client.eval_end(EVAL, ACTOR))):
@@ -111,7 +119,7 @@ async def runs(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
 
 def test_the_same_script_against_the_same_snapshot_twice_gives_the_same_evaluation_ledger(runs: Runs) -> None:
     one, two = runs.dumps
-    assert len(one["ledger"]) == 7 and len(one["versions"]) == 5 and len(one["run"]) == 1
+    assert len(one["ledger"]) == 8 and len(one["versions"]) == 6 and len(one["run"]) == 1
     assert repr(one).encode() == repr(two).encode()
 
 
@@ -138,10 +146,21 @@ def test_every_version_of_the_run_names_it_in_provenance_and_fits_the_official_s
 def test_a_query_by_evaluation_run_id_finds_the_runs_objects(runs: Runs) -> None:
     found = runs.results[0]["query"]
     ids = {item["envelope"]["object_id"] if "envelope" in item else item["object_id"] for item in found["items"]}
-    assert ids == {runs.results[0]["a"]["object_id"], runs.results[0]["b"]["object_id"]}
+    assert ids == {runs.results[0]["a"]["object_id"], runs.results[0]["b"]["object_id"], BASE_OBJECT}
 
 
 def test_after_eval_end_the_scope_takes_no_writes(runs: Runs) -> None:
     assert {name: exc.code for name, exc in runs.after_end.items()} == {
         "create": "invalid_state_transition", "end": "invalid_state_transition"}
     assert runs.after_end["create"].details["rule"] == "evaluation_run_ended"
+
+
+def test_the_evaluation_scope_reads_the_snapshots_objects_and_writes_them_in_its_own_scope_only(runs: Runs) -> None:
+    done = runs.results[0]
+    assert done["forked_read"]["scope_id"] == SCOPE  # not written by the run: the snapshot's version
+    assert done["forked_read"]["canonical_content"] == {"statement": "the base holds this"}
+    forked = done["forked"]["envelope"] if "envelope" in done["forked"] else done["forked"]
+    assert (forked["scope_id"], forked["sequence"]) == (EVAL, 1)  # copy on write: the run's first version of it
+    assert runs.eval_after["canonical_content"] == {"statement": "changed in eval"}
+    assert runs.base_after["canonical_content"] == {"statement": "the base holds this"}  # the base is untouched
+    assert runs.base_after["version_id"] == done["forked_read"]["version_id"]

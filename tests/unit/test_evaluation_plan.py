@@ -8,12 +8,12 @@ from typing import Any
 
 import msgspec
 
-from command_handler.core.evaluation import EvaluationRun
+from command_handler.core.evaluation import EvaluationRun, forked_head
 from command_handler.core.intake import Parsed, parse
 from command_handler.core.planner import Plan, PlanInputs, plan_batch
 from schemas.canonical import decode_json
 from schemas.errors import PamledgerError
-from tests.unit.test_plan_batch import ACTOR, PROV, REGISTRY, SCOPE, TAIL, codes, numbered_stamps
+from tests.unit.test_plan_batch import ACTOR, PROV, REGISTRY, SCOPE, TAIL, codes, loaded, numbered_stamps
 
 EVAL = "eval:run:1"
 DESCRIPTOR = {"snapshot_id": "snap:1", "scope_id": SCOPE, "sealed": True, "ledger_sequence_high_watermark": 40,
@@ -113,3 +113,19 @@ def test_eval_start_refuses_what_it_cannot_fork() -> None:
 
 def test_eval_end_outside_a_run_is_invalid_request() -> None:
     assert codes(plan([command("eval_end", SCOPE)])) == ["invalid_request"]
+
+
+def test_a_snapshot_object_written_in_the_run_becomes_its_version_one_in_the_evaluation_scope() -> None:
+    first = plan([start()])
+    run = msgspec.structs.replace(first.runs[EVAL], entries=1)
+    base = loaded("mem:base")[(SCOPE, "mem:base")]  # the snapshot's version: ver:old, sequence 1
+    heads = {(EVAL, "mem:base"): forked_head(base, run)}
+    update = command("update", object_id="mem:base", expected_version_id="ver:old",
+                     canonical_content={"statement": "changed"}, provenance=PROV)
+    result = plan_batch([update], PlanInputs(heads=heads, idempotency={}, scope_known={SCOPE, EVAL}.__contains__,
+                                             stamp=numbered_stamps(), tail=TAIL, registry=REGISTRY, runs={EVAL: run}))
+    assert codes(result) == [None]
+    version = result.batch.versions[0]
+    assert (version.scope_id, version.object_id, version.sequence) == (EVAL, "mem:base", 1)
+    assert decode_json(version.meta)["scope_id"] == EVAL
+    assert decode_json(result.batch.ledger[0].event)["payload"]["previous_version_id"] == "ver:old"

@@ -10,6 +10,7 @@ the global sequences and the hash chain are compared too, not only what the run 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ class Runs:
     results: list[dict[str, Any]] = field(default_factory=list)
     base_rows: list[int] = field(default_factory=list)  # the base scope's ledger rows after each run
     after_end: dict[str, PamspecError] = field(default_factory=dict)
+    cli: dict[str, dict[str, Any]] = field(default_factory=dict)  # pamledger snapshot create / eval start|end
     base_after: dict[str, Any] = field(default_factory=dict)  # the base object, read in its scope after run 1
     eval_after: dict[str, Any] = field(default_factory=dict)  # the same object read through the evaluation scope
 
@@ -114,6 +116,11 @@ async def runs(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
         found.results.append(await script(client, "snap:evalruns"))
         found.dumps.append(await dump(env))
         found.base_rows.append(await base_rows(env))
+        for name, args in (  # the CLI, in a thread: it talks to the service this event loop runs
+                ("seal", ("snapshot", "create", SCOPE, "--id", "snap:cli", "--evaluation-run-id", "run:cli",
+                          "--clock", "2026-07-17T00:00:00Z,1000", "--seed", "7")),
+                ("start", ("eval", "start", SCOPE, "snap:cli")), ("end", ("eval", "end", "eval:run:cli"))):
+            found.cli[name] = await asyncio.to_thread(cli_json, env, *args)
     yield found
 
 
@@ -164,3 +171,13 @@ def test_the_evaluation_scope_reads_the_snapshots_objects_and_writes_them_in_its
     assert runs.eval_after["canonical_content"] == {"statement": "changed in eval"}
     assert runs.base_after["canonical_content"] == {"statement": "the base holds this"}  # the base is untouched
     assert runs.base_after["version_id"] == done["forked_read"]["version_id"]
+
+
+def test_the_cli_seals_with_a_clock_and_seed_and_starts_and_ends_a_run_without_a_credential_where_auth_is_off(
+        runs: Runs) -> None:
+    sealed = runs.cli["seal"]
+    assert sealed["deterministic_clock"]["tick_ms"] == 1000 and sealed["deterministic_rng_seed"] == 7
+    run = runs.cli["start"]["evaluation_run"]
+    assert (run["scope_id"], run["run_id"], run["seed"], run["tick_ms"]) == ("eval:run:cli", "run:cli", 7, 1000)
+    assert runs.cli["start"]["credential"] is None
+    assert runs.cli["end"]["evaluation_run"]["ended"] is True and runs.cli["end"]["credential_revoked"] is False

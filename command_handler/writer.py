@@ -228,8 +228,8 @@ class Writer:
                 scope_ids.add(p.command.scope_id)
                 continue
             to_load.update(k for k in head_keys(p.command) if k not in self.heads)
-            if with_idempotency and p.idempotency_key and (p.scope_id, p.idempotency_key) not in self.idempotency:
-                idem_keys.add((p.scope_id, p.idempotency_key))
+            if with_idempotency and p.idempotency_key and (p.key_scope, p.idempotency_key) not in self.idempotency:
+                idem_keys.add((p.key_scope, p.idempotency_key))
             if p.scope_id not in self.scopes:
                 scope_ids.add(p.scope_id)
         for scope_id in await self.store.known_scopes(sorted(scope_ids)):
@@ -248,9 +248,9 @@ class Writer:
         idem = {}
         for p in parsed:
             if p.idempotency_key:
-                rec = self.idempotency.get((p.scope_id, p.idempotency_key))
+                rec = self.idempotency.get((p.key_scope, p.idempotency_key))
                 if rec is not None:
-                    idem[(p.scope_id, p.idempotency_key)] = rec
+                    idem[(p.key_scope, p.idempotency_key)] = rec
         digests = [h.content_digest for p in parsed if isinstance(p.command, (TransitionState, Redact, CorrectProvenance))
                    for h in [heads.get((p.scope_id, p.command.object_id))] if h and h.content_digest]
         restorable = await self.store.load_restorable(sorted(

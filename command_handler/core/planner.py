@@ -111,7 +111,7 @@ def refused_before_key_check(items: list[Parsed | PamledgerError], plan: Plan,
     check a writer that had not cached the record (after a restart, a takeover, an eviction, an erasure)
     would answer `version_conflict` where the original result is due."""
     return any(outcome.error is not None and isinstance(item, Parsed) and item.idempotency_key is not None
-               and not looked_up((item.scope_id, item.idempotency_key))
+               and not looked_up((item.key_scope, item.idempotency_key))
                for item, outcome in zip(items, plan.outcomes, strict=True))
 
 
@@ -241,7 +241,7 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
                                                ledger_sequence=first,
                                                descriptor=canonical_bytes(decision.result["snapshot"])))
         if item.idempotency_key is not None:
-            keys[(command.scope_id, item.idempotency_key)] = (item.request_digest, index)
+            keys[(item.key_scope, item.idempotency_key)] = (item.request_digest, index)
         content = decision.content
         if content is None and decision.head is not None and decision.head.content_digest is not None:
             content = contents.get(decision.head.content_digest)
@@ -353,7 +353,7 @@ def _idempotent(
 ) -> Outcome | None:
     if item.idempotency_key is None:
         return None
-    key = (item.scope_id, item.idempotency_key)
+    key = (item.key_scope, item.idempotency_key)
     earlier = keys.get(key)
     if earlier is not None:
         same_request(item, earlier[0])
@@ -391,8 +391,8 @@ def _add_rows(
     ))
     if head is None:  # an event-only entry: its record names no object or version, only its ledger row
         if item.idempotency_key is not None:
-            batch.idempotency.append(IdempotencyRow(  # keyed by the command's scope (eval_start: its base)
-                scope_id=item.scope_id, idempotency_key=item.idempotency_key, request_digest=item.request_digest,
+            batch.idempotency.append(IdempotencyRow(
+                scope_id=event.scope_id, idempotency_key=item.idempotency_key, request_digest=item.request_digest,
                 object_id=None, version_id=None, ledger_sequence=seq,
             ))
         return

@@ -121,6 +121,8 @@ async def runs(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
                           "--clock", "2026-07-17T00:00:00Z,1000", "--seed", "7")),
                 ("start", ("eval", "start", SCOPE, "snap:cli")), ("end", ("eval", "end", "eval:run:cli"))):
             found.cli[name] = await asyncio.to_thread(cli_json, env, *args)
+        verified = await asyncio.to_thread(run_cli, env, "verify")
+        found.cli["verify"] = json.loads(verified.stdout)
     yield found
 
 
@@ -181,3 +183,7 @@ def test_the_cli_seals_with_a_clock_and_seed_and_starts_and_ends_a_run_without_a
     assert (run["scope_id"], run["run_id"], run["seed"], run["tick_ms"]) == ("eval:run:cli", "run:cli", 7, 1000)
     assert runs.cli["start"]["credential"] is None
     assert runs.cli["end"]["evaluation_run"]["ended"] is True and runs.cli["end"]["credential_revoked"] is False
+
+
+def test_verify_passes_over_a_ledger_holding_evaluation_runs(runs: Runs) -> None:
+    assert runs.cli["verify"]["ok"] is True, runs.cli["verify"]

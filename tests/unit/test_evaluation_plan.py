@@ -129,3 +129,15 @@ def test_a_snapshot_object_written_in_the_run_becomes_its_version_one_in_the_eva
     assert (version.scope_id, version.object_id, version.sequence) == (EVAL, "mem:base", 1)
     assert decode_json(version.meta)["scope_id"] == EVAL
     assert decode_json(result.batch.ledger[0].event)["payload"]["previous_version_id"] == "ver:old"
+
+
+def test_an_eval_start_retried_with_its_key_is_the_same_start_and_its_record_is_kept_in_the_evaluation_scope() -> None:
+    body = {"scope_id": SCOPE, "actor": ACTOR, "snapshot_id": "snap:1", "evaluation_scope_id": EVAL}
+    keyed = parse("eval_start", msgspec.json.encode(body), {"Pam-Idempotency-Key": "k:1"}, 1 << 20)
+    result = plan([keyed, keyed])
+    assert codes(result) == [None, None] and result.outcomes[1].same_as == 0
+    assert [(r.scope_id, r.idempotency_key) for r in result.batch.idempotency] == [(EVAL, "k:1")]
+    again = plan_batch([keyed], PlanInputs(heads={}, idempotency=result.idempotency, scope_known={SCOPE, EVAL}.__contains__,
+                                           stamp=numbered_stamps(), tail=TAIL, registry=REGISTRY, runs=result.runs,
+                                           snapshots={"snap:1": DESCRIPTOR}))
+    assert codes(again) == [None] and again.outcomes[0].replay_of is not None

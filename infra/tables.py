@@ -64,7 +64,7 @@ TABLES: dict[str, Table] = {
     }),
     "evaluation_runs": Table("command_handler.store", {
         "command_handler.store_reads": _WRITER_READS["command_handler.store_reads"],
-        "query.evaluation": "reads through an evaluation scope find its run's snapshot (the fork)",
+        "query.evaluation": "reads through an evaluation scope (and its diff) find its run's snapshot (the fork)",
     }),
     "scopes": Table("command_handler.store", {
         "command_handler.store_reads": _WRITER_READS["command_handler.store_reads"],

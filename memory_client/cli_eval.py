@@ -1,4 +1,4 @@
-"""`pamledger eval start | end`: evaluation runs forked from a sealed snapshot (docs/protocol.md, eval_start).
+"""`pamledger eval start | end | diff`: evaluation runs forked from a sealed snapshot (docs/protocol.md, eval_start).
 
 `start` prints the run and, where auth is enforced, the run's credential (its token, shown once): hand it to
 the agent under evaluation. `end` closes the run and revokes that credential; the scope stays readable.
@@ -32,6 +32,13 @@ def add_eval_parser(sub: Any) -> None:
     end = calls.add_parser("end", help="close an evaluation run (its scope stays readable; its credential is revoked)")
     end.add_argument("evaluation_scope_id", type=pam_id, metavar="EVAL_SCOPE")
     add_actor_arguments(end)
+    diff = calls.add_parser("diff", help="what the evaluation scope changed against a sealed snapshot",
+                            description="Objects the run added, removed and changed (their versions and events) "
+                                        "against SNAPSHOT of the run's base scope; pages as `snapshot diff`.")
+    diff.add_argument("evaluation_scope_id", type=pam_id, metavar="EVAL_SCOPE")
+    diff.add_argument("snapshot_id", type=pam_id, metavar="SNAPSHOT")
+    diff.add_argument("--after", type=pam_id, dest="after_object_id", help="the page after this object id")
+    diff.add_argument("--limit", type=int, default=100, help="objects per page, 1 to 1000 (default: %(default)s)")
 
 
 def cmd_eval(settings: Settings, args: argparse.Namespace) -> int:
@@ -42,6 +49,8 @@ def cmd_eval(settings: Settings, args: argparse.Namespace) -> int:
 async def _call(settings: Settings, args: argparse.Namespace) -> Any:
     client = await connect(settings)
     try:
+        if args.eval_command == "diff":
+            return await client.eval_diff(args.evaluation_scope_id, args.snapshot_id, args.after_object_id, args.limit)
         actor = await actor_of(client, args)
         if args.eval_command == "start":
             return await start_run(client, args.scope_id, args.snapshot_id, actor, args.evaluation_scope_id,

@@ -215,6 +215,15 @@ class MemoryClient(ObjectCommands):
             body["after_object_id"] = after_object_id
         return await self.query_request("snapshot_diff", body, actor)
 
+    async def eval_diff(self, evaluation_scope_id: str, snapshot_id: str, after_object_id: str | None = None,
+                        limit: int = 100, actor: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What the evaluation scope holds now against sealed snapshot `snapshot_id` of its run's base scope
+        (typically the run's own): snapshot_diff's shape, `to` naming the evaluation scope and run."""
+        body: dict[str, Any] = {"scope_id": evaluation_scope_id, "from_snapshot_id": snapshot_id, "limit": limit}
+        if after_object_id is not None:
+            body["after_object_id"] = after_object_id
+        return await self.query_request("snapshot_diff", body, actor)
+
     async def query(self, scope_id: str, actor: dict[str, Any] | None = None, **filters: Any) -> dict[str, Any]:
         """Query the scope (filters as in docs/protocol.md). Sends the last ledger sequence this client
         wrote as `min_sequence` unless given, so a client always sees its own writes."""

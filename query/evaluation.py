@@ -18,13 +18,18 @@ from schemas.canonical import decode_json
 _RUN = "SELECT record FROM evaluation_runs WHERE scope_id = %s"
 
 
+async def run_of(conn: psycopg.AsyncConnection[Any], scope_id: str) -> dict[str, Any] | None:
+    """The evaluation run of `scope_id` (its record: run_id, snapshot_id, base_scope_id, ...), or None."""
+    cur = await conn.execute(_RUN, (scope_id,))
+    row = await cur.fetchone()
+    return decode_json(bytes(row[0])) if row is not None else None
+
+
 async def fork_of(conn: psycopg.AsyncConnection[Any], scope_id: str, object_id: str) -> tuple[str, Pinned] | None:
     """(base scope, its pinned snapshot) when `scope_id` is an evaluation scope whose snapshot holds the
     object, else None."""
-    cur = await conn.execute(_RUN, (scope_id,))
-    row = await cur.fetchone()
-    if row is None:
+    run = await run_of(conn, scope_id)
+    if run is None:
         return None
-    run = decode_json(bytes(row[0]))
     pin = await pinned(conn, run["base_scope_id"], run["snapshot_id"])
     return (run["base_scope_id"], pin) if pin.holds(object_id) else None

@@ -31,6 +31,7 @@ from query.reads import history, read_envelope, scope_events
 from query.related import relationship_refs, run_related
 from query.snapshot_diff import SnapshotDiffRequest, snapshot_diff
 from query.snapshots import SnapshotsRequest, pin_report, pinned, snapshots
+from query.eval_diff import evaluation_diff
 from query.evaluation import fork_of
 from query.hybrid import run_search
 from query.search import CheckpointWatcher, run_query
@@ -217,6 +218,8 @@ class QueryService:
                 return await snapshots(conn, request)
         if isinstance(request, SnapshotDiffRequest):
             async with self.pool.connection() as conn:
+                if request.to_snapshot_id is None:  # a snapshot against an evaluation scope
+                    return await evaluation_diff(conn, request)
                 return await snapshot_diff(conn, request)
         if isinstance(request, ReadRequest):
             async with self.pool.connection() as conn:

@@ -45,6 +45,7 @@ class Runs:
     results: list[dict[str, Any]] = field(default_factory=list)
     base_rows: list[int] = field(default_factory=list)  # the base scope's ledger rows after each run
     after_end: dict[str, PamspecError] = field(default_factory=dict)
+    diff: dict[str, Any] = field(default_factory=dict)  # the run's snapshot against the evaluation scope
     cli: dict[str, dict[str, Any]] = field(default_factory=dict)  # pamledger snapshot create / eval start|end
     base_after: dict[str, Any] = field(default_factory=dict)  # the base object, read in its scope after run 1
     eval_after: dict[str, Any] = field(default_factory=dict)  # the same object read through the evaluation scope
@@ -121,6 +122,8 @@ async def runs(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
                           "--clock", "2026-07-17T00:00:00Z,1000", "--seed", "7")),
                 ("start", ("eval", "start", SCOPE, "snap:cli")), ("end", ("eval", "end", "eval:run:cli"))):
             found.cli[name] = await asyncio.to_thread(cli_json, env, *args)
+        found.diff = await client.eval_diff(EVAL, "snap:evalruns")
+        found.cli["diff"] = await asyncio.to_thread(cli_json, env, "eval", "diff", EVAL, "snap:evalruns")
         verified = await asyncio.to_thread(run_cli, env, "verify")
         found.cli["verify"] = json.loads(verified.stdout)
     yield found
@@ -187,3 +190,16 @@ def test_the_cli_seals_with_a_clock_and_seed_and_starts_and_ends_a_run_without_a
 
 def test_verify_passes_over_a_ledger_holding_evaluation_runs(runs: Runs) -> None:
     assert runs.cli["verify"]["ok"] is True, runs.cli["verify"]
+
+
+def test_a_diff_of_the_runs_snapshot_with_the_evaluation_scope_shows_what_the_run_wrote(runs: Runs) -> None:
+    done, diff = runs.results[1], runs.diff
+    assert {i["object_id"] for i in diff["added"]} == {done["a"]["object_id"], done["b"]["object_id"],
+                                                       done["rel"]["relationship_id"]}
+    assert diff["removed"] == [] and [c["object_id"] for c in diff["changed"]] == [BASE_OBJECT]
+    changed = diff["changed"][0]
+    assert changed["from_version_id"] == done["forked_read"]["version_id"]
+    assert [v["scope_id"] for v in changed["versions"]] == [EVAL]  # only what the run wrote: A is its snapshot
+    assert [e["event"]["event_type"] for e in changed["events"]] == ["object_updated"]
+    assert diff["to"]["evaluation_run_id"] == RUN and diff["direction"] == "forward"
+    assert runs.cli["diff"] == diff

@@ -30,6 +30,7 @@ RUN = "run:twice"
 EVAL = f"eval:{RUN}"
 PROV = {"provenance_id": "prov:eval", "actor": ACTOR, "activity": "evaluation script"}
 BASE_OBJECT = "mem:evalruns-base"
+OTHER_BASE_OBJECT = "mem:evalruns-base-2"
 CLOCK = {"clock_ref": "clock:eval:twice", "start_at": "2026-07-17T00:00:00Z", "tick_ms": 250}
 _DUMPS = (  # every column of the evaluation scope's rows, in a fixed order
     ("ledger", "SELECT * FROM ledger WHERE scope_id = %s ORDER BY partition, ledger_sequence"),
@@ -65,7 +66,9 @@ async def script(client: MemoryClient, snapshot_id: str) -> dict[str, Any]:
     done["forked_read"] = await client.read(EVAL, BASE_OBJECT)  # the snapshot's, through the evaluation scope
     forked = await client.update(EVAL, BASE_OBJECT, done["forked_read"]["version_id"], {"statement": "changed in eval"},
                                  ACTOR, PROV, operation_id="op:script:fork")
-    done.update(a=a, b=b, a2=a2, b2=b2, rel=rel, forked=forked)
+    to_base = await client.relate(EVAL, a["object_id"], OTHER_BASE_OBJECT, "supports", ACTOR, PROV,
+                                  operation_id="op:script:relate-base")  # an endpoint the run never wrote
+    done.update(a=a, b=b, a2=a2, b2=b2, rel=rel, forked=forked, to_base=to_base)
     done["query"] = await client.query(EVAL, evaluation_run_id=RUN, lifecycle_states=["active", "deprecated"],
                                        validation_states=["unverified", "corroborated"])
     done["reads"] = [await client.read(EVAL, o) for o in (a["object_id"], b["object_id"], rel["relationship_id"])]
@@ -97,6 +100,7 @@ async def runs(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
     async with serving(env) as client:
         await client.create_scope(SCOPE)
         await client.create(SCOPE, "claim", {"statement": "the base holds this"}, ACTOR, PROV, object_id=BASE_OBJECT)
+        await client.create(SCOPE, "claim", {"statement": "and this"}, ACTOR, PROV, object_id=OTHER_BASE_OBJECT)
         sealed = await client.snapshot_create(SCOPE, ACTOR, snapshot_id="snap:evalruns", evaluation_run_id=RUN,
                                               deterministic_clock=CLOCK, deterministic_rng_seed=20261204)
         cli_json(env, "backup", "--out", str(backup), "--quiet")
@@ -131,7 +135,7 @@ async def runs(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
 
 def test_the_same_script_against_the_same_snapshot_twice_gives_the_same_evaluation_ledger(runs: Runs) -> None:
     one, two = runs.dumps
-    assert len(one["ledger"]) == 8 and len(one["versions"]) == 6 and len(one["run"]) == 1
+    assert len(one["ledger"]) == 9 and len(one["versions"]) == 7 and len(one["run"]) == 1
     assert repr(one).encode() == repr(two).encode()
 
 
@@ -143,7 +147,7 @@ def test_the_runs_times_come_from_its_clock_one_tick_per_entry(runs: Runs) -> No
 def test_every_entry_of_the_run_names_it_and_the_base_scope_is_untouched(runs: Runs) -> None:
     for row in runs.dumps[0]["ledger"]:
         assert json.loads(bytes(row[9]))["payload"]["evaluation_run_id"] == RUN
-    assert runs.base_rows[0] == runs.base_rows[1] == 2  # its create, the seal, nothing of the run
+    assert runs.base_rows[0] == runs.base_rows[1] == 3  # its creates, the seal, nothing of the run
 
 
 def test_every_version_of_the_run_names_it_in_provenance_and_fits_the_official_schemas(runs: Runs) -> None:
@@ -195,7 +199,7 @@ def test_verify_passes_over_a_ledger_holding_evaluation_runs(runs: Runs) -> None
 def test_a_diff_of_the_runs_snapshot_with_the_evaluation_scope_shows_what_the_run_wrote(runs: Runs) -> None:
     done, diff = runs.results[1], runs.diff
     assert {i["object_id"] for i in diff["added"]} == {done["a"]["object_id"], done["b"]["object_id"],
-                                                       done["rel"]["relationship_id"]}
+                                                       done["rel"]["relationship_id"], done["to_base"]["relationship_id"]}
     assert diff["removed"] == [] and [c["object_id"] for c in diff["changed"]] == [BASE_OBJECT]
     changed = diff["changed"][0]
     assert changed["from_version_id"] == done["forked_read"]["version_id"]
@@ -203,3 +207,18 @@ def test_a_diff_of_the_runs_snapshot_with_the_evaluation_scope_shows_what_the_ru
     assert [e["event"]["event_type"] for e in changed["events"]] == ["object_updated"]
     assert diff["to"]["evaluation_run_id"] == RUN and diff["direction"] == "forward"
     assert runs.cli["diff"] == diff
+
+
+async def test_the_runs_clock_continues_across_a_writer_restart(env: Env, runs: Runs) -> None:
+    """The entry count a command's time and ids come from is the ledger's, not the writer's memory."""
+    times = []
+    async with serving(env) as client:
+        await client.snapshot_create(SCOPE, ACTOR, snapshot_id="snap:restart", evaluation_run_id="run:restart",
+                                     deterministic_clock=CLOCK, deterministic_rng_seed=1)
+        await client.eval_start(SCOPE, "snap:restart", ACTOR)
+        times.append((await client.create("eval:run:restart", "claim", {"statement": "one"}, ACTOR,
+                                          PROV))["envelope"]["committed_at"])
+    async with serving(env) as client:
+        times.append((await client.create("eval:run:restart", "claim", {"statement": "two"}, ACTOR,
+                                          PROV))["envelope"]["committed_at"])
+    assert times == ["2026-07-17T00:00:00.250000Z", "2026-07-17T00:00:00.500000Z"]

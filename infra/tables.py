@@ -63,7 +63,7 @@ TABLES: dict[str, Table] = {
         **_WRITER_READS, "query.snapshots": "reads at a snapshot, and list/show, find its sealed descriptor by id",
     }),
     "evaluation_runs": Table("command_handler.store", {
-        "command_handler.store_reads": _WRITER_READS["command_handler.store_reads"],
+        **_WRITER_READS,
         "query.evaluation": "reads through an evaluation scope (and its diff) find its run's snapshot (the fork)",
     }),
     "scopes": Table("command_handler.store", {

@@ -222,3 +222,14 @@ async def test_the_runs_clock_continues_across_a_writer_restart(env: Env, runs: 
         times.append((await client.create("eval:run:restart", "claim", {"statement": "two"}, ACTOR,
                                           PROV))["envelope"]["committed_at"])
     assert times == ["2026-07-17T00:00:00.250000Z", "2026-07-17T00:00:00.500000Z"]
+
+
+async def test_verify_names_a_run_row_its_ledger_entry_does_not_account_for(env: Env, runs: Runs) -> None:
+    async with await psycopg.AsyncConnection.connect(env.database_url, autocommit=True) as conn:
+        await conn.execute("UPDATE evaluation_runs SET evaluation_run_id = 'run:forged' WHERE scope_id = %s", (EVAL,))
+        try:
+            done = await asyncio.to_thread(run_cli, env, "verify")
+        finally:
+            await conn.execute("UPDATE evaluation_runs SET evaluation_run_id = %s WHERE scope_id = %s", (RUN, EVAL))
+    found = json.loads(done.stdout)
+    assert done.returncode != 0 and found["check"] == "evaluation_runs.started_entry", found

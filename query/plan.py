@@ -50,6 +50,17 @@ _TEMPORAL_SOURCE = """(
 )"""
 
 
+_COLUMNS = ("object_id, version_id, ledger_sequence, content_digest, meta, object_type, schema_id, lifecycle_state,"
+            " availability_state, retention_state, validation_state, actor_id, provenance_id, observed_at, asserted_at,"
+            " valid_from, valid_until, committed_at, recorded_at, search")
+# An evaluation scope as it reads (query.evaluation): its own current objects, then its run's snapshot's (base
+# scope at the watermark, members only) that it has not written, filed under the evaluation scope.
+_FORK_SOURCE = ("(SELECT scope_id, " + _COLUMNS + " FROM current_objects WHERE scope_id = %s UNION ALL"
+                " SELECT %s::text AS scope_id, " + ", ".join("t." + c.strip() for c in _COLUMNS.split(",")) +
+                " FROM {temporal} t WHERE (%s::text[] IS NULL OR t.object_id = ANY(%s::text[]))"
+                " AND NOT EXISTS (SELECT 1 FROM current_objects e WHERE e.scope_id = %s AND e.object_id = t.object_id))")
+
+
 def sort_key(request: QueryRequest) -> tuple[list[tuple[str, str, str]], str]:
     """[(order expression, selected expression, cursor parameter)] of the sort key, and the direction.
 
@@ -90,13 +101,19 @@ def _quality_key(signal: str, direction: str) -> list[tuple[str, str, str]]:
 
 
 def build(request: QueryRequest, after: list[Any] | None, as_of: int | None,
-          members: list[str] | None = None) -> tuple[sql.Composed, list[Any]]:
+          members: list[str] | None = None, fork: tuple[str, int, list[str] | None] | None = None
+          ) -> tuple[sql.Composed, list[Any]]:
     """The SELECT for one page: rows of (meta, content, sort key values…); `members`: only these objects (a
-    snapshot's named members)."""
+    snapshot's named members); `fork`: the request's scope is an evaluation scope forked from (base scope,
+    watermark, members): the snapshot's objects it has not written are read too (live reads only)."""
     params: list[Any] = []
-    if as_of is not None:
+    if fork is not None and as_of is None:
+        temporal = _TEMPORAL_SOURCE.format(search=SEARCH_EXPRESSION if request.text else "NULL::tsvector")
+        source: sql.Composable = sql.SQL(_FORK_SOURCE.format(temporal=temporal))
+        params += [request.scope_id, request.scope_id, fork[0], fork[1], fork[2], fork[2], request.scope_id]
+    elif as_of is not None:
         search = SEARCH_EXPRESSION if request.text else "NULL::tsvector"
-        source: sql.Composable = sql.SQL(_TEMPORAL_SOURCE.format(search=search))
+        source = sql.SQL(_TEMPORAL_SOURCE.format(search=search))
         params += [request.scope_id, as_of]
     else:
         source = sql.SQL("current_objects")

@@ -74,7 +74,7 @@ class CheckpointWatcher:
 
 
 async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, request: QueryRequest,
-                    partition: int) -> bytes:
+                    partition: int, fork: tuple[str, int, list[str] | None] | None = None) -> bytes:
     after, pinned = decode_cursor(request)
     as_of = request.as_of_sequence if request.as_of_sequence is not None else pinned
     pin: Pinned | None = None
@@ -85,7 +85,7 @@ async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, 
     reached = True
     if request.min_sequence is not None and as_of is None and watcher.sequence < request.min_sequence:
         reached = await watcher.wait_for(request.min_sequence, request.wait_ms / 1000)
-    statement, params = build(request, after, as_of, pin.members if pin is not None else None)
+    statement, params = build(request, after, as_of, pin.members if pin is not None else None, fork)
     async with pool.connection() as conn:
         # One snapshot for the scope check, the checkpoint and the rows (and, at an evaluation snapshot, the
         # count of its erased versions); pipelined, so the whole transaction costs one round trip. Rows of an

@@ -32,7 +32,7 @@ from query.related import relationship_refs, run_related
 from query.snapshot_diff import SnapshotDiffRequest, snapshot_diff
 from query.snapshots import SnapshotsRequest, pin_report, pinned, snapshots
 from query.eval_diff import evaluation_diff
-from query.evaluation import fork_of
+from query.evaluation import Forks, fork_of
 from query.hybrid import run_search
 from query.search import CheckpointWatcher, run_query
 from schemas.queries import RelatedRequest, decode_query, decode_related, decode_request
@@ -104,6 +104,7 @@ class QueryService:
         self.partition = partition
         self.settings = settings
         self.pool = pool
+        self.forks = Forks()  # which scopes are evaluation scopes (query.evaluation)
         self.prefix = prefix
         self.watcher = watcher
         self.index_watcher = index_watcher or CheckpointWatcher(INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL)
@@ -258,7 +259,10 @@ class QueryService:
             return await run_search(self.pool, self.watcher, self.index_watcher, request, self.settings)
         if isinstance(request, RelatedRequest):
             return await run_related(self.pool, self.watcher, request, lambda scope: self._may_read(context, scope))
-        return await run_query(self.pool, self.watcher, request, self.partition)
+        source = None
+        if request.snapshot_id is None and request.as_of_sequence is None:  # an evaluation scope reads its fork
+            source = await self.forks.of(self.pool, request.scope_id)
+        return await run_query(self.pool, self.watcher, request, self.partition, source)
 
     async def _at_snapshot(self, request: ReadRequest | HistoryRequest) -> bytes:
         """Read or history as a sealed snapshot holds the object: at its watermark, members only."""

@@ -71,6 +71,8 @@ async def script(client: MemoryClient, snapshot_id: str) -> dict[str, Any]:
     done.update(a=a, b=b, a2=a2, b2=b2, rel=rel, forked=forked, to_base=to_base)
     done["query"] = await client.query(EVAL, evaluation_run_id=RUN, lifecycle_states=["active", "deprecated"],
                                        validation_states=["unverified", "corroborated"])
+    done["query_all"] = await client.query(EVAL, lifecycle_states=["active", "deprecated"],
+                                           validation_states=["unverified", "corroborated"])
     done["reads"] = [await client.read(EVAL, o) for o in (a["object_id"], b["object_id"], rel["relationship_id"])]
     done["end"] = await client.eval_end(EVAL, ACTOR, operation_id="op:script:6")
     return done
@@ -233,3 +235,12 @@ async def test_verify_names_a_run_row_its_ledger_entry_does_not_account_for(env:
             await conn.execute("UPDATE evaluation_runs SET evaluation_run_id = %s WHERE scope_id = %s", (RUN, EVAL))
     found = json.loads(done.stdout)
     assert done.returncode != 0 and found["check"] == "evaluation_runs.started_entry", found
+
+
+def test_a_query_in_the_evaluation_scope_sees_the_snapshots_objects_it_has_not_written(runs: Runs) -> None:
+    done = runs.results[0]
+    found = {item["envelope"]["object_id"]: item["envelope"] for item in done["query_all"]["items"]}
+    assert set(found) == {done["a"]["object_id"], done["b"]["object_id"], BASE_OBJECT, OTHER_BASE_OBJECT}
+    assert found[OTHER_BASE_OBJECT]["scope_id"] == SCOPE  # the snapshot's, never written by the run
+    assert (found[BASE_OBJECT]["scope_id"], found[BASE_OBJECT]["canonical_content"]) == (
+        EVAL, {"statement": "changed in eval"})  # the run's own version hides the snapshot's

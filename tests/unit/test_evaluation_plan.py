@@ -141,3 +141,19 @@ def test_an_eval_start_retried_with_its_key_is_the_same_start_and_its_record_is_
                                            stamp=numbered_stamps(), tail=TAIL, registry=REGISTRY, runs=result.runs,
                                            snapshots={"snap:1": DESCRIPTOR}))
     assert codes(again) == [None] and again.outcomes[0].replay_of is not None
+
+
+def test_another_seed_gives_other_ids_and_no_seed_or_clock_leaves_the_systems() -> None:
+    script: list[Parsed | PamledgerError] = [start(), create("mem:a")]
+    seeded = plan(script)
+    other = plan_batch(script, PlanInputs(heads={}, idempotency={}, scope_known={SCOPE}.__contains__,
+                                          stamp=numbered_stamps(), tail=TAIL, registry=REGISTRY,
+                                          snapshots={"snap:1": {**DESCRIPTOR, "deterministic_rng_seed": 43}}))
+    assert [r.event_id for r in seeded.batch.ledger] != [r.event_id for r in other.batch.ledger]
+    undeclared = {k: v for k, v in DESCRIPTOR.items() if k not in ("deterministic_rng_seed", "deterministic_clock")}
+    plain = plan_batch(script, PlanInputs(heads={}, idempotency={}, scope_known={SCOPE}.__contains__,
+                                          stamp=numbered_stamps(), tail=TAIL, registry=REGISTRY,
+                                          snapshots={"snap:1": undeclared}))
+    assert [r.event_id for r in plain.batch.ledger] == ["evt:1", "evt:2"]  # the system's stamps
+    assert {decode_json(r.event)["recorded_at"] for r in plain.batch.ledger} == {"2026-11-29T12:00:00Z"}
+    assert all(decode_json(r.event)["payload"]["evaluation_run_id"] == "run:1" for r in plain.batch.ledger)

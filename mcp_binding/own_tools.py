@@ -83,6 +83,30 @@ PAMLEDGER_TOOLS: tuple[ToolSpec, ...] = (
              "idempotency_key": _STRING,
              "operation_id": _STRING,
          }),
+    tool("pamledger.eval_start",
+         "Open an evaluation run (PAMSPEC-Evaluation) forked from a sealed snapshot of scope_id into a new "
+         "evaluation scope: reads there see the snapshot's objects, writes land there only, with the snapshot's "
+         "deterministic clock and seed, and every version names the run (provenance evidence_refs "
+         "evaluation_run:<id>). No credential is made here (the administrator's `pamledger eval start` does).",
+         required=["scope_id", "snapshot_id", "evaluation_scope_id"],
+         properties={
+             "scope_id": {"type": "string", "description": "the snapshot's scope"},
+             "snapshot_id": _STRING,
+             "evaluation_scope_id": {"type": "string", "description": "the new scope the run writes into"},
+             "evaluation_run_id": {"type": "string", "description": "default: the snapshot's"},
+             "actor": _ACTOR,
+             "idempotency_key": _STRING,
+             "operation_id": _STRING,
+         }),
+    tool("pamledger.eval_end",
+         "Close the evaluation run of an evaluation scope: it stays readable and takes no more writes.",
+         required=["scope_id"],
+         properties={
+             "scope_id": {"type": "string", "description": "the evaluation scope"},
+             "actor": _ACTOR,
+             "idempotency_key": _STRING,
+             "operation_id": _STRING,
+         }),
     tool("pamledger.create_scope",
          "Register a Memory Scope (creating one that exists is a no-op).",
          required=["scope_id"],

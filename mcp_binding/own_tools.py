@@ -49,13 +49,14 @@ PAMLEDGER_TOOLS: tuple[ToolSpec, ...] = (
     tool("pamledger.snapshot_diff",
          "Compare two sealed snapshots of one scope: objects added (in B only), removed (in A only) and changed "
          "(both, at other versions: their versions and events between the watermarks, as inspect_history shows "
-         "them). One page in object id order; while `truncated`, pass `after_object_id` back.",
-         required=["scope_id", "from_snapshot_id", "to_snapshot_id"],
+         "them). One page in object id order; while `truncated`, pass `after_object_id` back. On an evaluation "
+         "scope without to_snapshot_id: snapshot A of its base against the scope as the run left it.",
+         required=["scope_id", "from_snapshot_id"],
          properties={
              "operation_id": _STRING,
              "scope_id": _STRING,
              "from_snapshot_id": {"type": "string", "description": "snapshot A"},
-             "to_snapshot_id": {"type": "string", "description": "snapshot B"},
+             "to_snapshot_id": {"type": "string", "description": "snapshot B (absent: the evaluation scope)"},
              "after_object_id": _STRING,
              "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
          }),

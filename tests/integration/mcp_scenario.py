@@ -110,6 +110,9 @@ async def snapshots(session: mcp.ClientSession, scope: str) -> None:
     forked = await call(session, "pamspec.read", {"scope_id": f"{scope}-eval", "object_id": first["object_id"]})
     assert "before the snapshot" in str(forked)  # the snapshot's version, read through the evaluation scope
     assert (await call(session, "pamledger.eval_end", {"scope_id": f"{scope}-eval"}))["evaluation_run"]["ended"]
+    compared = await call(session, "pamledger.snapshot_diff", {"scope_id": f"{scope}-eval",
+                                                                "from_snapshot_id": "snap:mcp-1"})
+    assert compared["to"]["evaluation_run_id"] == f"run:{scope}" and compared["changed"] == []  # it wrote nothing
 
 
 async def object_model(session: mcp.ClientSession, scope: str, first: dict[str, Any]) -> None:

@@ -129,6 +129,10 @@ async def runs(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
                 ("start", ("eval", "start", SCOPE, "snap:cli")), ("end", ("eval", "end", "eval:run:cli"))):
             found.cli[name] = await asyncio.to_thread(cli_json, env, *args)
         found.diff = await client.eval_diff(EVAL, "snap:evalruns")
+        try:
+            await client.eval_diff(SCOPE, "snap:evalruns")  # the base holds no run: a second snapshot is needed
+        except PamspecError as exc:
+            found.after_end["diff_outside_a_run"] = exc
         found.cli["diff"] = await asyncio.to_thread(cli_json, env, "eval", "diff", EVAL, "snap:evalruns")
         verified = await asyncio.to_thread(run_cli, env, "verify")
         found.cli["verify"] = json.loads(verified.stdout)
@@ -169,7 +173,8 @@ def test_a_query_by_evaluation_run_id_finds_the_runs_objects(runs: Runs) -> None
 
 def test_after_eval_end_the_scope_takes_no_writes(runs: Runs) -> None:
     assert {name: exc.code for name, exc in runs.after_end.items()} == {
-        "create": "invalid_state_transition", "end": "invalid_state_transition"}
+        "create": "invalid_state_transition", "end": "invalid_state_transition",
+        "diff_outside_a_run": "invalid_request"}
     assert runs.after_end["create"].details["rule"] == "evaluation_run_ended"
 
 

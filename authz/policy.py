@@ -51,6 +51,8 @@ REQUEST_OPERATIONS: Mapping[str, str] = {
     "query.export": "read",  # and inspect_history (ALSO_NEEDS): a scope's whole memory and its ledger
     "cmd.import_entries": "create",  # and administering the service (authorize)
     "cmd.snapshot_create": "read",  # sealing a snapshot writes no memory: it pins what the caller may read
+    "cmd.eval_start": "read",  # forks a snapshot of a scope the caller may read into a new evaluation scope
+    "cmd.eval_end": "create",  # on the evaluation scope: whoever may write there may close the run
     "query.snapshots": "read",  # a scope's sealed snapshots (list) or one of them (show)
     "query.snapshot_diff": "read",  # and inspect_history (ALSO_NEEDS): two snapshots' versions and ledger events
     "sub.open": "subscribe", "sub.poll": "subscribe", "sub.ack": "subscribe", "sub.resume": "subscribe",

@@ -18,7 +18,7 @@ from command_handler.core.chain import GENESIS_HASH
 from command_handler.core.state import ObjectHead
 from schemas.embedding import HandedVector
 from command_handler.core.batch import (
-    Batch, ContentRow, SnapshotRow, VersionRow, forgotten, kept_content, last_erasures, tail_problem,
+    Batch, ContentRow, RunRow, SnapshotRow, VersionRow, forgotten, kept_content, last_erasures, tail_problem,
 )
 from infra.ledger import IdempotencyRow, LedgerRow
 from schemas.canonical import decode_json
@@ -35,6 +35,8 @@ CONTENT_DIGEST = "content_store_pkey"
 IDEMPOTENCY_KEY = "idempotency_records_pkey"
 DELEGATION_ID = "delegations_pkey"
 SNAPSHOT_ID = "evaluation_snapshots_pkey"
+RUN_SCOPE = "evaluation_runs_pkey"
+RUN_ID = "evaluation_runs_evaluation_run_id_key"
 POSITIVE_LEDGER_SEQUENCE = "ledger_ledger_sequence_check"
 POSITIVE_SEQUENCE = "memory_versions_sequence_check"
 VERSION_OR_ENTRY = "idempotency_records_version_or_entry"
@@ -73,6 +75,7 @@ class InMemoryLedgerStore:
             SYSTEM_SCOPE: ScopeRow(scope_id=SYSTEM_SCOPE, scope_kind="system", parent_scope_id=None, policy=None)}
         self.delegations: dict[str, DelegationState] = {}
         self.snapshots: dict[str, SnapshotRow] = {}
+        self.runs: dict[str, RunRow] = {}  # evaluation runs by their scope
         self.handoff: list[HandedVector] = []  # vectors imports handed to the indexer (no indexer here)
         self._event_ids: set[str] = set()
         self._version_ids: set[str] = set()
@@ -99,6 +102,18 @@ class InMemoryLedgerStore:
                                         content_digest=row.content_digest)
         return heads
 
+    async def load_heads_at(self, scope_id: str, object_ids: list[str], at: int) -> dict[str, ObjectHead]:
+        found = {}
+        for object_id in object_ids:
+            rows = [self.versions[(scope_id, object_id, n)] for n in self._sequences.get((scope_id, object_id), [])]
+            rows = [r for r in rows if r.ledger_sequence <= at]
+            if rows:
+                row = rows[-1]
+                found[object_id] = ObjectHead(scope_id=scope_id, object_id=object_id, version_id=row.version_id,
+                                              sequence=row.sequence, meta=decode_json(row.meta),
+                                              content_digest=row.content_digest)
+        return found
+
     async def load_idempotency(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], IdempotencyRow]:
         return {key: self.idempotency[key] for key in keys if key in self.idempotency}
 
@@ -110,6 +125,13 @@ class InMemoryLedgerStore:
 
     async def sealed_snapshots(self, snapshot_ids: list[str]) -> set[str]:
         return {i for i in snapshot_ids if i in self.snapshots}
+
+    async def snapshot_descriptors(self, snapshot_ids: list[str]) -> dict[str, dict[str, Any]]:
+        return {i: decode_json(self.snapshots[i].descriptor) for i in snapshot_ids if i in self.snapshots}
+
+    async def evaluation_runs(self) -> list[tuple[dict[str, Any], int, bool]]:
+        return [(decode_json(r.record), sum(1 for row in self.ledger.values() if row.scope_id == r.scope_id),
+                 r.ended_sequence is not None) for r in sorted(self.runs.values(), key=lambda r: r.started_sequence)]
 
     async def load_restorable(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
         """Per object, the digest of its newest version that was available with content still stored."""
@@ -174,6 +196,8 @@ class InMemoryLedgerStore:
         _unique(IDEMPOTENCY_KEY, self.idempotency, ((r.scope_id, r.idempotency_key) for r in batch.idempotency))
         _unique(DELEGATION_ID, set(), (d.delegation_id for d in batch.delegations))  # twice in one batch
         _unique(SNAPSHOT_ID, self.snapshots, (r.snapshot_id for r in batch.snapshots))
+        _unique(RUN_SCOPE, self.runs, (r.scope_id for r in batch.runs))
+        _unique(RUN_ID, {r.evaluation_run_id for r in self.runs.values()}, (r.evaluation_run_id for r in batch.runs))
         _holds(POSITIVE_LEDGER_SEQUENCE, all(r.ledger_sequence >= 1 for r in batch.ledger))
         _holds(POSITIVE_SEQUENCE, all(v.sequence >= 1 for v in batch.versions))
         _holds(VERSION_OR_ENTRY, all((r.object_id is None) == (r.version_id is None) for r in batch.idempotency))
@@ -196,6 +220,9 @@ class InMemoryLedgerStore:
         self.content.update((c.content_digest, c) for c in content)
         self.idempotency.update(((r.scope_id, r.idempotency_key), r) for r in batch.idempotency)
         self.snapshots.update((r.snapshot_id, r) for r in batch.snapshots)
+        self.runs.update((r.scope_id, r) for r in batch.runs)
+        for scope_id, sequence in batch.ended_runs:
+            self.runs[scope_id] = msgspec.structs.replace(self.runs[scope_id], ended_sequence=sequence)
         for state in batch.delegations:
             known = self.delegations.get(state.delegation_id)  # a known delegation changes its uses and revoked only
             self.delegations[state.delegation_id] = _copied(state) if known is None else msgspec.structs.replace(

@@ -71,6 +71,14 @@ _APPEND_PARTS = {
   SELECT s.snapshot_id, s.scope_id, s.ledger_sequence, decode(s.descriptor, 'base64')
   FROM json_to_recordset(%(snapshots)s::json)
        AS s(snapshot_id text, scope_id text, ledger_sequence bigint, descriptor text))""",
+    "runs": """started_runs AS (
+  INSERT INTO evaluation_runs (scope_id, evaluation_run_id, started_sequence, record, ended_sequence)
+  SELECT r.scope_id, r.evaluation_run_id, r.started_sequence, decode(r.record, 'base64'), r.ended_sequence
+  FROM json_to_recordset(%(runs)s::json)
+       AS r(scope_id text, evaluation_run_id text, started_sequence bigint, record text, ended_sequence bigint))""",
+    "ended_runs": """ended_runs AS (
+  UPDATE evaluation_runs r SET ended_sequence = e.seq
+  FROM json_to_recordset(%(ended_runs)s::json) AS e(scope_id text, seq bigint) WHERE r.scope_id = e.scope_id)""",
     "erase": """erased AS (
   DELETE FROM content_store c USING json_to_recordset(%(erase)s::json)
                                     AS k(scope_id text, object_id text, keep text, seq bigint)
@@ -144,7 +152,8 @@ class PostgresLedgerStore(LedgerReads):
             "ledger": batch.ledger, "versions": batch.versions, "content": content,
             "idempotency": batch.idempotency,
             "erase": [{"scope_id": e[0], "object_id": e[1], "keep": e[2], "seq": e[3]} for e in batch.erase],
-            "delegations": batch.delegations, "snapshots": batch.snapshots,
+            "delegations": batch.delegations, "snapshots": batch.snapshots, "runs": batch.runs,
+            "ended_runs": [{"scope_id": e[0], "seq": e[1]} for e in batch.ended_runs],
         }
         params: dict[str, Any] = {part: _batch_json.encode(rows[part]).decode() for part in parts if rows[part]}
         if not params:
@@ -172,7 +181,7 @@ class PostgresLedgerStore(LedgerReads):
                           " version_id, ledger_sequence)",
                           [(i.scope_id, i.idempotency_key, i.request_digest, i.object_id, i.version_id,
                             i.ledger_sequence) for i in batch.idempotency])
-        await self._append_parts(batch, content, ("erase", "delegations", "snapshots"))
+        await self._append_parts(batch, content, ("erase", "delegations", "snapshots", "runs", "ended_runs"))
 
     @staticmethod
     async def _copy(cur: psycopg.AsyncCursor[Any], target: str, rows: list[tuple[Any, ...]]) -> None:

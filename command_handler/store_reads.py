@@ -40,6 +40,18 @@ class LedgerReads:
             )
         return heads
 
+    async def load_heads_at(self, scope_id: str, object_ids: list[str], at: int) -> dict[str, ObjectHead]:
+        """Each object's newest version in `scope_id` at or before ledger sequence `at` (an evaluation run's
+        fork: the snapshot's version of an object the run has not written)."""
+        if not object_ids:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT DISTINCT ON (object_id) object_id, version_id, sequence, meta, content_digest FROM memory_versions"
+            " WHERE scope_id = %s AND object_id = ANY(%s) AND ledger_sequence <= %s ORDER BY object_id, sequence DESC",
+            (scope_id, object_ids, at))
+        return {r[0]: ObjectHead(scope_id=scope_id, object_id=r[0], version_id=r[1], sequence=r[2],
+                                 meta=decode_json(bytes(r[3])), content_digest=r[4]) for r in await cur.fetchall()}
+
     async def load_idempotency(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], IdempotencyRow]:
         if not keys:
             return {}
@@ -80,6 +92,21 @@ class LedgerReads:
         cur = await self.conn.execute("SELECT snapshot_id FROM evaluation_snapshots WHERE snapshot_id = ANY(%s)",
                                       (snapshot_ids,))
         return {r[0] for r in await cur.fetchall()}
+
+    async def snapshot_descriptors(self, snapshot_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The sealed descriptors of these snapshot ids (those sealed), for eval_start."""
+        if not snapshot_ids:
+            return {}
+        cur = await self.conn.execute(
+            "SELECT snapshot_id, descriptor FROM evaluation_snapshots WHERE snapshot_id = ANY(%s)", (snapshot_ids,))
+        return {r[0]: msgspec.json.decode(bytes(r[1])) for r in await cur.fetchall()}
+
+    async def evaluation_runs(self) -> list[tuple[dict[str, Any], int, bool]]:
+        """Every evaluation run: its record, its scope's ledger entries, whether it ended."""
+        cur = await self.conn.execute(
+            "SELECT r.record, (SELECT count(*) FROM ledger l WHERE l.scope_id = r.scope_id AND l.partition = %s),"
+            " r.ended_sequence IS NOT NULL FROM evaluation_runs r ORDER BY r.started_sequence", (self.partition,))
+        return [(msgspec.json.decode(bytes(r[0])), int(r[1]), bool(r[2])) for r in await cur.fetchall()]
 
     async def load_restorable(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
         """Per object, the digest of its newest version that was available with content, where content storage

@@ -117,6 +117,33 @@ _SNAPSHOT_CHECKS = (
      " WHERE NOT EXISTS (SELECT 1 FROM evaluation_snapshots s WHERE s.ledger_sequence = e.ledger_sequence)"
      " ORDER BY e.ledger_sequence LIMIT 1", "it is sealed in the ledger but has no row"),
 )
+# Each evaluation run's row is its evaluation_started entry (scope, run id, the record's snapshot, base and
+# watermark) and, once ended, its evaluation_ended entry; every evaluation_started entry has its row.
+_RUN_ENTRIES = """(SELECT l.ledger_sequence, l.scope_id, convert_from(l.event, 'UTF8')::jsonb -> 'payload' AS p
+   FROM ledger l WHERE l.partition = %(p)s AND l.event_type = 'index_rebuilt'
+   AND convert_from(l.event, 'UTF8')::jsonb #>> '{payload,action}' = '{action}')"""
+_RUN_CHECKS = (
+    ("evaluation_runs.started_entry",
+     "SELECT r.started_sequence, r.evaluation_run_id FROM evaluation_runs r LEFT JOIN "
+     + _RUN_ENTRIES.replace("{action}", "evaluation_started") + " e ON e.ledger_sequence = r.started_sequence"
+     " CROSS JOIN LATERAL (SELECT convert_from(r.record, 'UTF8')::jsonb AS rec) x"
+     " WHERE e.p IS NULL OR e.scope_id <> r.scope_id OR e.p ->> 'evaluation_run_id' <> r.evaluation_run_id"
+     " OR x.rec ->> 'run_id' <> r.evaluation_run_id OR x.rec ->> 'scope_id' <> r.scope_id"
+     " OR x.rec ->> 'snapshot_id' <> e.p ->> 'snapshot_id' OR x.rec ->> 'base_scope_id' <> e.p ->> 'base_scope_id'"
+     " OR (x.rec ->> 'watermark')::bigint <> (e.p ->> 'ledger_sequence_high_watermark')::bigint"
+     " ORDER BY r.started_sequence LIMIT 1", "its row is not its evaluation_started entry"),
+    ("evaluation_runs.ended_entry",
+     "SELECT coalesce(r.ended_sequence, e.ledger_sequence), r.evaluation_run_id FROM evaluation_runs r FULL JOIN "
+     + _RUN_ENTRIES.replace("{action}", "evaluation_ended") + " e ON e.ledger_sequence = r.ended_sequence"
+     " WHERE (r.ended_sequence IS NOT NULL OR e.ledger_sequence IS NOT NULL)"
+     " AND (r.scope_id IS NULL OR e.scope_id IS NULL OR e.scope_id <> r.scope_id)"
+     " ORDER BY 1 LIMIT 1", "its row and its evaluation_ended entry disagree"),
+    ("evaluation_runs.row",
+     "SELECT e.ledger_sequence, e.p ->> 'evaluation_run_id' FROM "
+     + _RUN_ENTRIES.replace("{action}", "evaluation_started") + " e"
+     " WHERE NOT EXISTS (SELECT 1 FROM evaluation_runs r WHERE r.started_sequence = e.ledger_sequence)"
+     " ORDER BY e.ledger_sequence LIMIT 1", "it is started in the ledger but has no row"),
+)
 _LEDGER_COLUMNS = ("event_id", "operation_id", "scope_id", "object_id", "version_id", "event_type")
 
 
@@ -249,6 +276,10 @@ def verify_tables(database_url: str, partition: int = 0, progress: Progress | No
             found = conn.execute(statement, {"p": partition}).fetchone()
             if found is not None:
                 return failure(Bad(found[0], check, f"snapshot {found[1]!r}: {why}"), result["rows_checked"])
+        for check, statement, why in _RUN_CHECKS:
+            found = conn.execute(statement, {"p": partition}).fetchone()
+            if found is not None:
+                return failure(Bad(found[0], check, f"evaluation run {found[1]!r}: {why}"), result["rows_checked"])
         return result
 
 

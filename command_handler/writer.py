@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import msgspec
 import psycopg
 import structlog
 from nats.aio.msg import Msg
@@ -28,6 +29,7 @@ from command_handler.guard import AppendGuard
 from command_handler.core.intake import Parsed, parse, space_key
 from command_handler.core.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch, refused_before_key_check
 from command_handler.core.imports import entry_ids
+from command_handler.core.evaluation import EvaluationRun, forkable, forked_head, run_of
 from command_handler.core.validation import needs_scope_policy
 from command_handler.core.state import ImportFacts, ObjectHead
 from command_handler.store import PostgresLedgerStore
@@ -44,6 +46,7 @@ from infra.subjects import command_subject, status_subject
 from schemas.canonical import canonical_bytes
 from schemas.common import SYSTEM_SCOPE
 from schemas.snapshots import CreateSnapshot
+from schemas.evaluation import StartEvaluation
 from schemas.bundle import chunk_key
 from schemas.commands import CorrectProvenance, CreateScope, ImportEntries, TransitionState
 from schemas.redaction import Redact
@@ -85,12 +88,15 @@ class Writer:
         self.guard = AppendGuard(settings, store, nc)  # while it refuses, nothing is appended
         self.journal = journal_for(settings)  # every erasure, outside the database (command_handler.erasure_journal)
         self.ledger_id: str | None = None
+        # Every evaluation run by its scope, with the scope's entry count (few: loaded whole at serve()).
+        self.runs: dict[str, EvaluationRun] = {}
         self._subs: list[Any] = []
 
     async def serve(self) -> None:
         """Subscribe and run group commits until cancelled."""
         await self.guard.check()
         self.tail = await self.store.tail()
+        self.runs = {run.scope_id: run for run in (run_of(*row) for row in await self.store.evaluation_runs())}
         await self._journal_catch_up()
         LEDGER_HEAD.set_function(lambda: float(self.tail[0]))
         RELAY_LAG.set_function(lambda: float(self.tail[0] - int(self.relay_status().get("relayed_sequence", 0))))
@@ -223,8 +229,8 @@ class Writer:
                 scope_ids.add(p.command.scope_id)
                 continue
             to_load.update(k for k in head_keys(p.command) if k not in self.heads)
-            if with_idempotency and p.idempotency_key and (p.scope_id, p.idempotency_key) not in self.idempotency:
-                idem_keys.add((p.scope_id, p.idempotency_key))
+            if with_idempotency and p.idempotency_key and (p.key_scope, p.idempotency_key) not in self.idempotency:
+                idem_keys.add((p.key_scope, p.idempotency_key))
             if p.scope_id not in self.scopes:
                 scope_ids.add(p.scope_id)
         for scope_id in await self.store.known_scopes(sorted(scope_ids)):
@@ -239,12 +245,13 @@ class Writer:
                 cached = self.heads.get(key)
                 if cached is not None:
                     heads[key] = cached
+        heads.update(await self._forked_heads(parsed, heads))
         idem = {}
         for p in parsed:
             if p.idempotency_key:
-                rec = self.idempotency.get((p.scope_id, p.idempotency_key))
+                rec = self.idempotency.get((p.key_scope, p.idempotency_key))
                 if rec is not None:
-                    idem[(p.scope_id, p.idempotency_key)] = rec
+                    idem[(p.key_scope, p.idempotency_key)] = rec
         digests = [h.content_digest for p in parsed if isinstance(p.command, (TransitionState, Redact, CorrectProvenance))
                    for h in [heads.get((p.scope_id, p.command.object_id))] if h and h.content_digest]
         restorable = await self.store.load_restorable(sorted(
@@ -254,6 +261,11 @@ class Writer:
         policies, created_at = await self._retention_inputs(parsed)
         delegation_ids = sorted({d for p in parsed for d in [delegation_named(p.command)] if d})
         snapshots = [p.command for p in parsed if isinstance(p.command, CreateSnapshot)]
+        forks = sorted({p.command.snapshot_id for p in parsed if isinstance(p.command, StartEvaluation)})
+        for p in parsed:  # an evaluation scope is a scope the batch must know of (eval_start: taken or not)
+            if isinstance(p.command, StartEvaluation) and p.command.evaluation_scope_id not in self.scopes:
+                for scope_id in await self.store.known_scopes([p.command.evaluation_scope_id]):
+                    self.scopes.put(scope_id, True)
         return PlanInputs(heads=heads, idempotency=idem, scope_known=self.scopes.__contains__,
                           stamp=new_stamp, tail=self.tail, registry=self.registry,
                           contents=await self.store.load_contents(digests), restorable=restorable,
@@ -263,8 +275,27 @@ class Writer:
                               {s.snapshot.snapshot_id for s in snapshots}))),
                           born=await self.store.first_sequences(sorted(
                               {(s.scope_id, m) for s in snapshots for m in s.snapshot.included_object_ids or ()})),
+                          runs=self.runs, snapshots=await self.store.snapshot_descriptors(forks),
                           authority=authority_of(self.policy), imports=await self._import_facts(parsed),
                           record_refusal=lambda item, exc: refusal_entry(self.denial_limiter, item, exc))
+
+    async def _forked_heads(self, parsed: list[Parsed], heads: dict[tuple[str, str], ObjectHead]
+                            ) -> dict[tuple[str, str], ObjectHead]:
+        """Copy on write: for objects an evaluation run's commands name that its scope does not hold, the
+        snapshot's version (core.evaluation.forked_head). Never cached: nothing of it is committed."""
+        wanted: dict[str, list[str]] = {}
+        for p in parsed:
+            for key in head_keys(p.command):
+                if key not in heads and key[0] in self.runs:
+                    wanted.setdefault(key[0], []).append(key[1])
+        found: dict[tuple[str, str], ObjectHead] = {}
+        for scope_id, object_ids in sorted(wanted.items()):
+            run = self.runs[scope_id]
+            descriptor = (await self.store.snapshot_descriptors([run.snapshot_id])).get(run.snapshot_id)
+            held = [o for o in sorted(set(object_ids)) if forkable(descriptor, o)]
+            for object_id, base in (await self.store.load_heads_at(run.base_scope_id, held, run.watermark)).items():
+                found[(scope_id, object_id)] = forked_head(base, run)
+        return found
 
     async def _import_facts(self, parsed: list[Parsed]) -> dict[tuple[str, str], ImportFacts]:
         """For an import's chunks (nothing is read for batches without one): whether a first chunk's scope holds
@@ -332,6 +363,11 @@ class Writer:
             self.idempotency.clear()
         for scope_id in plan.new_scopes:
             self.scopes.put(scope_id, True)
+        self.runs.update(plan.runs)
+        for scope_id, count in plan.written.items():
+            run = self.runs.get(scope_id)
+            if run is not None:
+                self.runs[scope_id] = msgspec.structs.replace(run, entries=run.entries + count)
 
     async def _reply(self, msgs: list[Command], items: list[Parsed | PamledgerError], plan: Plan) -> None:
         replies: list[bytes | None] = []

@@ -8,7 +8,7 @@ import base64
 # record_*, register_embedding_space): what a credential's NATS login may publish.
 COMMANDS = ("create", "update", "transition", "delete", "create_scope", "grant_delegation", "check_delegation",
             "revoke_delegation", "relate", "redact", "promote", "correct_provenance", "import_entries",
-            "snapshot_create")
+            "snapshot_create", "eval_start", "eval_end")
 QUERIES = ("read", "history", "query", "search", "whoami", "related", "events", "export", "snapshots",
            "snapshot_diff")
 # The Subscribe gateway's requests ({prefix}.sub.<call>): the gateway answers each, a credential may send each.

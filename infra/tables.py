@@ -64,6 +64,10 @@ TABLES: dict[str, Table] = {
     "evaluation_snapshots": Table("command_handler.store", {
         **_WRITER_READS, "query.snapshots": "reads at a snapshot, and list/show, find its sealed descriptor by id",
     }),
+    "evaluation_runs": Table("command_handler.store", {
+        **_WRITER_READS,
+        "query.evaluation": "reads through an evaluation scope (and its diff) find its run's snapshot (the fork)",
+    }),
     "scopes": Table("command_handler.store", {
         "command_handler.store_reads": _WRITER_READS["command_handler.store_reads"],
         "infra.scopes": "the kernel's scope reads: whether a scope exists, its record, policies by key",

@@ -24,7 +24,8 @@ WRITES: dict[str, str] = {
     "pamspec.delete": "delete", "pamspec.relate": "relate", "pamspec.redact": "redact",
     "pamspec.promote": "promote", "pamledger.grant_delegation": "grant_delegation",
     "pamledger.check_delegation": "check_delegation", "pamledger.revoke_delegation": "revoke_delegation",
-    "pamledger.snapshot_create": "snapshot_create",
+    "pamledger.snapshot_create": "snapshot_create", "pamledger.eval_start": "eval_start",
+    "pamledger.eval_end": "eval_end",
 }
 _WITH_PROVENANCE = frozenset({"create", "update", "transition", "delete", "relate", "redact", "promote"})
 

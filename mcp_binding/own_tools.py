@@ -49,13 +49,14 @@ PAMLEDGER_TOOLS: tuple[ToolSpec, ...] = (
     tool("pamledger.snapshot_diff",
          "Compare two sealed snapshots of one scope: objects added (in B only), removed (in A only) and changed "
          "(both, at other versions: their versions and events between the watermarks, as inspect_history shows "
-         "them). One page in object id order; while `truncated`, pass `after_object_id` back.",
-         required=["scope_id", "from_snapshot_id", "to_snapshot_id"],
+         "them). One page in object id order; while `truncated`, pass `after_object_id` back. On an evaluation "
+         "scope without to_snapshot_id: snapshot A of its base against the scope as the run left it.",
+         required=["scope_id", "from_snapshot_id"],
          properties={
              "operation_id": _STRING,
              "scope_id": _STRING,
              "from_snapshot_id": {"type": "string", "description": "snapshot A"},
-             "to_snapshot_id": {"type": "string", "description": "snapshot B"},
+             "to_snapshot_id": {"type": "string", "description": "snapshot B (absent: the evaluation scope)"},
              "after_object_id": _STRING,
              "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
          }),
@@ -79,6 +80,30 @@ PAMLEDGER_TOOLS: tuple[ToolSpec, ...] = (
              "snapshot": {"type": "object", "description": "evaluation-snapshot.schema.json fields: snapshot_id "
                           "(required), ledger_sequence_high_watermark, included_object_ids, evaluation_run_id, "
                           "deterministic_clock, deterministic_rng_seed; the service seals it"},
+             "actor": _ACTOR,
+             "idempotency_key": _STRING,
+             "operation_id": _STRING,
+         }),
+    tool("pamledger.eval_start",
+         "Open an evaluation run (PAMSPEC-Evaluation) forked from a sealed snapshot of scope_id into a new "
+         "evaluation scope: reads there see the snapshot's objects, writes land there only, with the snapshot's "
+         "deterministic clock and seed, and every version names the run (provenance evidence_refs "
+         "evaluation_run:<id>). No credential is made here (the administrator's `pamledger eval start` does).",
+         required=["scope_id", "snapshot_id", "evaluation_scope_id"],
+         properties={
+             "scope_id": {"type": "string", "description": "the snapshot's scope"},
+             "snapshot_id": _STRING,
+             "evaluation_scope_id": {"type": "string", "description": "the new scope the run writes into"},
+             "evaluation_run_id": {"type": "string", "description": "default: the snapshot's"},
+             "actor": _ACTOR,
+             "idempotency_key": _STRING,
+             "operation_id": _STRING,
+         }),
+    tool("pamledger.eval_end",
+         "Close the evaluation run of an evaluation scope: it stays readable and takes no more writes.",
+         required=["scope_id"],
+         properties={
+             "scope_id": {"type": "string", "description": "the evaluation scope"},
              "actor": _ACTOR,
              "idempotency_key": _STRING,
              "operation_id": _STRING,

@@ -40,6 +40,7 @@ from memory_client.cli_query import add_query_parser, query_filters
 from memory_client.cli_related import add_related_parser, cmd_related
 from memory_client.cli_search import add_search_parser, search_arguments
 from memory_client.cli_snapshot import add_snapshot_parser, cmd_snapshot
+from memory_client.cli_eval import add_eval_parser, cmd_eval
 from memory_client.cli_subscribe import add_subscribe_parser, cmd_subscribe, cmd_subscriptions
 from schemas.common import DIMENSION_STATES
 
@@ -144,6 +145,7 @@ def add_client_parsers(sub: Any, import_sources: tuple[str, ...] = ("pamledger",
         parser.add_argument("--snapshot", type=pam_id, dest="snapshot_id",
                             help="as this sealed evaluation snapshot holds the object (`pamledger snapshot create`)")
     add_snapshot_parser(sub)
+    add_eval_parser(sub)
     add_object_parsers(sub)
     add_query_parser(sub)
     add_search_parser(sub)
@@ -164,6 +166,7 @@ CLIENT_HANDLERS: dict[str, Handler] = {
     "conformance-adapter": cmd_conformance, "subscribe": cmd_subscribe, "subscriptions": cmd_subscriptions,
     "actors": cmd_actors, "tokens": cmd_tokens, "related": cmd_related, "export": cmd_export, "import": cmd_import,
     "snapshot": cmd_snapshot,
+    "eval": cmd_eval,
 }
 CLIENT_HANDLERS.update((name, cmd_objects) for name in OBJECT_COMMANDS)
 

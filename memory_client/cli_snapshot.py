@@ -26,6 +26,9 @@ def add_snapshot_parser(sub: Any) -> None:
     create.add_argument("--objects", type=pam_id, nargs="+", metavar="ID", help="the member objects")
     create.add_argument("--id", type=pam_id, dest="snapshot_id", help="the snapshot's id (default: snap:<uuid>)")
     create.add_argument("--evaluation-run-id", type=pam_id, help="the evaluation run it is sealed for")
+    create.add_argument("--clock", type=_clock, metavar="START,TICK_MS",
+                        help="the run's deterministic clock: RFC 3339 start and milliseconds per entry")
+    create.add_argument("--seed", type=int, help="the run's deterministic_rng_seed (ids and salts of its writes)")
     add_actor_arguments(create)
     listing = calls.add_parser("list", help="the scope's sealed snapshots, in sealing order")
     listing.add_argument("scope_id", type=pam_id)
@@ -46,6 +49,14 @@ def add_snapshot_parser(sub: Any) -> None:
     diff.add_argument("--limit", type=int, default=100, help="objects per page, 1 to 1000 (default: %(default)s)")
 
 
+def _clock(text: str) -> dict[str, Any]:
+    """`START,TICK_MS` as a deterministic_clock (its clock_ref names it)."""
+    start, _, tick = text.partition(",")
+    if not start or not tick.isdigit() or int(tick) < 1:
+        raise argparse.ArgumentTypeError("expected START,TICK_MS (e.g. 2026-07-17T00:00:00Z,1000)")
+    return {"clock_ref": f"clock:cli:{start}", "start_at": start, "tick_ms": int(tick)}
+
+
 def cmd_snapshot(settings: Settings, args: argparse.Namespace) -> int:
     print_json(asyncio.run(_call(settings, args)))
     return 0
@@ -60,7 +71,11 @@ async def _call(settings: Settings, args: argparse.Namespace) -> Any:
             return await client.snapshot_show(args.scope_id, args.snapshot_id)
         if args.snapshot_command == "diff":
             return await client.snapshot_diff(args.scope_id, args.a, args.b, args.after_object_id, args.limit)
-        extra = {"evaluation_run_id": args.evaluation_run_id} if args.evaluation_run_id else {}
+        extra: dict[str, Any] = {"evaluation_run_id": args.evaluation_run_id} if args.evaluation_run_id else {}
+        if args.clock is not None:
+            extra["deterministic_clock"] = args.clock
+        if args.seed is not None:
+            extra["deterministic_rng_seed"] = args.seed
         sealed = await client.snapshot_create(args.scope_id, await actor_of(client, args), at=args.at,
                                               object_ids=args.objects, snapshot_id=args.snapshot_id, **extra)
         return sealed["snapshot"]

@@ -163,6 +163,37 @@ class MemoryClient(ObjectCommands):
             result = {**result, **await self.snapshot_show(scope_id, snapshot["snapshot_id"])}
         return result
 
+    async def eval_start(self, scope_id: str, snapshot_id: str, actor: dict[str, Any],
+                         evaluation_scope_id: str | None = None, evaluation_run_id: str | None = None,
+                         idempotency_key: str | None = None, operation_id: str | None = None) -> dict[str, Any]:
+        """Open an evaluation run forked from the sealed snapshot `snapshot_id` of `scope_id` into a new
+        evaluation scope (default `eval:<run id>`; the run id: `evaluation_run_id`, else the snapshot's).
+        Result: {ledger_sequence, event_id, evaluation_run: {scope_id, run_id, snapshot_id, base_scope_id,
+        watermark, clock_start, tick_ms, seed}}."""
+        if evaluation_scope_id is None:
+            run_id = evaluation_run_id or (await self.snapshot_show(scope_id, snapshot_id))["snapshot"].get(
+                "evaluation_run_id")
+            if run_id is None:
+                raise ValueError("the snapshot declares no evaluation_run_id: pass one (or an evaluation scope)")
+            evaluation_scope_id = f"eval:{run_id}"
+        body: dict[str, Any] = {"scope_id": scope_id, "actor": actor, "snapshot_id": snapshot_id,
+                                "evaluation_scope_id": evaluation_scope_id}
+        for name, value in (("evaluation_run_id", evaluation_run_id), ("idempotency_key", idempotency_key),
+                            ("operation_id", operation_id)):
+            if value is not None:
+                body[name] = value
+        return await self._command("eval_start", body)
+
+    async def eval_end(self, evaluation_scope_id: str, actor: dict[str, Any], idempotency_key: str | None = None,
+                       operation_id: str | None = None) -> dict[str, Any]:
+        """Close the evaluation run of `evaluation_scope_id`: the scope stays readable, takes no more writes.
+        (A scripted run that must give the same ledger twice passes its own operation ids: the SDK's are random.)"""
+        body: dict[str, Any] = {"scope_id": evaluation_scope_id, "actor": actor}
+        for name, value in (("idempotency_key", idempotency_key), ("operation_id", operation_id)):
+            if value is not None:
+                body[name] = value
+        return await self._command("eval_end", body)
+
     async def snapshot_list(self, scope_id: str, after_sequence: int = 0, limit: int = 100,
                             actor: dict[str, Any] | None = None) -> dict[str, Any]:
         """The scope's sealed snapshots in sealing order: {snapshots: [{ledger_sequence, snapshot}], more}."""
@@ -180,6 +211,15 @@ class MemoryClient(ObjectCommands):
         {from, to, direction, added, removed, changed: [{object_id, from_version_id, to_version_id, versions,
         events, complete}], truncated, after_object_id}; while `truncated`, pass `after_object_id` back."""
         body: dict[str, Any] = {"scope_id": scope_id, "from_snapshot_id": a, "to_snapshot_id": b, "limit": limit}
+        if after_object_id is not None:
+            body["after_object_id"] = after_object_id
+        return await self.query_request("snapshot_diff", body, actor)
+
+    async def eval_diff(self, evaluation_scope_id: str, snapshot_id: str, after_object_id: str | None = None,
+                        limit: int = 100, actor: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What the evaluation scope holds now against sealed snapshot `snapshot_id` of its run's base scope
+        (typically the run's own): snapshot_diff's shape, `to` naming the evaluation scope and run."""
+        body: dict[str, Any] = {"scope_id": evaluation_scope_id, "from_snapshot_id": snapshot_id, "limit": limit}
         if after_object_id is not None:
             body["after_object_id"] = after_object_id
         return await self.query_request("snapshot_diff", body, actor)

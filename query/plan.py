@@ -19,6 +19,7 @@ from psycopg import sql
 
 from infra.ledger import hidden_by_latest, latest_version
 from infra.projections import SEARCH_EXPRESSION
+from schemas.evaluation import run_evidence
 from schemas.queries import QUALITY_SIGNALS, Filters, QueryRequest
 
 _FILTERS = (
@@ -67,6 +68,16 @@ _CHANGED_SINCE = """ AND object_id IN (
           UNION SELECT n.object_id FROM current_objects n WHERE n.scope_id = %s AND n.ledger_sequence > %s)"""
 
 
+_COLUMNS = ("object_id, version_id, ledger_sequence, content_digest, meta, object_type, schema_id, lifecycle_state,"
+            " availability_state, retention_state, validation_state, actor_id, provenance_id, observed_at, asserted_at,"
+            " valid_from, valid_until, committed_at, recorded_at, search")
+# A base scope's rows at a snapshot, as an evaluation scope forked from it reads them: filed under the
+# evaluation scope, members only, those the evaluation scope has not written (query.plan.fork_sources).
+_FORKED = ("(SELECT %s::text AS scope_id, " + ", ".join("t." + c.strip() for c in _COLUMNS.split(",")) +
+           " FROM {source} t WHERE (%s::text[] IS NULL OR t.object_id = ANY(%s::text[]))"
+           " AND NOT EXISTS (SELECT 1 FROM current_objects e WHERE e.scope_id = %s AND e.object_id = t.object_id))")
+
+
 def sort_key(request: QueryRequest) -> tuple[list[tuple[str, str, str]], str]:
     """[(order expression, selected expression, cursor parameter)] of the sort key, and the direction.
 
@@ -106,30 +117,44 @@ def _quality_key(signal: str, direction: str) -> list[tuple[str, str, str]]:
     return [(f"coalesce({value}, {sentinel})", value, f"coalesce(%s::double precision, {sentinel})")]
 
 
-def temporal_sources(request: QueryRequest, as_of: int, projected: bool, partition: int = 0
+def temporal_sources(scope: str, text: bool, as_of: int, projected: bool, partition: int = 0
                      ) -> list[tuple[str, list[Any]]]:
     """The scope's objects as they stood at ledger sequence `as_of`, with the columns of current_objects, as
     sources whose rows together are that state: the versions alone, or (`projected`: the projector has reached
     `as_of`; its checkpoint, read in the caller's snapshot or before it, never goes back) the unchanged objects
-    from the projection and the changed ones from the versions."""
-    search = SEARCH_EXPRESSION if request.text else "NULL::tsvector"
-    scope = request.scope_id
+    from the projection and the changed ones from the versions. `text`: with the full-text vector."""
+    search = SEARCH_EXPRESSION if text else "NULL::tsvector"
     if not projected:
         return [("(" + _TEMPORAL_SELECT.format(search=search, changed="") + ")", [scope, as_of])]
-    unchanged = _UNCHANGED_SOURCE.format(search="o.search" if request.text else "NULL::tsvector")
+    unchanged = _UNCHANGED_SOURCE.format(search="o.search" if text else "NULL::tsvector")
     changed = _TEMPORAL_SELECT.format(search=search, changed=_CHANGED_SINCE)
     return [("(" + unchanged + ")", [scope, as_of, as_of]),
             ("(" + changed + ")", [scope, as_of, scope, partition, as_of, scope, as_of])]
 
 
-def build(request: QueryRequest, after: list[Any] | None, as_of: int | None,
-          members: list[str] | None = None, projected: bool = False, partition: int = 0
-          ) -> tuple[sql.Composed, list[Any]]:
-    """The SELECT for one page: rows of (meta, content, sort key values…); `members`: only these objects (a
-    snapshot's named members); `projected`: the projector has reached `as_of` (temporal_sources).
+def fork_sources(request: QueryRequest, fork: tuple[str, int, list[str] | None], projected: bool,
+                 partition: int = 0) -> list[tuple[str, list[Any]]]:
+    """An evaluation scope as it reads (query.evaluation): its own current objects, then its run's snapshot's
+    (base scope at the watermark, members only) that it has not written, filed under the evaluation scope."""
+    scope = request.scope_id
+    base, watermark, members = fork
+    found = [("(SELECT scope_id, " + _COLUMNS + " FROM current_objects WHERE scope_id = %s)", [scope])]
+    for source, params in temporal_sources(base, bool(request.text), watermark, projected, partition):
+        found.append((_FORKED.format(source=source), [scope, *params, members, members, scope]))
+    return found
 
-    Over two sources each one's page is cut first (ordered and limited by its own plan: the projection's by
-    the indexes the live query uses), then the pages are merged and only the page's content is read."""
+
+def build(request: QueryRequest, after: list[Any] | None, as_of: int | None,
+          members: list[str] | None = None, projected: bool = False, partition: int = 0,
+          fork: tuple[str, int, list[str] | None] | None = None) -> tuple[sql.Composed, list[Any]]:
+    """The SELECT for one page: rows of (meta, content, sort key values…); `members`: only these objects (a
+    snapshot's named members); `projected`: the projector has reached `as_of` (or the fork's watermark:
+    temporal_sources); `fork`: the request's scope is an evaluation scope forked from (base scope, watermark,
+    members): the snapshot's objects it has not written are read too (live reads only).
+
+    Over two sources or more each one's page is cut first (ordered and limited by its own plan: the
+    projection's by the indexes the live query uses), then the pages are merged and only the page's content
+    is read."""
     keys, direction = sort_key(request)
     key_sql = sql.SQL(", ").join(sql.SQL(selected) for _, selected, _ in keys)
     order_by = sql.SQL(", ").join(sql.SQL(f"{expr} {direction}") for expr, _, _ in keys)
@@ -139,7 +164,12 @@ def build(request: QueryRequest, after: list[Any] | None, as_of: int | None,
     if members is not None:
         where = where + sql.SQL(" AND p.object_id = ANY(%s)")
         where_params = [*where_params, members]
-    sources = [("current_objects", [])] if as_of is None else temporal_sources(request, as_of, projected, partition)
+    if as_of is not None:
+        sources = temporal_sources(request.scope_id, bool(request.text), as_of, projected, partition)
+    elif fork is not None:
+        sources = fork_sources(request, fork, projected, partition)
+    else:
+        sources = [("current_objects", [])]
     select = sql.SQL("SELECT p.meta, c.content, {keys} FROM {source} p"
                      " LEFT JOIN content_store c ON c.content_digest = p.content_digest{text} WHERE {where}"
                      " ORDER BY {order} LIMIT %s")
@@ -198,6 +228,10 @@ def filter_clauses(request: Filters) -> tuple[list[sql.Composable], list[Any]]:
             if bound is not None:
                 clauses.append(sql.SQL(f"{quality_expression(signal)} {op} %s::double precision"))
                 params.append(bound)
+    if request.evaluation_run_id is not None:  # schemas.evaluation: where a version names its run
+        clauses.append(sql.SQL("(convert_from(p.meta, 'UTF8')::jsonb #> '{provenance,evidence_refs}')"
+                               " @> jsonb_build_array(%s::text)"))
+        params.append(run_evidence(request.evaluation_run_id))
     if request.ledger_sequence is not None:
         if request.ledger_sequence.gte is not None:
             clauses.append(sql.SQL("p.ledger_sequence >= %s"))

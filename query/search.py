@@ -76,8 +76,10 @@ class CheckpointWatcher:
 
 
 async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, request: QueryRequest,
-                    partition: int, signer: CursorSigner, caller: str) -> bytes:
-    """One page of a Query; its cursor signed by `signer` and bound to `caller` (query.cursor)."""
+                    partition: int, signer: CursorSigner, caller: str,
+                    fork: tuple[str, int, list[str] | None] | None = None) -> bytes:
+    """One page of a Query; its cursor signed by `signer` and bound to `caller` (query.cursor); `fork`: the
+    scope is an evaluation scope reading its snapshot (base scope, watermark, members) beside its own objects."""
     after, pinned = decode_cursor(request, signer, caller)
     as_of = request.as_of_sequence if request.as_of_sequence is not None else pinned
     pin: Pinned | None = None
@@ -90,10 +92,12 @@ async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, 
         reached = await watcher.wait_for(request.min_sequence, request.wait_ms / 1000)
     # A past sequence reads the projection for what has not changed since, once the projector is there (a
     # snapshot sealed a moment ago waits that moment); before, from the versions alone: the same rows, slower.
-    projected = as_of is not None and (watcher.sequence >= as_of or (
-        pin is not None and await watcher.wait_for(as_of, min(request.wait_ms, 1000) / 1000)))
+    # An evaluation scope's fork reads its snapshot's watermark the same way.
+    past = fork[1] if fork is not None and as_of is None else as_of
+    projected = past is not None and (watcher.sequence >= past or (
+        (pin is not None or fork is not None) and await watcher.wait_for(past, min(request.wait_ms, 1000) / 1000)))
     statement, params = build(request, after, as_of, pin.members if pin is not None else None, projected,
-                              partition)
+                              partition, fork)
     async with pool.connection() as conn:
         # One snapshot for the scope check, the checkpoint and the rows (and, at an evaluation snapshot, the
         # count of its erased versions); pipelined, so the whole transaction costs one round trip. Rows of an

@@ -31,6 +31,8 @@ from query.reads import history, read_envelope, scope_events
 from query.related import relationship_refs, run_related
 from query.snapshot_diff import SnapshotDiffRequest, snapshot_diff
 from query.snapshots import SnapshotsRequest, found_in, pin_report, pinned, snapshots
+from query.eval_diff import evaluation_diff
+from query.evaluation import Forks, fork_of
 from query.hybrid import run_search
 from query.cursor_keys import CursorSigner, caller_tag
 from query.search import CheckpointWatcher, run_query
@@ -103,6 +105,7 @@ class QueryService:
         self.partition = partition
         self.settings = settings
         self.pool = pool
+        self.forks = Forks()  # which scopes are evaluation scopes (query.evaluation)
         self.prefix = prefix
         self.watcher = watcher
         self.index_watcher = index_watcher or CheckpointWatcher(INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL)
@@ -219,10 +222,19 @@ class QueryService:
                 return await snapshots(conn, request)
         if isinstance(request, SnapshotDiffRequest):
             async with self.pool.connection() as conn:
+                if request.to_snapshot_id is None:  # a snapshot against an evaluation scope
+                    return await evaluation_diff(conn, request)
                 return await snapshot_diff(conn, request)
         if isinstance(request, ReadRequest):
             async with self.pool.connection() as conn:
-                envelope = await read_envelope(conn, request.scope_id, request.object_id, request.version_id)
+                try:
+                    envelope = await read_envelope(conn, request.scope_id, request.object_id, request.version_id)
+                except ObjectNotFound:  # an evaluation scope reads its snapshot's objects it has not written
+                    fork = await fork_of(conn, request.scope_id, request.object_id)
+                    if fork is None:
+                        raise
+                    envelope = await read_envelope(conn, fork[0], request.object_id, request.version_id,
+                                                   fork[1].watermark)
             if request.include_relationship_refs:
                 refs, at = await relationship_refs(self.pool, request.scope_id, request.object_id)
                 return canonical_bytes({"result": {"envelope": msgspec.Raw(envelope), "relationship_refs": refs,
@@ -230,7 +242,13 @@ class QueryService:
             return canonical_bytes({"result": msgspec.Raw(envelope)})
         if isinstance(request, HistoryRequest):
             async with self.pool.connection() as conn:
-                return await history(conn, request.scope_id, request.object_id)
+                try:
+                    return await history(conn, request.scope_id, request.object_id)
+                except ObjectNotFound:  # as for read: the snapshot's history of an object the run has not written
+                    fork = await fork_of(conn, request.scope_id, request.object_id)
+                    if fork is None:
+                        raise
+                    return await history(conn, fork[0], request.object_id, fork[1].watermark)
         if isinstance(request, EventsRequest):
             async with self.pool.connection() as conn:
                 return await scope_events(conn, request.scope_id, self.partition, request.after_sequence,
@@ -246,7 +264,10 @@ class QueryService:
             return await run_related(self.pool, self.watcher, request, lambda scope: self._may_read(context, scope))
         principal = context.principal
         caller = caller_tag(principal.actor_id, principal.delegation_id)
-        return await run_query(self.pool, self.watcher, request, self.partition, self.signer, caller)
+        source = None
+        if request.snapshot_id is None and request.as_of_sequence is None:  # an evaluation scope reads its fork
+            source = await self.forks.of(self.pool, request.scope_id)
+        return await run_query(self.pool, self.watcher, request, self.partition, self.signer, caller, source)
 
     async def _at_snapshot(self, request: ReadRequest | HistoryRequest) -> bytes:
         """Read or history as a sealed snapshot holds the object: at its watermark, members only."""

@@ -66,7 +66,7 @@ class SnapshotDiffRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
 
     scope_id: Id
     from_snapshot_id: Id
-    to_snapshot_id: Id
+    to_snapshot_id: Id | None = None  # absent: `scope_id` is an evaluation scope, compared as it reads now
     after_object_id: Id | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
     operation_id: Annotated[str, msgspec.Meta(max_length=512)] | None = None
@@ -96,6 +96,7 @@ async def snapshot_diff(conn: psycopg.AsyncConnection[Any], request: SnapshotDif
     """One page of the comparison of two sealed snapshots of one scope (module docstring)."""
     async with snapshot(conn):
         a = await pinned(conn, request.scope_id, request.from_snapshot_id)
+        assert request.to_snapshot_id is not None  # else query.eval_diff answers
         b = await pinned(conn, request.scope_id, request.to_snapshot_id)
         low, high = sorted((a.watermark, b.watermark))
         cur = await conn.execute(_MEMBERS, {

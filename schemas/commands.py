@@ -30,6 +30,7 @@ from schemas.envelope import Actor, Integrity, Provenance, QualitySignals
 from schemas.redaction import Redact
 from schemas.relationship import Relate
 from schemas.snapshots import CreateSnapshot
+from schemas.evaluation import EndEvaluation, StartEvaluation
 
 # `\Z`, not `$`: `$` also matches before a final newline (see schemas.common.ID_PATTERN).
 SchemaUri = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9+.-]*:[^\s\x00]+\Z", max_length=1024)]
@@ -286,7 +287,8 @@ class ImportEntries(msgspec.Struct, tag="import_entries", **COMMAND_STRUCT):
 
 ObjectCommand = CreateObject | UpdateObject | TransitionState | DeleteObject | Relate | Redact | Promote | CorrectProvenance
 EventOnlyCommand = OpenSubscription | CloseSubscription | RegisterEmbeddingSpace | RecordIndexEvent | RecordAccessDenied
-Command = ObjectCommand | EventOnlyCommand | CreateScope | DelegationCommand | ImportEntries | CreateSnapshot
+Command = (ObjectCommand | EventOnlyCommand | CreateScope | DelegationCommand | ImportEntries | CreateSnapshot
+           | StartEvaluation | EndEvaluation)
 
 COMMAND_TYPES: dict[str, type[Command]] = {
     "create": CreateObject,
@@ -308,6 +310,8 @@ COMMAND_TYPES: dict[str, type[Command]] = {
     "revoke_delegation": RevokeDelegation,
     "import_entries": ImportEntries,
     "snapshot_create": CreateSnapshot,
+    "eval_start": StartEvaluation,
+    "eval_end": EndEvaluation,
 }
 
 DECODERS: dict[str, msgspec.json.Decoder[Any]] = {

@@ -119,7 +119,14 @@ class AnyEnvelope(_EnvelopeCore, frozen=True, kw_only=True, omit_defaults=True):
 
 # --- payloads ---------------------------------------------------------------------------------------------
 
-class Created(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class _Payload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What every payload may carry: the evaluation run that wrote the entry (schemas.evaluation), absent
+    outside one (omitted, so entries outside runs keep their bytes)."""
+
+    evaluation_run_id: str | None = None
+
+
+class Created(_Payload, frozen=True, kw_only=True, omit_defaults=True):
     envelope: ObjectEnvelope
     content_digest: str | None  # always written, null when the version has no content
 
@@ -128,7 +135,7 @@ class Updated(Created, frozen=True, kw_only=True, omit_defaults=True):
     previous_version_id: str
 
 
-class RelationshipCreated(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class RelationshipCreated(_Payload, frozen=True, kw_only=True, omit_defaults=True):
     envelope: RelationshipEnvelope
     content_digest: str | None
 
@@ -137,7 +144,7 @@ class RelationshipUpdated(RelationshipCreated, frozen=True, kw_only=True, omit_d
     previous_version_id: str
 
 
-class Transitioned(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Transitioned(_Payload, frozen=True, kw_only=True, omit_defaults=True):
     """A state change (and, for deletion and redaction, the erasure it brings) of an object or relationship."""
 
     envelope: AnyEnvelope
@@ -151,7 +158,7 @@ class Transitioned(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     redaction: dict[str, Any] | None = None  # a redaction's record: its target, pointers, erase or suppress
 
 
-class ProvenanceCorrected(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class ProvenanceCorrected(_Payload, frozen=True, kw_only=True, omit_defaults=True):
     envelope: AnyEnvelope
     content_digest: str | None
     previous_version_id: str
@@ -160,7 +167,7 @@ class ProvenanceCorrected(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     policy_basis: str | None = None
 
 
-class _IndexAction(msgspec.Struct, tag_field="action", frozen=True, kw_only=True, omit_defaults=True):
+class _IndexAction(_Payload, tag_field="action", frozen=True, kw_only=True, omit_defaults=True):
     """An index_rebuilt entry's payload, told apart by its `action`."""
 
 
@@ -202,7 +209,22 @@ class SnapshotSealed(_IndexAction, tag="snapshot_sealed", frozen=True, kw_only=T
     snapshot: dict[str, Any]  # evaluation-snapshot.schema.json
 
 
-class Embedded(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class EvaluationStarted(_IndexAction, tag="evaluation_started", frozen=True, kw_only=True, omit_defaults=True):
+    """The first entry of an evaluation scope (schemas.evaluation): the run, the snapshot it forks, how."""
+    snapshot_id: str
+    base_scope_id: str
+    ledger_sequence_high_watermark: int
+    snapshot_digest: str
+    deterministic_clock: dict[str, Any] | None = None
+    deterministic_rng_seed: int | None = None
+
+
+class EvaluationEnded(_IndexAction, tag="evaluation_ended", frozen=True, kw_only=True, omit_defaults=True):
+    """The last entry of an evaluation run: its scope stays readable, takes no more writes."""
+    entries: int  # the scope's entries before this one
+
+
+class Embedded(_Payload, frozen=True, kw_only=True, omit_defaults=True):
     embedding_space_id: str
     space_digest: str
     count: int
@@ -213,7 +235,7 @@ class Embedded(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     reused: list[tuple[str, str]] = []
 
 
-class Denied(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Denied(_Payload, frozen=True, kw_only=True, omit_defaults=True):
     """What an access_denied entry says of a refused request (schemas.commands.Denial, defaults left out)."""
 
     request: str
@@ -226,7 +248,7 @@ class Denied(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     suppressed: int = 0
 
 
-class Promoted(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Promoted(_Payload, frozen=True, kw_only=True, omit_defaults=True):
     source_object_id: str
     source_version_id: str
     promoted_object_id: str
@@ -236,32 +258,32 @@ class Promoted(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     relationship_version_id: str
 
 
-class ToolRecorded(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class ToolRecorded(_Payload, frozen=True, kw_only=True, omit_defaults=True):
     object_id: str
     version_id: str
     invocation_object_id: str | None = None  # tool_completed: the invocation it answers
 
 
-class SubscriptionOpenedPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class SubscriptionOpenedPayload(_Payload, frozen=True, kw_only=True, omit_defaults=True):
     subscription: dict[str, Any]  # the stored subscription (subscription.schema.json)
 
 
-class SubscriptionClosedPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class SubscriptionClosedPayload(_Payload, frozen=True, kw_only=True, omit_defaults=True):
     subscription_id: str
     reason: str
     last_delivered_sequence: int
 
 
-class DelegationGrantedPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class DelegationGrantedPayload(_Payload, frozen=True, kw_only=True, omit_defaults=True):
     delegation: dict[str, Any]  # the Delegation Object (delegation.schema.json)
 
 
-class DelegationRevokedPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class DelegationRevokedPayload(_Payload, frozen=True, kw_only=True, omit_defaults=True):
     delegation_id: str
     reason: str
 
 
-class DelegationExercisedPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class DelegationExercisedPayload(_Payload, frozen=True, kw_only=True, omit_defaults=True):
     delegation_id: str
     operation: str
     use: int
@@ -349,7 +371,8 @@ class _EntryEvent(_Event, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class IndexRebuilt(_EntryEvent, tag="index_rebuilt", frozen=True, kw_only=True, omit_defaults=True):
-    payload: SpaceRegistered | DefaultSpaceSet | RebuildCompleted | ScopeImported | SnapshotSealed
+    payload: (SpaceRegistered | DefaultSpaceSet | RebuildCompleted | ScopeImported | SnapshotSealed
+             | EvaluationStarted | EvaluationEnded)
 
 
 class EmbeddingGenerated(_EntryEvent, tag="embedding_generated", frozen=True, kw_only=True, omit_defaults=True):

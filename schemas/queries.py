@@ -80,6 +80,8 @@ class Filters(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     ledger_sequence: SequenceRange | None = None
     # Objects whose quality_signals carry the signal, within the range (an object without it never matches).
     quality: dict[QualitySignal, UnitRange] | None = None
+    # Versions an evaluation run wrote (their provenance.evidence_refs holds `evaluation_run:<id>`).
+    evaluation_run_id: Id | None = None
 
 
 class QueryRequest(Filters, frozen=True, kw_only=True, forbid_unknown_fields=True):

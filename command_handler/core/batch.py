@@ -55,6 +55,16 @@ class SnapshotRow(msgspec.Struct, frozen=True, kw_only=True):
     descriptor: bytes  # canonical JSON of the sealed descriptor
 
 
+class RunRow(msgspec.Struct, frozen=True, kw_only=True):
+    """An evaluation run this batch starts (core.evaluation): its scope, id and record (canonical JSON)."""
+
+    scope_id: str
+    evaluation_run_id: str
+    started_sequence: int  # of its evaluation_started entry
+    record: bytes
+    ended_sequence: int | None = None  # ended in the same batch (an UPDATE beside the INSERT would not see it)
+
+
 class Batch(msgspec.Struct, kw_only=True):
     """Everything one group commit writes."""
 
@@ -70,6 +80,8 @@ class Batch(msgspec.Struct, kw_only=True):
     delegations: list[DelegationState] = []  # each changed delegation's state after the batch, once
     handoff: list[HandedVector] = []  # vectors imported versions bring for the indexer (embedding.handoff)
     snapshots: list[SnapshotRow] = []  # evaluation snapshots this batch seals
+    runs: list[RunRow] = []  # evaluation runs this batch starts
+    ended_runs: list[tuple[str, int]] = []  # (evaluation scope, the evaluation_ended entry's sequence)
 
 
 class LedgerStore(Protocol):
@@ -91,6 +103,9 @@ class LedgerStore(Protocol):
     async def known_scopes(self, scope_ids: list[str]) -> set[str]: ...
     async def sealed_snapshots(self, snapshot_ids: list[str]) -> set[str]: ...
     async def first_sequences(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]: ...
+    async def snapshot_descriptors(self, snapshot_ids: list[str]) -> dict[str, dict[str, Any]]: ...
+    async def evaluation_runs(self) -> list[tuple[dict[str, Any], int, bool]]: ...
+    async def load_heads_at(self, scope_id: str, object_ids: list[str], at: int) -> dict[str, ObjectHead]: ...
     async def load_import_facts(self, scope_ids: list[str], ids: list[str]) -> tuple[set[str], set[str]]: ...
     async def load_contents(self, digests: list[str]) -> dict[str, bytes]: ...
     async def load_delegations(self, ids: list[str]) -> dict[str, DelegationState]: ...

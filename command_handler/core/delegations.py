@@ -20,6 +20,7 @@ import msgspec
 
 from authz.policy import REQUEST_OPERATIONS
 from command_handler.core.state import Authority, Decision, Stamp
+from command_handler.core.versions import in_run
 from schemas.common import timestamp_text
 from schemas.common import SYSTEM_SCOPE
 from schemas.delegation import (
@@ -66,7 +67,7 @@ def decide_delegation(command: DelegationCommand, state: DelegationState | None,
 
 
 def _event(command: DelegationCommand, stamp: Stamp, event_type: str, payload: dict[str, Any]) -> Event:
-    return event_of(event_type, payload, event_id=stamp.event_id,  # type: ignore[no-any-return]
+    return event_of(event_type, in_run(payload, stamp), event_id=stamp.event_id,  # type: ignore[no-any-return]
                     operation_id=stamp.operation_id, scope_id=command.scope_id, recorded_at=stamp.now, sequence=1,
                     actor=command.actor)
 

@@ -46,6 +46,12 @@ class Parsed(msgspec.Struct, frozen=True, kw_only=True):
     def scope_id(self) -> str:
         return self.command.scope_id
 
+    @property
+    def key_scope(self) -> str:
+        """The scope its idempotency record is kept in: its entry's (eval_start writes in the new evaluation
+        scope, while it names, and is authorized on, the snapshot's)."""
+        return str(getattr(self.command, "evaluation_scope_id", None) or self.command.scope_id)
+
 
 def parse(name: str, data: bytes, headers: dict[str, str] | None, max_bytes: int) -> Parsed:
     """Decode and check one command; raises InvalidRequest or InvalidObject for anything malformed."""

@@ -8,7 +8,8 @@ whose handling raised something unexpected: that command alone answers internal_
 
 from __future__ import annotations
 
-from collections import ChainMap
+from collections import ChainMap, Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -22,13 +23,16 @@ from command_handler.core.intake import Parsed
 from command_handler.core.idempotency import same_request
 from command_handler.core.references import DELEGATION_COMMANDS
 from command_handler.core.snapshots import seal
+from command_handler.core.evaluation import EvaluationRun, ended, open_run, refuse_ended, run_record, run_stamp, \
+    started
 from command_handler.core.state import EVERYTHING, Authority, Context, Decision, ImportFacts, ObjectHead, Stamp
-from command_handler.core.batch import Batch, ContentRow, SnapshotRow, VersionRow
+from command_handler.core.batch import Batch, ContentRow, RunRow, SnapshotRow, VersionRow
 from infra.ledger import IdempotencyRow, LedgerRow
 from schemas.canonical import canonical_bytes
 from schemas.commands import CreateScope, ImportEntries, RecordAccessDenied
 from schemas.delegation import CheckDelegation, DelegationState
-from schemas.errors import AccessDenied, PamledgerError, ScopeNotFound
+from schemas.errors import AccessDenied, InvalidRequest, PamledgerError, ScopeNotFound
+from schemas.evaluation import EVALUATION_SCOPE_KIND, EndEvaluation, StartEvaluation
 from schemas.registry import TypeRegistry
 from schemas.snapshots import CreateSnapshot
 
@@ -66,6 +70,8 @@ class Plan:
     new_scopes: set[str]
     tail: tuple[int, bytes]
     delegations: dict[str, DelegationState] = field(default_factory=dict)  # states this batch changed
+    runs: dict[str, EvaluationRun] = field(default_factory=dict)  # runs this batch started or ended, by scope
+    written: Counter[str] = field(default_factory=Counter)  # this batch's ledger entries per scope
 
 
 @dataclass
@@ -89,6 +95,8 @@ class PlanInputs:
     imports: dict[tuple[str, str], ImportFacts] = field(default_factory=dict)
     sealed: frozenset[str] = frozenset()  # snapshot ids this batch's snapshot_create commands name, already sealed
     born: dict[tuple[str, str], int] = field(default_factory=dict)  # their named members: first version's sequence
+    runs: Mapping[str, EvaluationRun] = field(default_factory=dict)  # evaluation runs by their scope
+    snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)  # descriptors eval_start commands name
     # A refused delegation command -> the access_denied entry recording it (None: the limiter leaves it out).
     record_refusal: Callable[[Parsed, AccessDenied], Parsed | None] = lambda item, exc: None
 
@@ -103,7 +111,7 @@ def refused_before_key_check(items: list[Parsed | PamledgerError], plan: Plan,
     check a writer that had not cached the record (after a restart, a takeover, an eviction, an erasure)
     would answer `version_conflict` where the original result is due."""
     return any(outcome.error is not None and isinstance(item, Parsed) and item.idempotency_key is not None
-               and not looked_up((item.scope_id, item.idempotency_key))
+               and not looked_up((item.key_scope, item.idempotency_key))
                for item, outcome in zip(items, plan.outcomes, strict=True))
 
 
@@ -122,6 +130,9 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
     # batch created replies with its content; a partial redaction of it reads it).
     batch_contents: dict[str, bytes] = {}
     contents = ChainMap(batch_contents, inputs.contents)
+    batch_runs: dict[str, EvaluationRun] = {}  # runs this batch started or ended, by scope
+    runs: ChainMap[str, EvaluationRun] = ChainMap(batch_runs, dict(inputs.runs))
+    written: Counter[str] = Counter()  # this batch's entries per scope (an evaluation run's index counts them)
 
     def context(batch_heads: dict[tuple[str, str], ObjectHead]) -> Context:
         """What a command may look at: heads as this batch left them, then as loaded; grants; contents."""
@@ -148,16 +159,24 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             if replay is not None:
                 outcomes.append(replay)
                 continue
-            stamp = inputs.stamp(item)
+            run = _run_of(command, inputs, runs, new_scopes)
+            stamp = _stamp(item, inputs, run, written)
             key = (command.scope_id, stamp.object_id)
             head = heads.get(key) or inputs.heads.get(key)
             exercise: tuple[Decision, DelegationState] | None = None
             # With auth off there is no policy to stand in for: a delegation named in an actor is only recorded.
-            check = None if isinstance(command, (*DELEGATION_COMMANDS, CreateSnapshot)) \
+            check = None if isinstance(command, (*DELEGATION_COMMANDS, CreateSnapshot, StartEvaluation, EndEvaluation)) \
                 or inputs.authority is EVERYTHING else \
                 exercise_for(command, head.meta if head is not None else None)  # type: ignore[arg-type]
             if isinstance(command, CreateSnapshot):
                 decision = seal(command, stamp, seq, sealed, born)
+            elif isinstance(command, StartEvaluation):
+                assert run is not None
+                decision = started(command, run, stamp, inputs.snapshots[command.snapshot_id])
+            elif isinstance(command, EndEvaluation):
+                if run is None:
+                    raise InvalidRequest("this scope holds no evaluation run", details={"scope_id": command.scope_id})
+                decision = ended(command, run, stamp, run.entries + written[command.scope_id])
             elif isinstance(command, DELEGATION_COMMANDS):
                 if isinstance(command, CheckDelegation) and command.object_type is None and head is not None:
                     item = msgspec.structs.replace(item, command=msgspec.structs.replace(  # its type, from the head
@@ -167,7 +186,8 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
                     delegations[state.delegation_id] = state
             elif check is not None:  # made under a delegation: its use is checked first, in this batch
                 checking = msgspec.structs.replace(item, name="check_delegation", command=check, idempotency_key=None)
-                refused, _, used, state = _delegation(checking, inputs.stamp(item), inputs, delegations)
+                refused, _, used, state = _delegation(checking, _stamp(item, inputs, run, written, b"delegation"),
+                                                      inputs, delegations)
                 if state is None:  # refused: the refusal's entry is what this command writes
                     item, command, decision = refused, refused.command, used
                 else:
@@ -184,6 +204,7 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             log.exception("command.crashed", command=item.name, scope_id=command.scope_id)
             outcomes.append(Outcome(error=PamledgerError("internal error while handling the command")))
             continue
+        before = len(batch.ledger)
         if exercise is not None:  # the delegation's use, just before the command it allowed
             used, state = exercise
             used_bytes = canonical_bytes(used.event)
@@ -210,20 +231,66 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
                     born[(entry.head.scope_id, entry.head.object_id)] = seq
                 if entry.content is not None and entry.head.content_digest is not None:
                     batch_contents[entry.head.content_digest] = entry.content
+        written.update(row.scope_id for row in batch.ledger[before:])
         decision = entries[0][0]
+        if run is not None and isinstance(command, (StartEvaluation, EndEvaluation)):
+            _record_run(command, run, first, runs, new_scopes, batch)
         if isinstance(command, CreateSnapshot) and decision.result is not None:
             sealed.add(command.snapshot.snapshot_id)
             batch.snapshots.append(SnapshotRow(snapshot_id=command.snapshot.snapshot_id, scope_id=command.scope_id,
                                                ledger_sequence=first,
                                                descriptor=canonical_bytes(decision.result["snapshot"])))
         if item.idempotency_key is not None:
-            keys[(command.scope_id, item.idempotency_key)] = (item.request_digest, index)
+            keys[(item.key_scope, item.idempotency_key)] = (item.request_digest, index)
         content = decision.content
         if content is None and decision.head is not None and decision.head.content_digest is not None:
             content = contents.get(decision.head.content_digest)
         outcomes.append(Outcome(accepted=Accepted(item, decision, first, content)))
     batch.delegations = list(delegations.values())
-    return Plan(outcomes, batch, heads, _new_records(batch), new_scopes, (seq, prev), delegations)
+    return Plan(outcomes, batch, heads, _new_records(batch), new_scopes, (seq, prev), delegations, batch_runs,
+                written)
+
+
+def _run_of(command: Any, inputs: PlanInputs, runs: Mapping[str, EvaluationRun], new_scopes: set[str]
+            ) -> EvaluationRun | None:
+    """The evaluation run a command writes in (eval_start: the run it would open), or None; a write in an
+    ended run's scope is refused."""
+    if isinstance(command, StartEvaluation):
+        scope_taken = command.evaluation_scope_id in new_scopes or inputs.scope_known(command.evaluation_scope_id)
+        return open_run(command, inputs.snapshots.get(command.snapshot_id), scope_taken,
+                        {r.run_id for r in runs.values()})
+    run = runs.get(command.scope_id)
+    if run is not None and not isinstance(command, EndEvaluation):
+        refuse_ended(run)
+    return run
+
+
+def _stamp(item: Parsed, inputs: PlanInputs, run: EvaluationRun | None, written: Counter[str],
+           purpose: bytes = b"") -> Stamp:
+    """A command's ids and time: the system's, or in an evaluation run its clock's and seed's."""
+    fresh = inputs.stamp(item)
+    if run is None:
+        return fresh
+    index = 0 if isinstance(item.command, StartEvaluation) else run.entries + written[run.scope_id]
+    return run_stamp(item, run, index, fresh, purpose)
+
+
+def _record_run(command: StartEvaluation | EndEvaluation, run: EvaluationRun, sequence: int,
+                runs: ChainMap[str, EvaluationRun], new_scopes: set[str], batch: Batch) -> None:
+    """An accepted eval_start creates its scope and run row; an eval_end marks the run ended."""
+    if isinstance(command, StartEvaluation):
+        new_scopes.add(run.scope_id)
+        batch.scopes.append((run.scope_id, EVALUATION_SCOPE_KIND, None, None))
+        batch.runs.append(RunRow(scope_id=run.scope_id, evaluation_run_id=run.run_id, started_sequence=sequence,
+                                 record=canonical_bytes(run_record(run))))
+        runs[run.scope_id] = run
+    else:
+        fresh = [i for i, row in enumerate(batch.runs) if row.scope_id == run.scope_id]
+        if fresh:  # started by this very batch: its row is inserted ended
+            batch.runs[fresh[0]] = msgspec.structs.replace(batch.runs[fresh[0]], ended_sequence=sequence)
+        else:
+            batch.ended_runs.append((run.scope_id, sequence))
+        runs[run.scope_id] = msgspec.structs.replace(run, ended=True)
 
 
 def _occupied(loaded: dict[tuple[str, str], ImportFacts], batch: Batch) -> dict[tuple[str, str], ImportFacts]:
@@ -286,7 +353,7 @@ def _idempotent(
 ) -> Outcome | None:
     if item.idempotency_key is None:
         return None
-    key = (item.scope_id, item.idempotency_key)
+    key = (item.key_scope, item.idempotency_key)
     earlier = keys.get(key)
     if earlier is not None:
         same_request(item, earlier[0])

@@ -43,6 +43,9 @@ class Stamp(msgspec.Struct, frozen=True, kw_only=True):
     # Fresh uuid4 texts for commands that write more than one entry (promote, relate, tool memory): the core
     # takes its further event, version and object ids from here, in order.
     spare: tuple[str, ...] = ()
+    # The evaluation run of the command's scope (schemas.evaluation), if any: carried into every version's
+    # provenance (an evidence_refs entry) and every entry's payload.
+    evaluation_run_id: str | None = None
 
 
 class Authority(Protocol):

@@ -12,6 +12,7 @@ import msgspec
 from command_handler.core.state import ObjectHead, Stamp
 from schemas.canonical import salted_digest
 from schemas.envelope import Actor, Provenance
+from schemas.evaluation import run_evidence
 from schemas.errors import ObjectDeleted, ObjectNotFound, PamledgerError, VersionConflict
 from schemas.events import Event, event_of
 from schemas.relationship import is_relationship
@@ -59,6 +60,10 @@ def stamped(meta: dict[str, Any], actor: Actor, provenance: Provenance, stamp: S
     now = msgspec.to_builtins(stamp.now)
     recorded = msgspec.to_builtins(provenance)
     recorded.setdefault("recorded_at", now)
+    if stamp.evaluation_run_id is not None:  # the run, where provenance.schema.json leaves room for it
+        evidence = run_evidence(stamp.evaluation_run_id)
+        refs = recorded.get("evidence_refs") or []
+        recorded["evidence_refs"] = refs if evidence in refs else [*refs, evidence]
     meta.update(
         version_id=stamp.version_id,
         sequence=sequence,
@@ -88,7 +93,7 @@ def version_event(actor: Actor, stamp: Stamp, event_type: str, head: ObjectHead,
     """The ledger entry committing `head` (a Relationship Version names relationship_id, not object_id)."""
     relationship = is_relationship(head.meta)
     return event_of(  # type: ignore[no-any-return]
-        event_type, {"envelope": head.meta, "content_digest": head.content_digest, **payload},
+        event_type, in_run({"envelope": head.meta, "content_digest": head.content_digest, **payload}, stamp),
         event_id=stamp.event_id, operation_id=stamp.operation_id, scope_id=head.scope_id,
         object_id=None if relationship else head.object_id, relationship_id=head.object_id if relationship else None,
         version_id=head.version_id, recorded_at=stamp.now, sequence=head.sequence, actor=actor)
@@ -97,9 +102,14 @@ def version_event(actor: Actor, stamp: Stamp, event_type: str, head: ObjectHead,
 def entry_event(actor: Actor, stamp: Stamp, scope_id: str, event_type: str, payload: dict[str, Any],
                 object_id: str | None = None) -> Event:
     """An event-only entry (no Memory Version); the planner sets its `sequence` to its ledger sequence."""
-    return event_of(event_type, payload, event_id=stamp.event_id,  # type: ignore[no-any-return]
+    return event_of(event_type, in_run(payload, stamp), event_id=stamp.event_id,  # type: ignore[no-any-return]
                     operation_id=stamp.operation_id, scope_id=scope_id, recorded_at=stamp.now, sequence=1,
                     actor=actor, object_id=object_id)
+
+
+def in_run(payload: dict[str, Any], stamp: Stamp) -> dict[str, Any]:
+    """An entry's payload with the evaluation run that writes it, if any."""
+    return payload if stamp.evaluation_run_id is None else {**payload, "evaluation_run_id": stamp.evaluation_run_id}
 
 
 def follower_stamp(stamp: Stamp, index: int, prefix: str = "mem") -> Stamp:

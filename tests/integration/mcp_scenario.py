@@ -103,6 +103,16 @@ async def snapshots(session: mcp.ClientSession, scope: str) -> None:
                                                                   "snapshot": {"snapshot_id": "snap:mcp-1",
                                                                                "included_object_ids": []}})
     assert frozen["code"] == "invalid_state_transition"
+    run = await call(session, "pamledger.eval_start", {"scope_id": scope, "snapshot_id": "snap:mcp-1",
+                                                       "evaluation_scope_id": f"{scope}-eval",
+                                                       "evaluation_run_id": f"run:{scope}"})
+    assert run["evaluation_run"]["scope_id"] == f"{scope}-eval"
+    forked = await call(session, "pamspec.read", {"scope_id": f"{scope}-eval", "object_id": first["object_id"]})
+    assert "before the snapshot" in str(forked)  # the snapshot's version, read through the evaluation scope
+    assert (await call(session, "pamledger.eval_end", {"scope_id": f"{scope}-eval"}))["evaluation_run"]["ended"]
+    compared = await call(session, "pamledger.snapshot_diff", {"scope_id": f"{scope}-eval",
+                                                                "from_snapshot_id": "snap:mcp-1"})
+    assert compared["to"]["evaluation_run_id"] == f"run:{scope}" and compared["changed"] == []  # it wrote nothing
 
 
 async def object_model(session: mcp.ClientSession, scope: str, first: dict[str, Any]) -> None:
@@ -219,8 +229,8 @@ async def resources(session: mcp.ClientSession, scope: str, actor: dict[str, str
 
 async def every_tool(session: mcp.ClientSession, scope: str, actor: dict[str, str], grants: list[Any]) -> None:
     listed = {t.name for t in (await session.list_tools()).tools}
-    assert len(listed) == 21 and {"pamspec.create", "pamledger.poll", "pamledger.snapshot_create",
-                                  "pamledger.snapshot_diff"} <= listed
+    assert len(listed) == 23 and {"pamspec.create", "pamledger.poll", "pamledger.snapshot_create",
+                                  "pamledger.snapshot_diff", "pamledger.eval_start", "pamledger.eval_end"} <= listed
     first = await writes_and_reads(session, scope, actor)
     await subscriptions(session, scope)
     await snapshots(session, scope)

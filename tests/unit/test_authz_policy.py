@@ -123,6 +123,13 @@ CASES = [
      "delegation.not_found"),  # not made under a delegation
     (bearer(WRITER), "cmd.snapshot_create", "team:c:1", Claim("actor:carol"), "authz.operation_not_granted"),
     (bearer(WRITER), "cmd.create", "team:c:1", Claim("actor:carol"), None),
+    # an evaluation run forks a snapshot of a scope the caller reads; ending it needs create on the run's scope
+    (bearer(ALICE), "cmd.eval_start", "team:a:1", Claim("actor:alice"), None),
+    (bearer(ALICE), "cmd.eval_start", "team:b:1", Claim("actor:alice"), "authz.scope_not_granted"),
+    (bearer(WRITER), "cmd.eval_start", "team:c:1", Claim("actor:carol"), "authz.operation_not_granted"),
+    (bearer(ALICE), "cmd.eval_start", "team:b:1", Claim("actor:alice", delegation_id="del:1"), "delegation.not_found"),
+    (bearer(WRITER), "cmd.eval_end", "team:c:1", Claim("actor:carol"), None),
+    (bearer(WRITER), "cmd.eval_end", "team:a:1", Claim("actor:carol"), "authz.scope_not_granted"),
     # status: any authenticated caller (what it sees is infra.status's: health, or all with the system scope)
     (None, "status", None, None, "auth.missing_credential"),
     (bearer(OLD), "status", None, None, "auth.expired_credential"),

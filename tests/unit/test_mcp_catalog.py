@@ -42,7 +42,8 @@ def test_pamledgers_own_tools_carry_the_prefix_and_core_is_six() -> None:
     assert own and all(name.startswith("pamledger.") for name in own)
     assert {"pamledger.search", "pamledger.related", "pamledger.poll", "pamledger.create_scope",
             "pamledger.grant_delegation", "pamledger.check_delegation", "pamledger.revoke_delegation",
-            "pamledger.snapshot_create", "pamledger.snapshot_diff"} == set(own)
+            "pamledger.snapshot_create", "pamledger.snapshot_diff", "pamledger.eval_start",
+            "pamledger.eval_end"} == set(own)
     assert set(Catalog("core").tools) == CORE_TOOLS and len(CORE_TOOLS) == 6
 
 

@@ -34,16 +34,22 @@ from schemas.replies import stored_envelope_bytes
 FETCH_ROWS = 8  # rows of one object's versions or events read at a time, until the page's byte bound
 _ENTRY_BYTES = 128  # an entry's own field names, flags and brackets, beside its ids: more than they take
 
-# Each object's version at each watermark (members only), those that differ, in object id order.
+# Each object's version at each watermark (members only), those that differ, in object id order. Only the
+# candidates can differ (`candidates`: objects with ledger entries between the watermarks, and those only one
+# member list names), unless one snapshot holds every object and the other names some (`everything`).
+_CANDIDATES = """(%(everything)s OR object_id IN (
+    SELECT t.object_id FROM ledger t WHERE t.scope_id = %(scope)s AND t.partition = %(partition)s
+      AND t.ledger_sequence > %(low)s AND t.ledger_sequence <= %(high)s AND t.object_id IS NOT NULL
+    UNION SELECT unnest(%(named)s::text[])))"""
 _MEMBERS = """WITH a AS (
   SELECT DISTINCT ON (object_id) object_id, version_id FROM memory_versions
   WHERE scope_id = %(scope)s AND ledger_sequence <= %(wa)s AND object_id > %(after)s
-    AND (%(ma)s::text[] IS NULL OR object_id = ANY(%(ma)s::text[]))
+    AND (%(ma)s::text[] IS NULL OR object_id = ANY(%(ma)s::text[])) AND """ + _CANDIDATES + """
   ORDER BY object_id, sequence DESC
 ), b AS (
   SELECT DISTINCT ON (object_id) object_id, version_id FROM memory_versions
   WHERE scope_id = %(scope)s AND ledger_sequence <= %(wb)s AND object_id > %(after)s
-    AND (%(mb)s::text[] IS NULL OR object_id = ANY(%(mb)s::text[]))
+    AND (%(mb)s::text[] IS NULL OR object_id = ANY(%(mb)s::text[])) AND """ + _CANDIDATES + """
   ORDER BY object_id, sequence DESC
 )
 SELECT object_id, a.version_id, b.version_id FROM a FULL JOIN b USING (object_id)
@@ -99,9 +105,12 @@ async def snapshot_diff(conn: psycopg.AsyncConnection[Any], request: SnapshotDif
         assert request.to_snapshot_id is not None  # else query.eval_diff answers
         b = await pinned(conn, request.scope_id, request.to_snapshot_id)
         low, high = sorted((a.watermark, b.watermark))
+        everything = (a.members is None) != (b.members is None)
+        named = sorted(set(a.members or ()) ^ set(b.members or ()))
         cur = await conn.execute(_MEMBERS, {
             "scope": request.scope_id, "after": request.after_object_id or "", "limit": request.limit,
-            "wa": a.watermark, "ma": a.members, "wb": b.watermark, "mb": b.members})
+            "wa": a.watermark, "ma": a.members, "wb": b.watermark, "mb": b.members, "everything": everything,
+            "partition": 0, "low": low, "high": high, "named": named})
         rows = await cur.fetchall()
         page = _Page()
         for object_id, in_a, in_b in rows:

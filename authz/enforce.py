@@ -81,9 +81,13 @@ class GrantsAuthorizer:
         self.registry = registry
 
     def allows(self, actor: dict[str, object], scope_id: str, event: dict[str, object]) -> bool:
+        """Under a delegation, the principal who granted it must still hold `subscribe` (the delegation
+        lends its grantor's rights; the gateway closes the subscription when the delegation ends)."""
         if event.get("scope_id") != scope_id:
             return False
-        record = self.registry.grants.actors.get(str(actor.get("actor_id")))
+        delegated = actor.get("delegation_id") is not None and actor.get("on_behalf_of_actor_id") is not None
+        holder = actor.get("on_behalf_of_actor_id") if delegated else actor.get("actor_id")
+        record = self.registry.grants.actors.get(str(holder))
         return record is not None and holds(record, scope_id, "subscribe") is None
 
     def credential_live(self, credential_id: str) -> bool:

@@ -78,7 +78,8 @@ DELEGABLE = frozenset({"cmd.create", "cmd.update", "cmd.transition", "cmd.delete
                        "cmd.promote", "cmd.correct_provenance"})
 # Reads that may be made under one (the Pam-Actor header's delegation_id): the shell has the writer exercise it
 # (authz.exercise) before the handler runs.
-DELEGABLE_READS = frozenset({"query.read", "query.history", "query.query", "query.search", "query.related"})
+DELEGABLE_READS = frozenset({"query.read", "query.history", "query.query", "query.search", "query.related",
+                             "sub.open"})  # a subscription under one: the gateway closes it when it ends
 # Delegation commands: the caller must be the command's actor; who may grant, check or revoke what is the
 # writer's core's to decide (command_handler/core/delegations.py), against the grantor's grants.
 DECIDED_BY_THE_WRITER = frozenset({"cmd.grant_delegation", "cmd.check_delegation", "cmd.revoke_delegation"})
@@ -181,7 +182,9 @@ def authorize(caller: Caller, request: str, scope_id: str | None, claim: Claim |
             return _provenance_mismatch(caller)
         if claim.delegation_id is not None and request in DELEGABLE | DELEGABLE_READS:
             return None  # the writer checks the delegation and counts the use (reads: through the shell)
-        if claim.on_behalf_of_actor_id is not None or claim.delegation_id is not None:
+        # A subscription's follow-ups (poll, ack, resume, status, close, list) name the actor it was opened as:
+        # the gateway holds them to its owner, and closes a delegated one when its delegation ends.
+        if (claim.on_behalf_of_actor_id is not None or claim.delegation_id is not None) and request not in SCOPELESS:
             return Denied("delegation.not_found", "acting for another actor needs a delegation", caller)
     if request in SCOPELESS:
         return None

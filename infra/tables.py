@@ -60,7 +60,10 @@ TABLES: dict[str, Table] = {
     "content_store": Table("command_handler.store", {**_WRITER_READS, **_VERSION_STORE, **_VACUUM,
                                                      "projector.store": "the full-text vector of a version"}),
     "idempotency_records": Table("command_handler.store", {**_WRITER_READS, **_VACUUM}),
-    "delegations": Table("command_handler.store", _WRITER_READS),
+    "delegations": Table("command_handler.store", {
+        **_WRITER_READS,
+        "subscriptions.store": "the gateway closes subscriptions whose delegation was revoked or ended",
+    }),
     "evaluation_snapshots": Table("command_handler.store", {
         **_WRITER_READS, "query.snapshots": "reads at a snapshot, and list/show, find its sealed descriptor by id",
     }),

@@ -35,7 +35,7 @@ from infra.nats_log import ConnectionLog
 from infra.metrics import FOLLOWER_POSITION, FOLLOWER_STUCK, leading, leads
 from infra.nats_raw import RawClient, connect_raw
 from infra.probes import Probes, serving_probes
-from infra.request_shell import AllowAll, DenialSink, Policy
+from infra.request_shell import AllowAll, DelegationGate, DenialSink, Policy
 from infra.settings import Settings
 from infra.role_failures import RoleFailures
 from infra.status import status_reply
@@ -140,7 +140,8 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             gateway_nc = await connection("gateway")
             tasks.append(asyncio.create_task(
                 gateway_forever(settings, gateway_nc, database_url, authorizer, policy,
-                                auth.denials(gateway_nc, settings.subject_prefix), auth.service_token)))
+                                auth.denials(gateway_nc, settings.subject_prefix), auth.service_token,
+                                delegated_reads(auth, gateway_nc, settings.subject_prefix))))
         log.info("service.roles", roles=list(roles), pid=os.getpid())
         await stop.wait()
     finally:
@@ -292,8 +293,9 @@ async def _wait_for_lock(conn: psycopg.AsyncConnection[Any], key: int, settings:
 
 async def gateway_forever(settings: Settings, nc: NATS, database_url: str, authorizer: Authorizer,
                           policy: Policy | None = None, denials: DenialSink | None = None,
-                          service_token: str | None = None) -> None:
-    """Lead the partition's Subscribe gateway (its own advisory lock)."""
+                          service_token: str | None = None, delegations: DelegationGate | None = None) -> None:
+    """Lead the partition's Subscribe gateway (its own advisory lock); `delegations`: subscriptions opened
+    under a delegation have it exercised (where auth is on)."""
     failures = role_failures(settings, "gateway")
     while True:
         try:
@@ -305,7 +307,8 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
                 try:
                     with failures.running():
                         leads("gateway", True)  # answers status.gateway once serving
-                        await Gateway(settings, nc, store, authorizer, policy, denials, service_token).serve()
+                        await Gateway(settings, nc, store, authorizer, policy, denials, service_token,
+                                      delegations).serve()
                 finally:
                     leads("gateway", False)
                     await store.close()

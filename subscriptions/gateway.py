@@ -28,7 +28,7 @@ from nats.aio.msg import Msg
 
 from authz.tokens import BadCredential, bearer_token, token_id_of
 from infra.ledger_identity import Disagreement, stream_disagreement, wait_for_agreement
-from infra.request_shell import DenialSink, Deny, Policy, RequestContext, RequestShell
+from infra.request_shell import DelegationGate, DenialSink, Deny, Policy, RequestContext, RequestShell
 from infra.requester import CommandRequester
 from infra.settings import Settings
 from infra.stuck import StuckState
@@ -66,10 +66,11 @@ def _credential_of(context: RequestContext) -> str | None:
 
 class Gateway:
     def __init__(self, settings: Settings, nc: NATS, store: SubscriptionStore, authorizer: Authorizer,
-                 policy: Policy | None = None, denials: DenialSink | None = None, service_token: str | None = None):
+                 policy: Policy | None = None, denials: DenialSink | None = None, service_token: str | None = None,
+                 delegations: DelegationGate | None = None):
         self.settings = settings
         # Per request; the authorizer decides per delivered event. `denials` records refusals (auth on).
-        self.shell = RequestShell(policy, denials=denials)
+        self.shell = RequestShell(policy, denials=denials, delegations=delegations)
         self.nc = nc
         self.store = store
         self.authorizer = authorizer
@@ -319,14 +320,24 @@ class Gateway:
         log.info("subscription.rebound", subscription_id=session.id, new_subject=subject is not None)
 
     async def _close_revoked_credentials(self) -> None:
-        """Close every subscription whose token was revoked or expired (`access_revoked`, at the last
-        delivered sequence), whether or not an event arrives: looked at every REVOCATION_SWEEP_SECONDS."""
+        """Close every subscription whose token was revoked or expired, or whose delegation was revoked or
+        ended (`access_revoked`, at the last delivered sequence), whether or not an event arrives: looked at
+        every REVOCATION_SWEEP_SECONDS (delegations: one read of the live ones, when any subscription has one)."""
         while True:
             await asyncio.sleep(REVOCATION_SWEEP_SECONDS)
-            for session in list(self.sessions.values()):
-                credential = session.credential_id
-                if credential is not None and not session.closing and not self.authorizer.credential_live(credential):
-                    log.info("subscription.credential_revoked", subscription_id=session.id)
+            sessions = [s for s in self.sessions.values() if not s.closing]
+            delegated = sorted({d for s in sessions if (d := s.request.actor.delegation_id) is not None})
+            try:
+                live = await self.store.live_delegations(delegated) if delegated else set()
+            except psycopg.Error:
+                continue  # the database is away: the next sweep looks again (tokens are checked meanwhile)
+            for session in sessions:
+                credential, delegation = session.credential_id, session.request.actor.delegation_id
+                revoked = credential is not None and not self.authorizer.credential_live(credential)
+                ended = delegation is not None and delegation not in live
+                if (revoked or ended) and not session.closing:
+                    log.info("subscription.revoked", subscription_id=session.id,
+                             what="delegation" if ended else "credential")
                     await self._close_revoked(session, session.last_delivered)
 
     async def _close(self, request: CloseRequest) -> dict[str, Any]:

@@ -58,6 +58,10 @@ LIST_SQL = (
 LIST_COLUMNS = ("subscription_id", "scope_id", "actor_id", "status", "close_reason", "start_sequence",
                 "last_delivered_sequence", "acknowledged_sequence", "created_at", "closed_at")
 OPEN_POSITIONS_SQL = "SELECT subscription_id, acked_sequence FROM subscriptions WHERE status = 'open'"
+# The delegations open subscriptions run under, still live: not revoked, and not past their not_after.
+LIVE_DELEGATIONS_SQL = (
+    "SELECT delegation_id FROM delegations WHERE delegation_id = ANY(%s) AND NOT revoked"
+    " AND coalesce((convert_from(grant_object, 'UTF8')::jsonb ->> 'not_after')::timestamptz > now(), true)")
 
 
 class LeadershipLost(Exception):
@@ -80,6 +84,11 @@ class SubscriptionStore:
                      operation_id: str | None, credential_id: str | None = None) -> None:
         await self.conn.execute(INSERT_SQL, (subscription_id, scope_id, request, start, start, operation_id,
                                              credential_id))
+
+    async def live_delegations(self, delegation_ids: list[str]) -> set[str]:
+        """Which of these delegations still hold (neither revoked nor expired)."""
+        cur = await self.conn.execute(LIVE_DELEGATIONS_SQL, (delegation_ids,))
+        return {str(r[0]) for r in await cur.fetchall()}
 
     async def rebind(self, subscription_id: str, request: bytes, credential_id: str | None) -> None:
         """A resume by another token: the request (its delivery subject) and the credential it goes on under."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import ChainMap, Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, get_args
 
 import msgspec
 import structlog
@@ -29,7 +29,7 @@ from command_handler.core.state import EVERYTHING, Authority, Context, Decision,
 from command_handler.core.batch import Batch, ContentRow, RunRow, SnapshotRow, VersionRow
 from infra.ledger import IdempotencyRow, LedgerRow
 from schemas.canonical import canonical_bytes
-from schemas.commands import CreateScope, ImportEntries, RecordAccessDenied
+from schemas.commands import CreateScope, EventOnlyCommand, ImportEntries, RecordAccessDenied
 from schemas.delegation import CheckDelegation, DelegationState
 from schemas.errors import AccessDenied, InvalidRequest, PamledgerError, ScopeNotFound
 from schemas.evaluation import EVALUATION_SCOPE_KIND, EndEvaluation, StartEvaluation
@@ -38,6 +38,9 @@ from schemas.snapshots import CreateSnapshot
 
 log = structlog.get_logger(__name__)
 
+
+
+SERVICE_ENTRIES = get_args(EventOnlyCommand)  # event-only entries the service itself sends
 
 
 @dataclass
@@ -165,7 +168,10 @@ def plan_batch(items: list[Parsed | PamledgerError], inputs: PlanInputs) -> Plan
             head = heads.get(key) or inputs.heads.get(key)
             exercise: tuple[Decision, DelegationState] | None = None
             # With auth off there is no policy to stand in for: a delegation named in an actor is only recorded.
-            check = None if isinstance(command, (*DELEGATION_COMMANDS, CreateSnapshot, StartEvaluation, EndEvaluation)) \
+            # The service's own entries (a subscription opened under a delegation: the gateway had the use
+            # checked and counted already) exercise nothing here.
+            check = None if isinstance(command, (*DELEGATION_COMMANDS, *SERVICE_ENTRIES, CreateSnapshot,
+                                                 StartEvaluation, EndEvaluation)) \
                 or inputs.authority is EVERYTHING else \
                 exercise_for(command, head.meta if head is not None else None)  # type: ignore[arg-type]
             if isinstance(command, CreateSnapshot):

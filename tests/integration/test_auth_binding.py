@@ -7,17 +7,19 @@ anyone on the bus the pids to kill and the positions and failures of every role.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from memory_client.admin import issue_token, parse_grant, put_actor
 from memory_client.client import MemoryClient
-from memory_client.delegation import grant_delegation
+from memory_client.delegation import grant_delegation, revoke_delegation
 from memory_client.errors import PamspecError
 from tests.conftest import Env, Servers, admin_client, can_query, enforced_env, serving, token_client, wait_for
 from tests.integration.test_auth import denial_entries
@@ -116,6 +118,46 @@ async def test_a_delegate_may_name_its_principal_in_provenance_and_no_one_else(w
                                prov({**ALICE, "delegation_id": delegation_id}))
     envelope = await world.clients["alice"].read(SCOPE, made["object_id"])
     assert envelope["provenance"]["actor"]["actor_id"] == ALICE["actor_id"]
+
+
+# ---- subscriptions under a delegation -----------------------------------------------------------------------
+
+async def _closed_row(env: Env, subscription_id: str) -> tuple[str, int] | None:
+    async with await psycopg.AsyncConnection.connect(env.database_url) as conn:
+        cur = await conn.execute("SELECT close_reason, last_delivered_sequence FROM subscriptions"
+                                 " WHERE subscription_id = %s AND status <> 'open'", (subscription_id,))
+        row = await cur.fetchone()
+    return None if row is None else (str(row[0]), int(row[1]))
+
+
+async def test_a_subscription_opened_under_a_delegation_ends_with_it(world: World) -> None:
+    """The worker holds no grant on the scope: under Alice's delegation of `subscribe` it may subscribe
+    (the use checked and counted by the writer), receives Alice's writes, and the subscription is closed
+    (access_revoked, at its last delivered sequence) once Alice revokes the delegation; a delegation without
+    `subscribe` opens nothing."""
+    alice, worker = world.clients["alice"], world.clients["worker"]
+    reading = await grant_delegation(alice, SCOPE, ALICE, WORKER, ["read"], "policy:sub-test", at(-1), at(60))
+    acting = {**WORKER, "on_behalf_of_actor_id": ALICE["actor_id"], "delegation_id": reading["delegation_id"]}
+    with pytest.raises(PamspecError) as err:
+        await worker.subscribe(SCOPE, acting)
+    assert err.value.code == "access_denied", err.value.envelope()
+    granted = await grant_delegation(alice, SCOPE, ALICE, WORKER, ["subscribe"], "policy:sub-test", at(-1), at(60))
+    acting = {**WORKER, "on_behalf_of_actor_id": ALICE["actor_id"], "delegation_id": granted["delegation_id"]}
+    subscription = await worker.subscribe(SCOPE, acting)
+    made = await alice.create(SCOPE, "claim", {"text": "for the delegate"}, ALICE, prov(ALICE))
+
+    async def first() -> dict[str, Any]:
+        async for event in subscription:
+            if event.get("event", {}).get("object_id") == made["object_id"]:
+                return dict(event)
+        raise AssertionError(f"the subscription ended: {subscription.closed}")
+    delivered = await asyncio.wait_for(first(), timeout=15)
+    await subscription.resume()  # a follow-up under the delegation's name is the owner's
+    revoked = await revoke_delegation(alice, SCOPE, granted["delegation_id"], ALICE)
+    row = await wait_for(lambda: _closed_row(world.env, subscription.subscription_id), timeout=15)
+    # Closed at what it had delivered: Alice's write, or at most the revocation's own entry (nothing was
+    # written to the scope after it).
+    assert row[0] == "access_revoked" and delivered["ledger_sequence"] <= row[1] <= revoked["ledger_sequence"], row
 
 
 # ---- status needs a credential; details need the system scope ---------------------------------------------

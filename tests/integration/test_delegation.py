@@ -319,7 +319,7 @@ async def test_a_delegate_reads_under_the_delegation_and_each_read_is_a_counted_
     assert [i["object_id"] for i in searched["items"]] == [made["object_id"]]
     await _refused(worker.read(SCOPE, made["object_id"], actor=acting), "delegation.usage_exhausted")
     await _refused(worker.subscription_request("open", {"scope_id": SCOPE, "actor": acting}, acting),
-                   "delegation.not_found")  # subscriptions under a delegation are not served
+                   "delegation.operation_not_granted")  # a subscription needs `subscribe` delegated
     uses = [e["payload"] for e in await entries(agents.env, "delegation_exercised")
             if e["payload"]["delegation_id"] == granted["delegation_id"]]
     assert [(u["operation"], u["use"]) for u in uses] == [("read", 1), ("inspect_history", 2), ("query", 3),

@@ -91,7 +91,8 @@ CASES = [
      "authz.operation_not_granted"),  # the service acts only as the retention actor
     (bearer(ALICE), "cmd.create", "team:b:1", Claim("actor:alice", delegation_id="del:1"), None),  # writer checks it
     (bearer(ALICE), "query.read", "team:b:1", Claim("actor:alice", delegation_id="del:1"), None),  # shell exercises
-    (bearer(ALICE), "sub.open", "team:b:1", Claim("actor:alice", delegation_id="del:1"), "delegation.not_found"),
+    (bearer(ALICE), "sub.open", "team:b:1", Claim("actor:alice", delegation_id="del:1"), None),  # shell exercises
+    (bearer(ALICE), "sub.poll", None, Claim("actor:alice", delegation_id="del:1"), None),  # the owner's follow-up
     (bearer(ALICE), "query.read", "team:b:1", None, "authz.scope_not_granted"),
     (bearer(ALICE), "query.read", "team:a", None, "authz.scope_not_granted"),  # the prefix is "team:a:"
     (bearer(ALICE), "cmd.delete", "team:a:1", Claim("actor:alice"), "authz.operation_not_granted"),

@@ -49,6 +49,12 @@ _TEMPORAL_SOURCE = """(
 )"""
 
 
+def temporal_source(with_search: bool) -> sql.SQL:
+    """The projection row shape `p` as the scope stood at a ledger sequence (two parameters: scope_id, the
+    sequence), for filter_clauses and the orders; `with_search`: its full-text vector too (computed per row)."""
+    return sql.SQL(_TEMPORAL_SOURCE.format(search=SEARCH_EXPRESSION if with_search else "NULL::tsvector"))
+
+
 def sort_key(request: QueryRequest) -> tuple[list[tuple[str, str, str]], str]:
     """[(order expression, selected expression, cursor parameter)] of the sort key, and the direction.
 
@@ -94,8 +100,7 @@ def build(request: QueryRequest, after: list[Any] | None, as_of: int | None,
     snapshot's named members)."""
     params: list[Any] = []
     if as_of is not None:
-        search = SEARCH_EXPRESSION if request.text else "NULL::tsvector"
-        source: sql.Composable = sql.SQL(_TEMPORAL_SOURCE.format(search=search))
+        source: sql.Composable = temporal_source(bool(request.text))
         params += [request.scope_id, as_of]
     else:
         source = sql.SQL("current_objects")

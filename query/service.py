@@ -32,6 +32,8 @@ from query.related import relationship_refs, run_related
 from query.snapshot_diff import SnapshotDiffRequest, snapshot_diff
 from query.snapshots import SnapshotsRequest, pin_report, pinned, snapshots
 from query.hybrid import run_search
+from query.snapshot_search import run_search_at_snapshot
+from query.related_snapshot import run_related_at_snapshot
 from query.search import CheckpointWatcher, run_query
 from schemas.queries import RelatedRequest, decode_query, decode_related, decode_request
 from schemas.search import SearchRequest, decode_search
@@ -237,8 +239,12 @@ class QueryService:
                 if request.part == "header":
                     return await export_header(conn, request, self.partition)
                 return await export_entries(conn, request, self.partition)
+        if isinstance(request, SearchRequest) and request.snapshot_id is not None:
+            return await run_search_at_snapshot(self.pool, self.index_watcher, request)
         if isinstance(request, SearchRequest):
             return await run_search(self.pool, self.watcher, self.index_watcher, request, self.settings)
+        if isinstance(request, RelatedRequest) and request.snapshot_id is not None:
+            return await run_related_at_snapshot(self.pool, request, lambda scope: self._may_read(context, scope))
         if isinstance(request, RelatedRequest):
             return await run_related(self.pool, self.watcher, request, lambda scope: self._may_read(context, scope))
         return await run_query(self.pool, self.watcher, request, self.partition)

@@ -21,7 +21,7 @@ from schemas.canonical import canonical_bytes, decode_json
 from schemas.common import Id
 from schemas.errors import ScopeNotFound, SnapshotNotFound
 
-_FIND = "SELECT descriptor FROM evaluation_snapshots WHERE snapshot_id = %s AND scope_id = %s"
+_FIND = "SELECT descriptor, ledger_sequence FROM evaluation_snapshots WHERE snapshot_id = %s AND scope_id = %s"
 _LIST = ("SELECT ledger_sequence, descriptor FROM evaluation_snapshots WHERE scope_id = %s AND ledger_sequence > %s"
          " ORDER BY ledger_sequence LIMIT %s")
 # Versions visible at the watermark (each object's newest at or before it) with content when sealed, whose
@@ -50,6 +50,7 @@ class Pinned:
     """A snapshot as reads use it."""
 
     descriptor: dict[str, Any]
+    sealed_sequence: int = 0  # the ledger entry that sealed it
 
     @property
     def watermark(self) -> int:
@@ -58,6 +59,11 @@ class Pinned:
     @property
     def members(self) -> list[str] | None:
         named = self.descriptor.get("included_object_ids")
+        return list(named) if named is not None else None
+
+    @property
+    def spaces(self) -> list[str] | None:
+        named = self.descriptor.get("included_embedding_space_ids")
         return list(named) if named is not None else None
 
     def holds(self, object_id: str) -> bool:
@@ -74,7 +80,7 @@ async def pinned(conn: psycopg.AsyncConnection[Any], scope_id: str, snapshot_id:
     row = await cur.fetchone()
     if row is None:
         raise SnapshotNotFound("no sealed snapshot of this scope has this id", details={"snapshot_id": snapshot_id})
-    return Pinned(decode_json(bytes(row[0])))
+    return Pinned(decode_json(bytes(row[0])), int(row[1]))
 
 
 def lost_statement(pin: Pinned) -> tuple[str, tuple[Any, ...]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -27,6 +28,7 @@ from memory_client.client import MemoryClient, PamspecError
 from pamledger.supervisor import ROLES as ALL_ROLES
 from schemas.common import SYSTEM_SCOPE
 from tests.conftest import ACTOR, PROVENANCE, ROOT, TEST_SPACE, Env, serving, wait_for
+from tests.integration.test_cli import error_of, run
 from tests.integration.test_indexer import indexed_through
 
 pytestmark = pytest.mark.profile("PAMSPEC-Evaluation")  # partially built, not claimed (docs/implementation-report.md)
@@ -257,3 +259,21 @@ async def test_the_migration_keeps_what_each_spaces_live_table_holds(env: Env, c
         ).format(space.table, space.kept_table))).fetchone()
         kept = await (await conn.execute(sql.SQL("SELECT count(*) FROM {}").format(space.kept_table))).fetchone()
     assert missing == (0,) and kept is not None and kept[0] > 0
+
+
+async def test_the_cli_searches_and_walks_relationships_at_a_snapshot(env: Env, client: MemoryClient,
+                                                                      world: dict[str, Any], tmp_path: Path) -> None:
+    ids, sid = world["ids"], world["middle"]
+    wide = ("--validation", "unverified", "--lifecycle", "candidate", "--lifecycle", "active")
+    code, found, err = await run(env, tmp_path, "search", SCOPE, "dogs chase", "--mode", "semantic", "--snapshot",
+                                 sid, *wide)
+    assert code == 0, err
+    assert found == result(await raw(client, "search", {"scope_id": SCOPE, "snapshot_id": sid, "text": "dogs chase",
+                                                        "mode": "semantic", "limit": 10,
+                                                        "validation_states": ["unverified"],
+                                                        "lifecycle_states": ["candidate", "active"]}))
+    assert ids["dogs"] in [i["object_id"] for i in found["items"]] and found["snapshot"]["snapshot_id"] == sid
+    code, walked, err = await run(env, tmp_path, "related", SCOPE, ids["cats"], "--snapshot", sid)
+    assert code == 0 and walked["edges"] == [] and walked["as_of_sequence"] == found["as_of_sequence"], err
+    code, _, err = await run(env, tmp_path, "search", SCOPE, "cats", "--snapshot", "snap:cli:none")
+    assert code != 0 and error_of(err)["code"] == "snapshot_not_found"

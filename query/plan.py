@@ -39,8 +39,7 @@ _TEMPORAL_SOURCE = """(
          (m->>'valid_from')::timestamptz AS valid_from, (m->>'valid_until')::timestamptz AS valid_until,
          (m->>'committed_at')::timestamptz AS committed_at, (m->>'recorded_at')::timestamptz AS recorded_at,
          {search} AS search
-  FROM (SELECT DISTINCT ON (object_id) * FROM memory_versions
-        WHERE scope_id = %s AND ledger_sequence <= %s ORDER BY object_id, sequence DESC) v
+  FROM {versions} v
   CROSS JOIN LATERAL (SELECT convert_from(v.meta, 'UTF8')::jsonb AS m) j
   """ + latest_version("v") + """
   CROSS JOIN LATERAL (SELECT CASE WHEN """ + hidden_by_latest("v") + """ THEN NULL ELSE v.content_digest END AS shown) d
@@ -49,10 +48,17 @@ _TEMPORAL_SOURCE = """(
 )"""
 
 
-def temporal_source(with_search: bool) -> sql.SQL:
+# Each object's newest version at or before a sequence (parameters: scope_id, the sequence).
+AT_SEQUENCE = ("(SELECT DISTINCT ON (object_id) * FROM memory_versions"
+               " WHERE scope_id = %s AND ledger_sequence <= %s ORDER BY object_id, sequence DESC)")
+
+
+def temporal_source(with_search: bool, versions: str = AT_SEQUENCE) -> sql.SQL:
     """The projection row shape `p` as the scope stood at a ledger sequence (two parameters: scope_id, the
-    sequence), for filter_clauses and the orders; `with_search`: its full-text vector too (computed per row)."""
-    return sql.SQL(_TEMPORAL_SOURCE.format(search=SEARCH_EXPRESSION if with_search else "NULL::tsvector"))
+    sequence), for filter_clauses and the orders; `with_search`: its full-text vector too (computed per row).
+    `versions`: which memory_versions rows to shape (default: every object's at the sequence, AT_SEQUENCE)."""
+    search = SEARCH_EXPRESSION if with_search else "NULL::tsvector"
+    return sql.SQL(_TEMPORAL_SOURCE.format(search=search, versions=versions))
 
 
 def sort_key(request: QueryRequest) -> tuple[list[tuple[str, str, str]], str]:

@@ -43,7 +43,7 @@ from schemas.search import SearchRequest
 # Rows: (meta, content, object_id, version_id, ledger_sequence, vector_version_id, distance, stale), as
 # query.semantic's; never stale (the vector was made from this very content).
 _NEAREST = (
-    "SELECT r.meta, c.content, r.object_id, r.version_id, r.ledger_sequence, r.vector_version_id, r.distance, false"
+    "{shortlist}SELECT r.meta, c.content, r.object_id, r.version_id, r.ledger_sequence, r.vector_version_id, r.distance, false"
     " FROM (SELECT p.meta, p.content_digest, p.object_id, p.version_id, p.ledger_sequence,"
     " k.version_id AS vector_version_id, k.embedding <=> %s::vector AS distance"
     " FROM {source} p JOIN {kept} k"
@@ -51,6 +51,13 @@ _NEAREST = (
     " WHERE {where} ORDER BY distance, p.object_id, p.version_id LIMIT %s) r"
     " JOIN content_store c ON c.content_digest = r.content_digest"
     " ORDER BY r.distance, r.object_id, r.version_id")
+# The nearest kept vectors of the scope's (members') objects, whatever version each was made from: only their
+# objects' versions at the watermark are then read (one index look-up each), not every version of the scope.
+_SHORTLIST = ("WITH near AS MATERIALIZED (SELECT object_id, content_digest FROM {kept} WHERE scope_id = %s{members}"
+              " ORDER BY embedding <=> %s::vector, object_id, content_digest LIMIT %s) ")
+_SHORTLISTED = ("(SELECT w.* FROM (SELECT DISTINCT object_id FROM near) s CROSS JOIN LATERAL"
+                " (SELECT * FROM memory_versions x WHERE x.scope_id = %s AND x.object_id = s.object_id"
+                " AND x.ledger_sequence <= %s ORDER BY x.sequence DESC LIMIT 1) w)")
 
 
 async def run_search_at_snapshot(pool: AsyncConnectionPool[Any], index: CheckpointWatcher,
@@ -67,9 +74,14 @@ async def run_search_at_snapshot(pool: AsyncConnectionPool[Any], index: Checkpoi
     async with pool.connection() as conn, snapshot(conn):
         semantic: list[Any] = []
         if found.space is not None and found.vector is not None:
-            cur = await conn.execute(*nearest_statement(found.space, vector_literal(found.vector), request, pin,
-                                                        count))
-            semantic = [row for row in await cur.fetchall() if row[6] == row[6]]  # a NaN (zero vector) has no rank
+            literal = vector_literal(found.vector)
+            cur = await conn.execute(*nearest_statement(found.space, literal, request, pin, count,
+                                                        max(10 * count, 200)))
+            rows = await cur.fetchall()
+            if len(rows) < count:  # the filters left too few of the shortlist: rank every version at the watermark
+                rows = await (await conn.execute(*nearest_statement(found.space, literal, request, pin,
+                                                                    count))).fetchall()
+            semantic = [row for row in rows if row[6] == row[6]]  # a NaN (zero vector) has no rank
         lexical: list[Any] = []
         if request.mode != "semantic" and request.text is not None:
             cur = await conn.execute(*build(lexical_request(request, count), None, pin.watermark, pin.members))
@@ -114,18 +126,32 @@ async def _await_index(index: CheckpointWatcher, pin: Pinned, space: SpaceRow, r
                                           "space_state": space.state})
 
 
-def nearest_statement(space: SpaceRow, literal: str, request: SearchRequest, pin: Pinned,
-                      count: int) -> tuple[sql.Composed, list[Any]]:
+def nearest_statement(space: SpaceRow, literal: str, request: SearchRequest, pin: Pinned, count: int,
+                      shortlist: int | None = None) -> tuple[sql.Composed, list[Any]]:
     """The `count` nearest versions at the watermark among the members that pass the filters, ranked exactly
-    by their kept vectors; erased content (no content row) never takes a place."""
+    by their kept vectors; erased content (no content row) never takes a place.
+
+    `shortlist`: only the objects of the scope's `shortlist` nearest kept vectors are looked at. An object has
+    one version at the watermark, so one eligible kept vector at most, and (distance, object_id) orders the
+    eligible ones totally: when the shortlist yields `count` of them they are the exact top `count` (any
+    eligible vector past the shortlist ranks after all of them); when it yields fewer, the caller ranks every
+    version instead (shortlist None)."""
     clauses, params = filter_clauses(request)
     clauses = [sql.SQL("EXISTS (SELECT 1 FROM content_store e WHERE e.content_digest = p.content_digest)"), *clauses]
     if pin.members is not None:
         clauses.append(sql.SQL("p.object_id = ANY(%s)"))
         params.append(pin.members)
-    statement = sql.SQL(_NEAREST).format(source=temporal_source(False), kept=space.kept_table,
+    head: sql.Composable = sql.SQL("")
+    head_params: list[Any] = []
+    source = temporal_source(False)
+    if shortlist is not None:
+        members = sql.SQL(" AND object_id = ANY(%s)") if pin.members is not None else sql.SQL("")
+        head = sql.SQL(_SHORTLIST).format(kept=space.kept_table, members=members)
+        head_params = [request.scope_id, *([pin.members] if pin.members is not None else []), literal, shortlist]
+        source = temporal_source(False, _SHORTLISTED)
+    statement = sql.SQL(_NEAREST).format(shortlist=head, source=source, kept=space.kept_table,
                                          where=sql.SQL(" AND ").join(clauses))
-    return statement, [literal, request.scope_id, pin.watermark, *params, count]
+    return statement, [*head_params, literal, request.scope_id, pin.watermark, *params, count]
 
 
 def pinned_index(space: SpaceRow | None, pin: Pinned) -> dict[str, Any]:

@@ -63,6 +63,8 @@ async def answers(client: MemoryClient, sid: str, objects: dict[str, str]) -> di
     at = {**at, **WIDE}
     for mode in ("semantic", "lexical", "hybrid"):
         found[f"search:{mode}"] = await raw(client, "search", {**at, "text": "cats chase", "mode": mode})
+    found["search:semantic:2"] = await raw(client, "search", {**at, "text": "cats chase", "mode": "semantic",
+                                                              "limit": 2})  # the shortlist's answer, not the full
     found["search:vector"] = await raw(client, "search", {**at, "vector": [0.25] * OLD.dimensions, "mode": "semantic"})
     found["related"] = await raw(client, "related", {**at, "from_object_id": objects["cats"], "hops": 2})
     return found
@@ -134,6 +136,7 @@ async def test_every_answer_at_a_snapshot_is_the_same_bytes_after_writes_deletes
         sealed["snapshot"]["ledger_sequence_high_watermark"]
     assert semantic["index"]["method"] == "exact" and semantic["snapshot"]["erased_since_seal"] == 0
     assert [i["object_id"] for i in result(before["search:lexical"])["items"]] != []
+    assert result(before["search:semantic:2"])["items"] == semantic["items"][:2]
     middle = {i["object_id"]: i for i in result(before["middle:search:semantic"])["items"]}
     dogs2 = world["dogs2"]
     assert middle[ids["dogs"]]["version_id"] == dogs2["version_id"]  # a version its own batch superseded

@@ -25,11 +25,16 @@ _FIND = "SELECT descriptor, ledger_sequence FROM evaluation_snapshots WHERE snap
 _LIST = ("SELECT ledger_sequence, descriptor FROM evaluation_snapshots WHERE scope_id = %s AND ledger_sequence > %s"
          " ORDER BY ledger_sequence LIMIT %s")
 # Versions visible at the watermark (each object's newest at or before it) with content when sealed, whose
-# content is gone now or hidden by a later redaction.
+# content is gone now or hidden by a later redaction. Only an object with a ledger entry after the watermark
+# can have lost content since (content is erased, and hidden, only by an entry of its own object, in the
+# transaction that appends it: command_handler.store), so only those objects are looked at: the count costs
+# what changed since the seal, not the scope's size.
 _LOST = """SELECT count(*) FROM (
-  SELECT DISTINCT ON (object_id) * FROM memory_versions
-  WHERE scope_id = %s AND ledger_sequence <= %s AND (%s::text[] IS NULL OR object_id = ANY(%s::text[]))
-  ORDER BY object_id, sequence DESC) v
+  SELECT v.* FROM (SELECT DISTINCT object_id FROM ledger
+                   WHERE scope_id = %s AND ledger_sequence > %s AND object_id IS NOT NULL) changed
+  CROSS JOIN LATERAL (SELECT * FROM memory_versions w WHERE w.scope_id = %s AND w.object_id = changed.object_id
+                      AND w.ledger_sequence <= %s ORDER BY w.sequence DESC LIMIT 1) v
+  WHERE %s::text[] IS NULL OR v.object_id = ANY(%s::text[])) v
 """ + latest_version("v") + """
 WHERE v.content_digest IS NOT NULL AND ((""" + hidden_by_latest("v") + """)
       OR NOT EXISTS (SELECT 1 FROM content_store c WHERE c.content_digest = v.content_digest))"""
@@ -87,7 +92,8 @@ def lost_statement(pin: Pinned) -> tuple[str, tuple[Any, ...]]:
     """The count of the snapshot's versions that lost content since the seal, as (SQL, parameters), for a
     caller that runs it in the same transaction as its rows."""
     members = pin.members
-    return _LOST, (pin.descriptor["scope_id"], pin.watermark, members, members)
+    scope_id = pin.descriptor["scope_id"]
+    return _LOST, (scope_id, pin.watermark, scope_id, pin.watermark, members, members)
 
 
 def report_of(pin: Pinned, lost: int) -> dict[str, Any]:

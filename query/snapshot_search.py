@@ -75,12 +75,13 @@ async def run_search_at_snapshot(pool: AsyncConnectionPool[Any], index: Checkpoi
         semantic: list[Any] = []
         if found.space is not None and found.vector is not None:
             literal = vector_literal(found.vector)
-            cur = await conn.execute(*nearest_statement(found.space, literal, request, pin, count,
-                                                        max(10 * count, 200)))
-            rows = await cur.fetchall()
-            if len(rows) < count:  # the filters left too few of the shortlist: rank every version at the watermark
-                rows = await (await conn.execute(*nearest_statement(found.space, literal, request, pin,
-                                                                    count))).fetchall()
+            # Longer shortlists while the filters (or older versions' vectors) leave too few; at last every
+            # version at the watermark. Each answers the same exact top `count` (nearest_statement).
+            for shortlist in (max(6 * count, 60), max(60 * count, 600), None):
+                cur = await conn.execute(*nearest_statement(found.space, literal, request, pin, count, shortlist))
+                rows = await cur.fetchall()
+                if len(rows) >= count:
+                    break
             semantic = [row for row in rows if row[6] == row[6]]  # a NaN (zero vector) has no rank
         lexical: list[Any] = []
         if request.mode != "semantic" and request.text is not None:

@@ -48,6 +48,7 @@ TABLES: dict[str, Table] = {
         "query.export": "an export is the scope's ledger entries with their versions",
         "query.snapshot_diff": "a snapshot diff shows a changed object's ledger events between two watermarks",
         "query.snapshots": "what a snapshot lost since its seal: only objects with entries after its watermark",
+        "query.plan": "at a snapshot, objects with entries after its watermark are read from their versions",
         "retention.evaluator": "an object's age is its first version's commit time",
     }),
     "memory_versions": Table("command_handler.store", {

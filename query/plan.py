@@ -53,6 +53,38 @@ AT_SEQUENCE = ("(SELECT DISTINCT ON (object_id) * FROM memory_versions"
                " WHERE scope_id = %s AND ledger_sequence <= %s ORDER BY object_id, sequence DESC)")
 
 
+# Each changed object's newest version at or before a sequence (parameters: scope_id, the sequence); `changed`
+# is PINNED_SOURCE's.
+_CHANGED_AT_SEQUENCE = ("(SELECT w.* FROM changed s CROSS JOIN LATERAL (SELECT * FROM memory_versions x"
+                        " WHERE x.scope_id = %s AND x.object_id = s.object_id AND x.ledger_sequence <= %s"
+                        " ORDER BY x.sequence DESC LIMIT 1) w)")
+# The scope at a sequence the projection has reached (parameters: scope_id, the sequence, three times). An object
+# without ledger entries after the sequence is still at the version current_objects holds (nothing erased or
+# hid its content either: only an entry of its own does), so only the objects changed since are shaped from
+# their versions; the rest are the projection's rows, read through its indexes, without parsing an envelope.
+_PINNED_SOURCE = """(
+  WITH changed AS MATERIALIZED (SELECT DISTINCT object_id FROM ledger
+                                WHERE scope_id = %s AND ledger_sequence > %s AND object_id IS NOT NULL)
+  SELECT o.scope_id, o.object_id, o.version_id, o.ledger_sequence, o.content_digest, o.meta, o.object_type,
+         o.schema_id, o.lifecycle_state, o.availability_state, o.retention_state, o.validation_state, o.actor_id,
+         o.provenance_id, o.observed_at, o.asserted_at, o.valid_from, o.valid_until, o.committed_at, o.recorded_at,
+         {search} AS search
+  FROM current_objects o
+  WHERE o.scope_id = %s AND o.ledger_sequence <= %s AND NOT EXISTS (SELECT 1 FROM changed h WHERE h.object_id = o.object_id)
+  UNION ALL
+  SELECT * FROM {temporal} t
+)"""
+
+
+def pinned_source(with_search: bool) -> sql.SQL:
+    """temporal_source's rows (parameters: scope_id, the sequence, three times) for a sequence the projection
+    has reached: the projection's rows for the objects unchanged since, the versions' for the others."""
+    temporal = _TEMPORAL_SOURCE.format(search=SEARCH_EXPRESSION if with_search else "NULL::tsvector",
+                                       versions=_CHANGED_AT_SEQUENCE)
+    return sql.SQL(_PINNED_SOURCE.format(search="o.search" if with_search else "NULL::tsvector",
+                                         temporal=temporal))
+
+
 def temporal_source(with_search: bool, versions: str = AT_SEQUENCE) -> sql.SQL:
     """The projection row shape `p` as the scope stood at a ledger sequence (two parameters: scope_id, the
     sequence), for filter_clauses and the orders; `with_search`: its full-text vector too (computed per row).
@@ -101,12 +133,15 @@ def _quality_key(signal: str, direction: str) -> list[tuple[str, str, str]]:
 
 
 def build(request: QueryRequest, after: list[Any] | None, as_of: int | None,
-          members: list[str] | None = None) -> tuple[sql.Composed, list[Any]]:
+          members: list[str] | None = None, projected: bool = False) -> tuple[sql.Composed, list[Any]]:
     """The SELECT for one page: rows of (meta, content, sort key values…); `members`: only these objects (a
-    snapshot's named members)."""
+    snapshot's named members); `projected`: the projection has reached `as_of` (pinned_source's rows)."""
     params: list[Any] = []
-    if as_of is not None:
-        source: sql.Composable = temporal_source(bool(request.text))
+    if as_of is not None and projected:
+        source: sql.Composable = pinned_source(bool(request.text))
+        params += [request.scope_id, as_of] * 3
+    elif as_of is not None:
+        source = temporal_source(bool(request.text))
         params += [request.scope_id, as_of]
     else:
         source = sql.SQL("current_objects")

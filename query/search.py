@@ -85,7 +85,9 @@ async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, 
     reached = True
     if request.min_sequence is not None and as_of is None and watcher.sequence < request.min_sequence:
         reached = await watcher.wait_for(request.min_sequence, request.wait_ms / 1000)
-    statement, params = build(request, after, as_of, pin.members if pin is not None else None)
+    # At a snapshot the projection has reached, objects unchanged since its watermark are read from it.
+    from_projection = pin is not None and watcher.sequence >= pin.watermark
+    statement, params = build(request, after, as_of, pin.members if pin is not None else None, from_projection)
     async with pool.connection() as conn:
         # One snapshot for the scope check, the checkpoint and the rows (and, at an evaluation snapshot, the
         # count of its erased versions); pipelined, so the whole transaction costs one round trip. Rows of an

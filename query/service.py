@@ -240,7 +240,7 @@ class QueryService:
                     return await export_header(conn, request, self.partition)
                 return await export_entries(conn, request, self.partition)
         if isinstance(request, SearchRequest) and request.snapshot_id is not None:
-            return await run_search_at_snapshot(self.pool, self.index_watcher, request)
+            return await run_search_at_snapshot(self.pool, self.watcher, self.index_watcher, request)
         if isinstance(request, SearchRequest):
             return await run_search(self.pool, self.watcher, self.index_watcher, request, self.settings)
         if isinstance(request, RelatedRequest) and request.snapshot_id is not None:

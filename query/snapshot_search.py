@@ -5,7 +5,8 @@ object, overwritten by newer versions, approximate above a size). A snapshot's a
 after any later write, delete, re-embedding or new default space, so it reads only what never changes: the
 immutable versions at the watermark (query.plan.temporal_source, with the same filters and the snapshot's
 members) and the vectors kept per version (embedding.store.keep_vectors, joined by content digest), ranked
-exactly by (distance, object_id, version_id). Lexical is query.plan.build at the watermark; hybrid is the same
+exactly by (distance, object_id, version_id). Lexical is query.plan.build at the watermark (objects unchanged
+since read from the projection once it has passed the watermark: query.plan.pinned_source); hybrid is the same
 reciprocal rank fusion of both as live (query.hybrid.items).
 
 The space searched: the request's `embedding_space_id` when the snapshot names it in
@@ -60,8 +61,8 @@ _SHORTLISTED = ("(SELECT w.* FROM (SELECT DISTINCT object_id FROM near) s CROSS 
                 " AND x.ledger_sequence <= %s ORDER BY x.sequence DESC LIMIT 1) w)")
 
 
-async def run_search_at_snapshot(pool: AsyncConnectionPool[Any], index: CheckpointWatcher,
-                                 request: SearchRequest) -> bytes:
+async def run_search_at_snapshot(pool: AsyncConnectionPool[Any], projection: CheckpointWatcher,
+                                 index: CheckpointWatcher, request: SearchRequest) -> bytes:
     assert request.snapshot_id is not None
     async with pool.connection() as conn:
         pin = await pinned(conn, request.scope_id, request.snapshot_id)
@@ -85,7 +86,8 @@ async def run_search_at_snapshot(pool: AsyncConnectionPool[Any], index: Checkpoi
             semantic = [row for row in rows if row[6] == row[6]]  # a NaN (zero vector) has no rank
         lexical: list[Any] = []
         if request.mode != "semantic" and request.text is not None:
-            cur = await conn.execute(*build(lexical_request(request, count), None, pin.watermark, pin.members))
+            cur = await conn.execute(*build(lexical_request(request, count), None, pin.watermark, pin.members,
+                                            projection.sequence >= pin.watermark))
             lexical = (await cur.fetchall())[:count]
         lost = await (await conn.execute(*lost_statement(pin))).fetchone()
     result: dict[str, Any] = {

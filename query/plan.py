@@ -54,35 +54,16 @@ AT_SEQUENCE = ("(SELECT DISTINCT ON (object_id) * FROM memory_versions"
 
 
 # Each changed object's newest version at or before a sequence (parameters: scope_id, the sequence); `changed`
-# is PINNED_SOURCE's.
+# is _CHANGED's.
 _CHANGED_AT_SEQUENCE = ("(SELECT w.* FROM changed s CROSS JOIN LATERAL (SELECT * FROM memory_versions x"
                         " WHERE x.scope_id = %s AND x.object_id = s.object_id AND x.ledger_sequence <= %s"
                         " ORDER BY x.sequence DESC LIMIT 1) w)")
-# The scope at a sequence the projection has reached (parameters: scope_id, the sequence, three times). An object
-# without ledger entries after the sequence is still at the version current_objects holds (nothing erased or
-# hid its content either: only an entry of its own does), so only the objects changed since are shaped from
-# their versions; the rest are the projection's rows, read through its indexes, without parsing an envelope.
-_PINNED_SOURCE = """(
-  WITH changed AS MATERIALIZED (SELECT DISTINCT object_id FROM ledger
-                                WHERE scope_id = %s AND ledger_sequence > %s AND object_id IS NOT NULL)
-  SELECT o.scope_id, o.object_id, o.version_id, o.ledger_sequence, o.content_digest, o.meta, o.object_type,
-         o.schema_id, o.lifecycle_state, o.availability_state, o.retention_state, o.validation_state, o.actor_id,
-         o.provenance_id, o.observed_at, o.asserted_at, o.valid_from, o.valid_until, o.committed_at, o.recorded_at,
-         {search} AS search
-  FROM current_objects o
-  WHERE o.scope_id = %s AND o.ledger_sequence <= %s AND NOT EXISTS (SELECT 1 FROM changed h WHERE h.object_id = o.object_id)
-  UNION ALL
-  SELECT * FROM {temporal} t
-)"""
-
-
-def pinned_source(with_search: bool) -> sql.SQL:
-    """temporal_source's rows (parameters: scope_id, the sequence, three times) for a sequence the projection
-    has reached: the projection's rows for the objects unchanged since, the versions' for the others."""
-    temporal = _TEMPORAL_SOURCE.format(search=SEARCH_EXPRESSION if with_search else "NULL::tsvector",
-                                       versions=_CHANGED_AT_SEQUENCE)
-    return sql.SQL(_PINNED_SOURCE.format(search="o.search" if with_search else "NULL::tsvector",
-                                         temporal=temporal))
+# The objects with ledger entries after a sequence (parameters: scope_id, the sequence). Every other object is
+# still at the version current_objects holds once the projection has passed the sequence, and nothing erased
+# or hid its content since (only an entry of its own does): build_pinned reads those from the projection.
+_CHANGED = ("WITH changed AS MATERIALIZED (SELECT DISTINCT object_id FROM ledger"
+            " WHERE scope_id = %s AND ledger_sequence > %s AND object_id IS NOT NULL) ")
+_UNCHANGED = " AND p.ledger_sequence <= %s AND NOT EXISTS (SELECT 1 FROM changed h WHERE h.object_id = p.object_id)"
 
 
 def temporal_source(with_search: bool, versions: str = AT_SEQUENCE) -> sql.SQL:
@@ -135,16 +116,36 @@ def _quality_key(signal: str, direction: str) -> list[tuple[str, str, str]]:
 def build(request: QueryRequest, after: list[Any] | None, as_of: int | None,
           members: list[str] | None = None, projected: bool = False) -> tuple[sql.Composed, list[Any]]:
     """The SELECT for one page: rows of (meta, content, sort key values…); `members`: only these objects (a
-    snapshot's named members); `projected`: the projection has reached `as_of` (pinned_source's rows)."""
-    params: list[Any] = []
+    snapshot's named members); `projected`: the projection has passed `as_of` (build_pinned)."""
     if as_of is not None and projected:
-        source: sql.Composable = pinned_source(bool(request.text))
-        params += [request.scope_id, as_of] * 3
-    elif as_of is not None:
-        source = temporal_source(bool(request.text))
-        params += [request.scope_id, as_of]
-    else:
-        source = sql.SQL("current_objects")
+        return build_pinned(request, after, as_of, members)
+    if as_of is None:
+        return _page(request, after, sql.SQL("current_objects"), members)
+    statement, params = _page(request, after, temporal_source(bool(request.text)), members)
+    return statement, [request.scope_id, as_of, *params]
+
+
+def build_pinned(request: QueryRequest, after: list[Any] | None, as_of: int,
+                 members: list[str] | None) -> tuple[sql.Composed, list[Any]]:
+    """The page at `as_of` once the projection has passed it: the objects unchanged since from current_objects
+    (its indexes serve the order and the limit), the changed ones shaped from their versions, each branch
+    ordered and cut to the page, then merged by the same total order (missing values last, as sort_key)."""
+    projected, projected_params = _page(request, after, sql.SQL("current_objects"), members,
+                                        (sql.SQL(_UNCHANGED), [as_of]))
+    changed, changed_params = _page(request, after, temporal_source(bool(request.text), _CHANGED_AT_SEQUENCE),
+                                    members)
+    keys, direction = sort_key(request)
+    merged = sql.SQL(", ").join(sql.SQL(f"{i} {direction} NULLS LAST") for i in range(3, 3 + len(keys)))
+    statement = sql.Composed([sql.SQL(_CHANGED), sql.SQL("SELECT * FROM (("), projected, sql.SQL(") UNION ALL ("),
+                              changed, sql.SQL(")) u ORDER BY {} LIMIT %s").format(merged)])
+    return statement, [request.scope_id, as_of, *projected_params, request.scope_id, as_of, *changed_params,
+                       request.limit + 1]
+
+
+def _page(request: QueryRequest, after: list[Any] | None, source: sql.Composable, members: list[str] | None,
+          extra: tuple[sql.Composable, list[Any]] | None = None) -> tuple[sql.Composed, list[Any]]:
+    """One page's SELECT over `source` (its own parameters are the caller's), `extra` ANDed to the WHERE."""
+    params: list[Any] = []
     keys, direction = sort_key(request)
     key_sql = sql.SQL(", ").join(sql.SQL(selected) for _, selected, _ in keys)
     parts: list[sql.Composable] = [sql.SQL("SELECT p.meta, c.content, {keys} FROM {source} p").format(keys=key_sql, source=source),
@@ -158,6 +159,9 @@ def build(request: QueryRequest, after: list[Any] | None, as_of: int | None,
     if members is not None:
         parts.append(sql.SQL(" AND p.object_id = ANY(%s)"))
         params.append(members)
+    if extra is not None:
+        parts.append(extra[0])
+        params += extra[1]
     order_by = sql.SQL(", ").join(sql.SQL(f"{expr} {direction}") for expr, _, _ in keys)
     parts.append(sql.SQL(" ORDER BY {order} LIMIT %s").format(order=order_by))
     params.append(request.limit + 1)

@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 from infra.ledger import hidden_by_latest, latest_version
 from query.related import MayRead, Source, Walk
 from query.snapshot import snapshot
-from query.snapshots import lost_statement, pinned, report_of
+from query.snapshots import SealedSnapshots, lost_statement, report_of
 from schemas.canonical import canonical_bytes
 from schemas.queries import RelatedRequest
 
@@ -55,10 +55,10 @@ _NODES_AT = (
 )
 
 
-async def run_related_at_snapshot(pool: AsyncConnectionPool[Any], request: RelatedRequest, may_read: MayRead) -> bytes:
+async def run_related_at_snapshot(pool: AsyncConnectionPool[Any], request: RelatedRequest, may_read: MayRead,
+                                  sealed: SealedSnapshots | None = None) -> bytes:
     assert request.snapshot_id is not None
-    async with pool.connection() as conn:
-        pin = await pinned(conn, request.scope_id, request.snapshot_id)
+    pin = await (sealed or SealedSnapshots()).pin(pool, request.scope_id, request.snapshot_id)
     source = Source(_RELATIONSHIPS_AT, _NODES_AT, {"pin_scope": request.scope_id, "watermark": pin.watermark,
                                                    "members": pin.members})
     walk = Walk(request, may_read, source)

@@ -22,8 +22,7 @@ from infra.scopes import SCOPE_EXISTS
 from query.cursor import decode_cursor, encode_cursor
 from query.plan import build
 from query.snapshot import BEGIN_SNAPSHOT
-from query.snapshots import Pinned, lost_statement, report_of
-from query.snapshots import pinned as snapshot_pin
+from query.snapshots import Pinned, SealedSnapshots, lost_statement, report_of
 from schemas.queries import QueryRequest
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.errors import InvalidRequest, ScopeNotFound
@@ -74,13 +73,12 @@ class CheckpointWatcher:
 
 
 async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, request: QueryRequest,
-                    partition: int) -> bytes:
+                    partition: int, sealed: SealedSnapshots | None = None) -> bytes:
     after, pinned = decode_cursor(request)
     as_of = request.as_of_sequence if request.as_of_sequence is not None else pinned
     pin: Pinned | None = None
     if request.snapshot_id is not None:  # the scope as the snapshot pins it: its watermark, its members
-        async with pool.connection() as conn:
-            pin = await snapshot_pin(conn, request.scope_id, request.snapshot_id)
+        pin = await (sealed or SealedSnapshots()).pin(pool, request.scope_id, request.snapshot_id)
         as_of = pin.watermark
     reached = True
     if request.min_sequence is not None and as_of is None and watcher.sequence < request.min_sequence:

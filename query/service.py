@@ -30,7 +30,7 @@ from query.export import ExportRequest, export_entries, export_header
 from query.reads import history, read_envelope, scope_events
 from query.related import relationship_refs, run_related
 from query.snapshot_diff import SnapshotDiffRequest, snapshot_diff
-from query.snapshots import SnapshotsRequest, pin_report, pinned, snapshots
+from query.snapshots import SealedSnapshots, SnapshotsRequest, pin_report, pinned, snapshots
 from query.hybrid import run_search
 from query.snapshot_search import run_search_at_snapshot
 from query.related_snapshot import run_related_at_snapshot
@@ -107,6 +107,7 @@ class QueryService:
         self.prefix = prefix
         self.watcher = watcher
         self.index_watcher = index_watcher or CheckpointWatcher(INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL)
+        self.sealed = SealedSnapshots()  # sealed snapshots found, by id (they never change)
         self._subs: list[Any] = []
         self._in_flight: set[asyncio.Task[None]] = set()
 
@@ -240,14 +241,15 @@ class QueryService:
                     return await export_header(conn, request, self.partition)
                 return await export_entries(conn, request, self.partition)
         if isinstance(request, SearchRequest) and request.snapshot_id is not None:
-            return await run_search_at_snapshot(self.pool, self.watcher, self.index_watcher, request)
+            return await run_search_at_snapshot(self.pool, self.watcher, self.index_watcher, request, self.sealed)
         if isinstance(request, SearchRequest):
             return await run_search(self.pool, self.watcher, self.index_watcher, request, self.settings)
         if isinstance(request, RelatedRequest) and request.snapshot_id is not None:
-            return await run_related_at_snapshot(self.pool, request, lambda scope: self._may_read(context, scope))
+            return await run_related_at_snapshot(self.pool, request, lambda scope: self._may_read(context, scope),
+                                                 self.sealed)
         if isinstance(request, RelatedRequest):
             return await run_related(self.pool, self.watcher, request, lambda scope: self._may_read(context, scope))
-        return await run_query(self.pool, self.watcher, request, self.partition)
+        return await run_query(self.pool, self.watcher, request, self.partition, self.sealed)
 
     async def _at_snapshot(self, request: ReadRequest | HistoryRequest) -> bytes:
         """Read or history as a sealed snapshot holds the object: at its watermark, members only."""

@@ -36,7 +36,7 @@ from query.plan import build, filter_clauses, temporal_source
 from query.search import CheckpointWatcher
 from query.semantic import Probe, probe_in
 from query.snapshot import snapshot
-from query.snapshots import Pinned, lost_statement, pinned, report_of
+from query.snapshots import Pinned, SealedSnapshots, lost_statement, report_of
 from schemas.canonical import canonical_bytes
 from schemas.errors import InvalidRequest, ServiceUnavailable
 from schemas.search import SearchRequest
@@ -62,11 +62,14 @@ _SHORTLISTED = ("(SELECT w.* FROM (SELECT DISTINCT object_id FROM near) s CROSS 
 
 
 async def run_search_at_snapshot(pool: AsyncConnectionPool[Any], projection: CheckpointWatcher,
-                                 index: CheckpointWatcher, request: SearchRequest) -> bytes:
+                                 index: CheckpointWatcher, request: SearchRequest,
+                                 sealed: SealedSnapshots | None = None) -> bytes:
     assert request.snapshot_id is not None
-    async with pool.connection() as conn:
-        pin = await pinned(conn, request.scope_id, request.snapshot_id)
-        space = await pinned_space(conn, pin, request) if request.mode != "lexical" else None
+    pin = await (sealed or SealedSnapshots()).pin(pool, request.scope_id, request.snapshot_id)
+    space = None
+    if request.mode != "lexical":
+        async with pool.connection() as conn:
+            space = await pinned_space(conn, pin, request)
     found = Probe(None, None, False)
     if space is not None:
         await _await_index(index, pin, space, request)

@@ -14,8 +14,10 @@ from typing import Annotated, Any
 
 import msgspec
 import psycopg
+from psycopg_pool import AsyncConnectionPool
 
 from infra.ledger import hidden_by_latest, latest_version
+from infra.lru import LRU
 from infra.scopes import scope_exists
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.common import Id
@@ -86,6 +88,23 @@ async def pinned(conn: psycopg.AsyncConnection[Any], scope_id: str, snapshot_id:
     if row is None:
         raise SnapshotNotFound("no sealed snapshot of this scope has this id", details={"snapshot_id": snapshot_id})
     return Pinned(decode_json(bytes(row[0])), int(row[1]))
+
+
+class SealedSnapshots:
+    """Sealed snapshots already found, by (scope_id, snapshot_id), so a read at one costs no look-up of it: a
+    sealed snapshot never changes (a trigger refuses any change to its row), so one found stays right; one not
+    found is asked for again (it may have been sealed since). One per query service (one database)."""
+
+    def __init__(self, capacity: int = 1024):
+        self._found: LRU[tuple[str, str], Pinned] = LRU(capacity)
+
+    async def pin(self, pool: AsyncConnectionPool[Any], scope_id: str, snapshot_id: str) -> Pinned:
+        found = self._found.get((scope_id, snapshot_id))
+        if found is None:
+            async with pool.connection() as conn:
+                found = await pinned(conn, scope_id, snapshot_id)
+            self._found.put((scope_id, snapshot_id), found)
+        return found
 
 
 def lost_statement(pin: Pinned) -> tuple[str, tuple[Any, ...]]:

@@ -46,16 +46,18 @@ from schemas.search import SearchRequest
 _NEAREST = (
     "{shortlist}SELECT r.meta, c.content, r.object_id, r.version_id, r.ledger_sequence, r.vector_version_id, r.distance, false"
     " FROM (SELECT p.meta, p.content_digest, p.object_id, p.version_id, p.ledger_sequence,"
-    " k.version_id AS vector_version_id, k.embedding <=> %s::vector AS distance"
+    " k.version_id AS vector_version_id, {distance} AS distance"
     " FROM {source} p JOIN {kept} k"
     " ON k.scope_id = p.scope_id AND k.object_id = p.object_id AND k.content_digest = p.content_digest"
     " WHERE {where} ORDER BY distance, p.object_id, p.version_id LIMIT %s) r"
     " JOIN content_store c ON c.content_digest = r.content_digest"
     " ORDER BY r.distance, r.object_id, r.version_id")
-# The nearest kept vectors of the scope's (members') objects, whatever version each was made from: only their
-# objects' versions at the watermark are then read (one index look-up each), not every version of the scope.
-_SHORTLIST = ("WITH near AS MATERIALIZED (SELECT object_id, content_digest FROM {kept} WHERE scope_id = %s{members}"
-              " ORDER BY embedding <=> %s::vector, object_id, content_digest LIMIT %s) ")
+# The nearest kept vectors of the scope's (members') objects, whatever version each was made from: only these
+# rows are candidates, and only their objects' versions at the watermark are read (one index look-up each),
+# not every version of the scope.
+_SHORTLIST = ("WITH near AS MATERIALIZED (SELECT scope_id, object_id, content_digest, version_id,"
+              " embedding <=> %s::vector AS distance FROM {kept} WHERE scope_id = %s{members}"
+              " ORDER BY distance, object_id, content_digest LIMIT %s) ")
 _SHORTLISTED = ("(SELECT w.* FROM (SELECT DISTINCT object_id FROM near) s CROSS JOIN LATERAL"
                 " (SELECT * FROM memory_versions x WHERE x.scope_id = %s AND x.object_id = s.object_id"
                 " AND x.ledger_sequence <= %s ORDER BY x.sequence DESC LIMIT 1) w)")
@@ -137,27 +139,29 @@ def nearest_statement(space: SpaceRow, literal: str, request: SearchRequest, pin
     """The `count` nearest versions at the watermark among the members that pass the filters, ranked exactly
     by their kept vectors; erased content (no content row) never takes a place.
 
-    `shortlist`: only the objects of the scope's `shortlist` nearest kept vectors are looked at. An object has
-    one version at the watermark, so one eligible kept vector at most, and (distance, object_id) orders the
-    eligible ones totally: when the shortlist yields `count` of them they are the exact top `count` (any
-    eligible vector past the shortlist ranks after all of them); when it yields fewer, the caller ranks every
-    version instead (shortlist None)."""
+    `shortlist`: only the scope's `shortlist` nearest kept vectors are candidates. An object has one version at
+    the watermark, so one eligible kept vector at most, and (distance, object_id) orders the eligible ones
+    totally: when the shortlist holds `count` eligible ones they are the exact top `count` (an eligible vector
+    past the shortlist ranks after every one in it); when it holds fewer, the caller ranks every version
+    instead (shortlist None)."""
     clauses, params = filter_clauses(request)
     clauses = [sql.SQL("EXISTS (SELECT 1 FROM content_store e WHERE e.content_digest = p.content_digest)"), *clauses]
     if pin.members is not None:
         clauses.append(sql.SQL("p.object_id = ANY(%s)"))
         params.append(pin.members)
-    head: sql.Composable = sql.SQL("")
-    head_params: list[Any] = []
-    source = temporal_source(False)
-    if shortlist is not None:
-        members = sql.SQL(" AND object_id = ANY(%s)") if pin.members is not None else sql.SQL("")
-        head = sql.SQL(_SHORTLIST).format(kept=space.kept_table, members=members)
-        head_params = [request.scope_id, *([pin.members] if pin.members is not None else []), literal, shortlist]
-        source = temporal_source(False, _SHORTLISTED)
-    statement = sql.SQL(_NEAREST).format(shortlist=head, source=source, kept=space.kept_table,
-                                         where=sql.SQL(" AND ").join(clauses))
-    return statement, [*head_params, literal, request.scope_id, pin.watermark, *params, count]
+    where = sql.SQL(" AND ").join(clauses)
+    tail = [request.scope_id, pin.watermark, *params, count]
+    if shortlist is None:
+        statement = sql.SQL(_NEAREST).format(shortlist=sql.SQL(""), distance=sql.SQL("k.embedding <=> %s::vector"),
+                                             source=temporal_source(False), kept=space.kept_table, where=where)
+        return statement, [literal, *tail]
+    members = sql.SQL(" AND object_id = ANY(%s)") if pin.members is not None else sql.SQL("")
+    head = sql.SQL(_SHORTLIST).format(kept=space.kept_table, members=members)
+    statement = sql.SQL(_NEAREST).format(shortlist=head, distance=sql.SQL("k.distance"),
+                                         source=temporal_source(False, _SHORTLISTED), kept=sql.Identifier("near"),
+                                         where=where)
+    return statement, [literal, request.scope_id, *([pin.members] if pin.members is not None else []), shortlist,
+                       *tail]
 
 
 def pinned_index(space: SpaceRow | None, pin: Pinned) -> dict[str, Any]:

@@ -280,3 +280,25 @@ async def test_the_cli_searches_and_walks_relationships_at_a_snapshot(env: Env, 
     assert code == 0 and walked["edges"] == [] and walked["as_of_sequence"] == found["as_of_sequence"], err
     code, _, err = await run(env, tmp_path, "search", SCOPE, "cats", "--snapshot", "snap:cli:none")
     assert code != 0 and error_of(err)["code"] == "snapshot_not_found"
+
+
+async def test_a_snapshot_ranks_as_live_search_did_when_older_versions_crowd_the_nearest_vectors(
+        env: Env, client: MemoryClient) -> None:
+    """Sixty objects whose first version is the nearest text and whose current one is far: the nearest kept
+    vectors are all older versions', so the snapshot's ranking must look past them (the shortlist's bound) and
+    answer what the live search (one current vector per object, exact at this size) answers at the same state."""
+    scope = "workspace:snapshot-search-crowded"
+    await client.create_scope(scope)
+    for i in range(60):
+        made = await client.create(scope, "claim", {"statement": "alpha beta gamma"}, ACTOR, PROVENANCE)
+        await client.update(scope, made["object_id"], made["version_id"], {"statement": f"zeta omega {i}"}, ACTOR,
+                            PROVENANCE)
+    await client.create(scope, "claim", {"statement": "alpha beta gamma delta"}, ACTOR, PROVENANCE)
+    await wait_for(lambda: _indexed_to_head(env), timeout=60)
+    sealed = await client.snapshot_create(scope, ACTOR)
+    for limit in (2, 5):
+        body = {"scope_id": scope, "text": "alpha beta gamma", "mode": "semantic", "limit": limit, **WIDE}
+        live = result(await raw(client, "search", body))
+        pinned = result(await raw(client, "search", {**body, "snapshot_id": sealed["snapshot"]["snapshot_id"]}))
+        ranked = [[(i["object_id"], i["version_id"], i["semantic_score"]) for i in r["items"]] for r in (live, pinned)]
+        assert ranked[0] == ranked[1] and len(ranked[0]) == limit

@@ -24,6 +24,7 @@ BENCHMARKS: dict[str, str] = {
     "auth": "write_path's creates with authorization off and enforced, in alternating pairs",
     "auth_check": "the writer's per-command authorization step in-process, by part, vs parsing the create",
     "mcp": "the MCP binding vs the SDK it wraps: read latency, creates/s, memory per idle HTTP session",
+    "snapshot": "query and semantic search at a sealed snapshot vs live (p50 ratios, recall@10), kept-vector storage",
     "bundle": "export rows/s vs a raw COPY of the same rows, export RSS at two sizes, import vs creates/s",
     "evaluation": "snapshot_create at 100k objects vs a create, Query at a sealed snapshot vs the same live Query",
 }

@@ -8,6 +8,14 @@ A space's table is `embedding_vectors_<space_key>`: one row per (scope, object) 
 version (`version_id`, `version_sequence`), with a `vector(<dimensions>)` column and one HNSW index (cosine).
 A row is written only for a newer version than the one it holds (`upsert_vectors`), so a rebuild and the
 live follower may write the same object in any order.
+
+Beside it, each space keeps every vector it ever made, per version, in `embedding_vectors_<space_key>_kept`:
+one row per (scope, object, content digest), written once and never changed (a re-embedding or a rebuild
+leaves a kept row as it is), deleted only by an erasure of its object. The text embedded is a function of the
+object type and the content (embedding.text_profile), so a vector per content digest is a vector per version;
+search at a sealed snapshot ranks the versions at its watermark by these (query.snapshot_search), exactly, so
+its answers stay the same bytes whatever the live table holds since. No HNSW index on it: a snapshot's search
+compares every member's vector.
 """
 
 from __future__ import annotations
@@ -53,6 +61,10 @@ class SpaceRow:
     def table(self) -> sql.Identifier:
         return vector_table(self.space_key)
 
+    @property
+    def kept_table(self) -> sql.Identifier:
+        return kept_table(self.space_key)
+
 
 @dataclass(frozen=True)
 class VectorRow:
@@ -82,6 +94,11 @@ class MovedRow:
 
 def vector_table(space_key: int) -> sql.Identifier:
     return sql.Identifier(f"embedding_vectors_{int(space_key)}")
+
+
+def kept_table(space_key: int) -> sql.Identifier:
+    """The space's vectors per version (the module docstring; infra/sql/020_kept_vectors.sql)."""
+    return sql.Identifier(f"embedding_vectors_{int(space_key)}_kept")
 
 
 def vector_literal(vector: Sequence[float]) -> str:
@@ -142,6 +159,12 @@ async def create_space(conn: psycopg.AsyncConnection[Any], space: EmbeddingSpace
         "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops) WITH (m = {}, ef_construction = {})"
     ).format(sql.Identifier(f"embedding_vectors_{key}_hnsw"), table, sql.Literal(HNSW_M),
              sql.Literal(HNSW_EF_CONSTRUCTION)))
+    await conn.execute(sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {} ("
+        " scope_id text NOT NULL, object_id text NOT NULL, content_digest text NOT NULL, version_id text NOT NULL,"
+        " ledger_sequence bigint NOT NULL, embedding vector({}) NOT NULL,"
+        " PRIMARY KEY (scope_id, object_id, content_digest))"
+    ).format(kept_table(key), sql.Literal(space.dimensions)))
     return await find_space(conn, space.embedding_space_id)
 
 
@@ -178,6 +201,30 @@ async def upsert_vectors(conn: psycopg.AsyncConnection[Any], space: SpaceRow, ro
         [r.scope_id for r in rows], [r.object_id for r in rows], [r.version_id for r in rows],
         [r.version_sequence for r in rows], [r.ledger_sequence for r in rows], [r.truncated for r in rows],
         [r.content_digest for r in rows], [vector_bytes(r.vector) for r in rows]))
+    await keep_vectors(conn, space, rows, require_content)
+
+
+async def keep_vectors(conn: psycopg.AsyncConnection[Any], space: SpaceRow, rows: Sequence[VectorRow],
+                       require_content: bool = False) -> None:
+    """Keep each row's vector for its (object, content digest), unless one is kept already: a kept vector is
+    never replaced, so a re-embedding or a rebuild never changes what a sealed snapshot searched.
+    `require_content` as for upsert_vectors (a rebuild racing an erasure keeps nothing of it)."""
+    kept = [r for r in rows if r.content_digest is not None]
+    if not kept:
+        return
+    guard = sql.SQL(
+        " WHERE EXISTS (SELECT 1 FROM memory_versions v JOIN content_store c ON c.content_digest = v.content_digest"
+        " WHERE v.version_id = r.version_id AND v.scope_id = r.scope_id AND v.object_id = r.object_id)"
+    ) if require_content else sql.SQL("")
+    await ensure_vector_adapters(conn)
+    await conn.execute(sql.SQL(
+        "INSERT INTO {t} (scope_id, object_id, content_digest, version_id, ledger_sequence, embedding)"
+        " SELECT r.scope_id, r.object_id, r.content_digest, r.version_id, r.ledger_sequence, r.embedding"
+        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[], %b::vector[])"
+        " AS r(scope_id, object_id, content_digest, version_id, ledger_sequence, embedding){guard}"
+        " ON CONFLICT (scope_id, object_id, content_digest) DO NOTHING").format(t=space.kept_table, guard=guard), (
+        [r.scope_id for r in kept], [r.object_id for r in kept], [r.content_digest for r in kept],
+        [r.version_id for r in kept], [r.ledger_sequence for r in kept], [vector_bytes(r.vector) for r in kept]))
 
 
 async def move_vectors(conn: psycopg.AsyncConnection[Any], space: SpaceRow, rows: Sequence[MovedRow]) -> None:
@@ -247,12 +294,14 @@ async def mark_ready(conn: psycopg.AsyncConnection[Any], embedding_space_id: str
 
 
 async def delete_object_vectors(conn: psycopg.AsyncConnection[Any], spaces: Sequence[SpaceRow],
-                                objects: Sequence[tuple[str, str]]) -> None:
-    """Remove every vector of these (scope_id, object_id) in every given space (erasure, or no text left)."""
+                                objects: Sequence[tuple[str, str]], kept: bool = False) -> None:
+    """Remove every vector of these (scope_id, object_id) in every given space (erasure, or no text left);
+    `kept` (an erasure): the vectors kept per version too, which hold the erased content as much as the live one."""
     if not objects:
         return
     scopes, ids = [o[0] for o in objects], [o[1] for o in objects]
     for space in spaces:
-        await conn.execute(sql.SQL(
-            "DELETE FROM {} t USING unnest(%s::text[], %s::text[]) AS d(scope_id, object_id)"
-            " WHERE t.scope_id = d.scope_id AND t.object_id = d.object_id").format(space.table), (scopes, ids))
+        for table in (space.table, space.kept_table) if kept else (space.table,):
+            await conn.execute(sql.SQL(
+                "DELETE FROM {} t USING unnest(%s::text[], %s::text[]) AS d(scope_id, object_id)"
+                " WHERE t.scope_id = d.scope_id AND t.object_id = d.object_id").format(table), (scopes, ids))

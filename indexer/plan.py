@@ -14,7 +14,10 @@ What each event means here:
   whose content is the permitted projection. An object erased in a batch stays in `erased` even when a later
   version of the batch is embedded: the shell deletes first and writes after, and never moves a vector of an
   erased object (it would move the very vector it deleted);
-- any other event with an envelope and a content digest: the object's new current version;
+- any other event with an envelope and a content digest: the object's new current version; a version it
+  replaces within the batch with other content is `superseded`: it was current at some ledger sequence, so a
+  snapshot sealed there searches it, and its vector is kept (embedding.store.keep_vectors), never made live.
+  An erasure of the object later in the batch drops it (its content is gone);
 - a Relationship Object's events (their envelope has no object_type, their event names `relationship_id`):
   ignored, relationships are not embedded.
 """
@@ -76,6 +79,7 @@ class Plan:
     registry: list[Registration | DefaultSwitch] = field(default_factory=list)
     versions: dict[tuple[str, str], Version] = field(default_factory=dict)
     erased: set[tuple[str, str]] = field(default_factory=set)
+    superseded: list[Version] = field(default_factory=list)  # replaced within the batch: vector kept only
     from_sequence: int = 0
     through_sequence: int = 0
 
@@ -104,9 +108,14 @@ def plan_batch(events: list[tuple[int, bytes]]) -> Plan:
         key = (event.scope_id, event.object_id)
         if event.event_type in ERASING_EVENTS or meta.availability_state in ERASED_STATES:
             plan.erased.add(key)
+            plan.superseded = [v for v in plan.superseded if v.key != key]
+            plan.versions.pop(key, None)  # erased: nothing of what came before is kept
         if meta.availability_state in ERASED_STATES:
             plan.versions.pop(key, None)  # nothing of the object is left to embed
         elif payload.content_digest is not None:
+            replaced = plan.versions.get(key)
+            if replaced is not None and replaced.content_digest != payload.content_digest:
+                plan.superseded.append(replaced)
             plan.versions[key] = Version(event.scope_id, event.object_id, meta.version_id, meta.sequence, seq,
                                          meta.object_type, payload.content_digest)
     return plan

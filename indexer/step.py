@@ -34,7 +34,7 @@ import structlog
 from embedding.known import embedder_for, loaded_embedder
 from embedding.store import (
     INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL, MovedRow, SpaceRow, VectorRow, create_space, delete_object_vectors,
-    list_spaces, make_default, move_vectors, upsert_vectors, vector_digests,
+    keep_vectors, list_spaces, make_default, move_vectors, upsert_vectors, vector_digests,
 )
 from embedding.handoff import drop_handed, handed_vectors
 from schemas.embedding import HandedVector
@@ -61,6 +61,7 @@ class Prepared:
     textless: set[tuple[str, str]] = field(default_factory=set)  # current version has no text: no vector
     reused: dict[int, list[VectorRow]] = field(default_factory=dict)  # space_key → vectors an import handed over
     handed: dict[tuple[str, str, str], HandedVector] = field(default_factory=dict)  # (scope, object, space id)
+    kept: dict[int, list[VectorRow]] = field(default_factory=dict)  # space_key → superseded versions' vectors
 
 
 class IndexerStep:
@@ -86,7 +87,27 @@ class IndexerStep:
         prepared.handed = {(h.scope_id, h.object_id, h.embedding_space_id): h for h in handed}
         if versions:
             await self._embed(conn, prepared, versions, unsure)
+        if plan.superseded:
+            await self._embed_superseded(conn, prepared)
         return prepared
+
+    async def _embed_superseded(self, conn: psycopg.AsyncConnection[Any], prepared: Prepared) -> None:
+        """Vectors of the versions a later one replaced within the batch, to keep (plan.Plan.superseded): a
+        snapshot sealed while one was current searches it. Rare live (one version per object per batch is the
+        rule), so embedded apart, after the current versions."""
+        versions = prepared.plan.superseded
+        contents = await read_contents(conn, sorted({v.version_id for v in versions}))
+        texts = {v.version_id: text_of(v.object_type, contents[v.version_id])
+                 for v in versions if v.version_id in contents}
+        wanted = [v for v in versions if v.version_id in texts and texts[v.version_id].text]
+        for space in prepared.spaces:
+            embedder = loaded_embedder(space.descriptor)
+            if embedder is None or not wanted:
+                continue
+            made = await embed(embedder, [texts[v.version_id] for v in wanted], self.settings.embed_batch)
+            prepared.kept[space.space_key] = [
+                VectorRow(v.scope_id, v.object_id, v.version_id, v.version_sequence, v.ledger_sequence,
+                          e.truncated, e.vector, v.content_digest) for v, e in zip(wanted, made, strict=True)]
 
     async def _embed(self, conn: psycopg.AsyncConnection[Any], prepared: Prepared, versions: list[Version],
                      unsure: set[tuple[str, str]]) -> None:
@@ -142,12 +163,14 @@ class IndexerStep:
         if gone:
             for space in sorted(spaces, key=lambda s: s.space_key):  # one order: no deadlock with fills
                 await conn.execute("SELECT pg_advisory_xact_lock(%s)", (locks.space_write_key(space.space_key),))
-            await delete_object_vectors(conn, spaces, gone)
+            await delete_object_vectors(conn, spaces, sorted(prepared.textless - plan.erased))
+            await delete_object_vectors(conn, spaces, sorted(plan.erased), kept=True)  # erasure reaches kept ones
         entries: list[Entry] = []
         for space in prepared.spaces:
             await move_vectors(conn, space, prepared.moves.get(space.space_key, []))
             rows, reused = prepared.writes.get(space.space_key, []), prepared.reused.get(space.space_key, [])
             await upsert_vectors(conn, space, rows + reused)
+            await keep_vectors(conn, space, prepared.kept.get(space.space_key, []))
             entries.extend(generated_entries(space, rows, plan.from_sequence, plan.through_sequence, reused))
         if prepared.handed:
             held = {(h.scope_id, h.object_id) for h in prepared.handed.values()}

@@ -13,6 +13,7 @@ import msgspec
 import psycopg
 
 from schemas.canonical import canonical_bytes, decode_json
+from schemas.common import SYSTEM_SCOPE
 from schemas.replies import entry_result_bytes, envelope_bytes, id_field
 
 # The ledger head through the (partition, ledger_sequence) key: one index probe, whatever the ledger size.
@@ -135,3 +136,20 @@ _PROMOTION = (
     " AND f.partition = l.partition AND f.ledger_sequence BETWEEN l.ledger_sequence + 1 AND l.ledger_sequence + 4"
     " AND f.event_type = 'working_memory_promoted' AND f.operation_id = l.operation_id LIMIT 1) p ON true"
 )
+
+
+# The last `default_space_set` entry of the system scope at or before a ledger sequence (the indexer records
+# each switch of the default Embedding Space there: indexer.role.set_default).
+_DEFAULT_SPACE_AT = (
+    "SELECT convert_from(event, 'UTF8')::jsonb -> 'payload' ->> 'embedding_space_id' FROM ledger"
+    " WHERE scope_id = %s AND event_type = 'index_rebuilt' AND ledger_sequence <= %s"
+    " AND convert_from(event, 'UTF8')::jsonb -> 'payload' ->> 'action' = 'default_space_set'"
+    " ORDER BY ledger_sequence DESC LIMIT 1")
+
+
+async def default_space_at(conn: psycopg.AsyncConnection[Any], sequence: int) -> str | None:
+    """The id of the space that was the default at `sequence` (None: no default yet), from the ledger: a
+    switch made later changes nothing of what a snapshot sealed at `sequence` searches."""
+    cur = await conn.execute(_DEFAULT_SPACE_AT, (SYSTEM_SCOPE, sequence))
+    row = await cur.fetchone()
+    return str(row[0]) if row is not None and row[0] is not None else None

@@ -49,6 +49,8 @@ TABLES: dict[str, Table] = {
         "query.plan": "a query at a past sequence rebuilds only the objects with ledger entries after it",
         "query.snapshots": "content a snapshot lost since its seal is lost by a later entry of its object",
         "query.snapshot_diff": "a snapshot diff shows a changed object's ledger events between two watermarks",
+        "query.snapshots": "what a snapshot lost since its seal: only objects with entries after its watermark",
+        "query.plan": "at a snapshot, objects with entries after its watermark are read from their versions",
         "retention.evaluator": "an object's age is its first version's commit time",
     }),
     "memory_versions": Table("command_handler.store", {

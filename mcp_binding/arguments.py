@@ -114,7 +114,7 @@ def query_call(arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         raise invalid("a semantic query returns one ranked page: no cursor", field="cursor")
     body = {"scope_id": arguments["scope_id"], "mode": semantic.get("mode", "semantic"),
             **mapped_filters(arguments.get("filters")), **_present(semantic, "text", "vector")}
-    return "search", {**body, **_present(arguments, "embedding_space_id", "limit", "operation_id")}
+    return "search", {**body, **_present(arguments, "embedding_space_id", "limit", "operation_id", "snapshot_id")}
 
 
 def _present(arguments: dict[str, Any], *names: str) -> dict[str, Any]:

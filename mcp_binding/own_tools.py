@@ -18,6 +18,8 @@ _FILTERS: dict[str, Any] = {
     "description": "structured filters as in pamspec.query's `filters` (object_type, validation_state, ...) or "
                    "the NATS binding's names (object_types, validation_states, time, quality, ...); default: "
                    "trusted memory only (active, available, retained, corroborated)"}
+_SNAPSHOT: dict[str, Any] = {"type": "string", "description": "answer as this sealed evaluation snapshot holds the "
+                              "scope (pamledger.snapshot_create): the same answer whatever is written later"}
 
 PAMLEDGER_TOOLS: tuple[ToolSpec, ...] = (
     tool("pamledger.search",
@@ -33,6 +35,7 @@ PAMLEDGER_TOOLS: tuple[ToolSpec, ...] = (
              "embedding_space_id": {"type": "string", "description": "default: the service's default space"},
              "filters": _FILTERS,
              "limit": {"type": "integer", "minimum": 1, "maximum": 500},
+             "snapshot_id": _SNAPSHOT,
          }),
     tool("pamledger.related",
          "The relationships around an object and the objects they reach, up to 3 hops away.",
@@ -45,6 +48,7 @@ PAMLEDGER_TOOLS: tuple[ToolSpec, ...] = (
              "direction": {"enum": ["outgoing", "incoming", "both"]},
              "hops": {"type": "integer", "minimum": 1, "maximum": 3},
              "limit": {"type": "integer", "minimum": 1, "maximum": 500},
+             "snapshot_id": _SNAPSHOT,
          }),
     tool("pamledger.snapshot_diff",
          "Compare two sealed snapshots of one scope: objects added (in B only), removed (in A only) and changed "

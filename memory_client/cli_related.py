@@ -38,6 +38,8 @@ def add_related_parser(sub: Any) -> None:
                        metavar="STATE", help=f"repeatable; the relationships' {dimension} states, one of %(choices)s"
                        + (" (default: available)" if dimension == "availability" else " (default: any)"))
     r.add_argument("--min-sequence", type=sequence, help="wait until the projection has reached this sequence")
+    r.add_argument("--snapshot", type=pam_id, dest="snapshot_id",
+                   help="the relationships between this sealed evaluation snapshot's members, at its watermark")
 
 
 def related_arguments(args: argparse.Namespace) -> dict[str, Any]:
@@ -47,8 +49,9 @@ def related_arguments(args: argparse.Namespace) -> dict[str, Any]:
     for _, dest, _ in _STATE_FLAGS:
         if getattr(args, dest):
             found[dest] = getattr(args, dest)
-    if args.min_sequence is not None:
-        found["min_sequence"] = args.min_sequence
+    for name in ("min_sequence", "snapshot_id"):
+        if getattr(args, name) is not None:
+            found[name] = getattr(args, name)
     return found
 
 

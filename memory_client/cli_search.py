@@ -25,6 +25,9 @@ def add_search_parser(sub: Any) -> None:
     s.add_argument("--limit", type=int, default=10, help=f"1 to {MAX_LIMIT} (default: %(default)s)")
     s.add_argument("--min-sequence", type=sequence,
                    help="wait until the projection (and for semantic/hybrid the index) has reached this sequence")
+    s.add_argument("--snapshot", type=pam_id, dest="snapshot_id",
+                   help="search what this sealed evaluation snapshot holds, in a space it names (or the default"
+                        " when it was sealed); the same answer after any later write")
     add_filter_arguments(s)
 
 
@@ -32,4 +35,4 @@ def search_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """The SDK's search() keyword arguments named on the command line."""
     filters = filter_arguments(args)
     return {"text": args.text, "mode": args.mode, "space": args.space, "limit": args.limit,
-            "min_sequence": args.min_sequence, "filter": filters or None}
+            "min_sequence": args.min_sequence, "filter": filters or None, "snapshot_id": args.snapshot_id}

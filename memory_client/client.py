@@ -232,13 +232,15 @@ class MemoryClient(ObjectCommands):
     async def search(self, scope_id: str, text: str | None = None, vector: list[float] | None = None,
                      space: str | None = None, mode: str = "hybrid", filter: dict[str, Any] | None = None,
                      limit: int = 10, min_sequence: int | None = None, actor: dict[str, Any] | None = None,
-                     wait_ms: int | None = None) -> dict[str, Any]:
+                     wait_ms: int | None = None, snapshot_id: str | None = None) -> dict[str, Any]:
         """Search the scope by text or vector in one Embedding Space (`space`; None = the default space).
         `filter` takes Query's structured filters (docs/protocol.md). Sends the last ledger sequence this
-        client wrote as `min_sequence` unless given, so a search waits until its own writes are indexed."""
+        client wrote as `min_sequence` unless given, so a search waits until its own writes are indexed.
+        `snapshot_id`: the sealed snapshot's members at its watermark, in a space it names (or the default
+        when it was sealed); the result carries its `snapshot` report."""
         body: dict[str, Any] = {"scope_id": scope_id, "mode": mode, "limit": limit, **(filter or {})}
         for name, value in (("text", text), ("vector", vector), ("embedding_space_id", space),
-                            ("min_sequence", min_sequence), ("wait_ms", wait_ms)):
+                            ("min_sequence", min_sequence), ("wait_ms", wait_ms), ("snapshot_id", snapshot_id)):
             if value is not None:
                 body[name] = value
         return await self.query_request("search", body, actor)
@@ -391,13 +393,16 @@ class MemoryClient(ObjectCommands):
 
     async def related(self, scope_id: str, object_id: str, relationship_types: list[str] | None = None,
                       direction: str = "both", hops: int = 1, limit: int = 50, actor: dict[str, Any] | None = None,
-                      **filters: Any) -> dict[str, Any]:
+                      snapshot_id: str | None = None, **filters: Any) -> dict[str, Any]:
         """The relationships around `object_id` and the objects they reach, up to `hops` (1..3) steps
-        (query.related, docs/protocol.md). Waits for this client's own writes like `query`."""
+        (query.related, docs/protocol.md). Waits for this client's own writes like `query`. `snapshot_id`: the
+        relationships between the sealed snapshot's members as they stood at its watermark."""
         body: dict[str, Any] = {"scope_id": scope_id, "from_object_id": object_id, "direction": direction,
                                 "hops": hops, "limit": limit, **filters}
         if relationship_types is not None:
             body["relationship_types"] = relationship_types
+        if snapshot_id is not None:
+            body["snapshot_id"] = snapshot_id
         return await self.query_request("related", body, actor)
 
     async def read_with_relationship_refs(self, scope_id: str, object_id: str, version_id: str | None = None,

@@ -40,13 +40,17 @@ _TEMPORAL_SELECT = """
          (m->>'valid_from')::timestamptz AS valid_from, (m->>'valid_until')::timestamptz AS valid_until,
          (m->>'committed_at')::timestamptz AS committed_at, (m->>'recorded_at')::timestamptz AS recorded_at,
          {search} AS search
-  FROM (SELECT DISTINCT ON (object_id) * FROM memory_versions
-        WHERE scope_id = %s AND ledger_sequence <= %s{changed} ORDER BY object_id, sequence DESC) v
+  FROM {versions} v
   CROSS JOIN LATERAL (SELECT convert_from(v.meta, 'UTF8')::jsonb AS m) j
   """ + latest_version("v") + """
   CROSS JOIN LATERAL (SELECT CASE WHEN """ + hidden_by_latest("v") + """ THEN NULL ELSE v.content_digest END AS shown) d
   LEFT JOIN content_store c ON c.content_digest = d.shown
   WHERE j.m ? 'object_type'"""
+# Each object's newest version at or before a sequence (parameters: scope_id, the sequence; `changed`: a
+# further restriction, _CHANGED_SINCE's, or none).
+_AT_SEQUENCE = ("(SELECT DISTINCT ON (object_id) * FROM memory_versions"
+                " WHERE scope_id = %s AND ledger_sequence <= %s{changed} ORDER BY object_id, sequence DESC)")
+AT_SEQUENCE = _AT_SEQUENCE.format(changed="")
 # The same rows, read mostly from the projection (used once the projector has reached the sequence): an object
 # nothing in the ledger touched after the sequence stands there as its current_objects row says (its newest
 # version is at or before the sequence, no later version hides it, and content is only erased by a later entry
@@ -125,11 +129,19 @@ def temporal_sources(scope: str, text: bool, as_of: int, projected: bool, partit
     from the projection and the changed ones from the versions. `text`: with the full-text vector."""
     search = SEARCH_EXPRESSION if text else "NULL::tsvector"
     if not projected:
-        return [("(" + _TEMPORAL_SELECT.format(search=search, changed="") + ")", [scope, as_of])]
+        return [("(" + _TEMPORAL_SELECT.format(search=search, versions=AT_SEQUENCE) + ")", [scope, as_of])]
     unchanged = _UNCHANGED_SOURCE.format(search="o.search" if text else "NULL::tsvector")
-    changed = _TEMPORAL_SELECT.format(search=search, changed=_CHANGED_SINCE)
+    changed = _TEMPORAL_SELECT.format(search=search, versions=_AT_SEQUENCE.format(changed=_CHANGED_SINCE))
     return [("(" + unchanged + ")", [scope, as_of, as_of]),
             ("(" + changed + ")", [scope, as_of, scope, partition, as_of, scope, as_of])]
+
+
+def temporal_source(with_search: bool, versions: str = AT_SEQUENCE) -> sql.SQL:
+    """The projection row shape `p` over chosen versions (`versions`: which memory_versions rows, by default
+    every object's newest at a sequence, AT_SEQUENCE: two parameters, scope_id and the sequence), for
+    filter_clauses and the orders; `with_search`: its full-text vector too (computed per row)."""
+    search = SEARCH_EXPRESSION if with_search else "NULL::tsvector"
+    return sql.SQL("(" + _TEMPORAL_SELECT.format(search=search, versions=versions) + ")")
 
 
 def fork_sources(request: QueryRequest, fork: tuple[str, int, list[str] | None], projected: bool,

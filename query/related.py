@@ -18,6 +18,7 @@ the same state answers the same bytes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -42,8 +43,8 @@ _START = f"SELECT {SCOPE_EXISTS}, {CHECKPOINT}"
 # those already shown.
 _TOUCHING = """
   FROM unnest(%(scopes)s::text[], %(ids)s::text[]) WITH ORDINALITY AS f(scope_id, object_id, ord)
-  JOIN current_relationships r ON (r.scope_id = f.scope_id AND r.source_object_id = f.object_id)
-                               OR (r.target_scope_id = f.scope_id AND r.target_object_id = f.object_id){join}
+  JOIN {rels} r ON (r.scope_id = f.scope_id AND r.source_object_id = f.object_id)
+                               OR (r.target_scope_id = f.scope_id AND r.target_object_id = f.object_id)
   WHERE r.availability_state = ANY(%(availability)s)
     AND (%(types)s::text[] IS NULL OR r.relationship_type = ANY(%(types)s::text[]))
     AND (%(lifecycle)s::text[] IS NULL OR r.lifecycle_state = ANY(%(lifecycle)s::text[]))
@@ -55,7 +56,7 @@ _TOUCHING = """
 _AT_SOURCE = "(r.scope_id = f.scope_id AND r.source_object_id = f.object_id)"
 # Which scopes other than the frontier's own hold relationships pointing at it: asked first, so the caller's
 # grants rule each in or out and LIMIT counts only edges that will be shown.
-_FOREIGN_SCOPES = "SELECT DISTINCT r.scope_id" + _TOUCHING.format(join="") + " AND r.scope_id <> f.scope_id ORDER BY 1"
+_FOREIGN_SCOPES = "SELECT DISTINCT r.scope_id" + _TOUCHING + " AND r.scope_id <> f.scope_id ORDER BY 1"
 # One row per relationship (found from the first frontier object, by its source end first), newest first;
 # the content of the `limit` edges kept is fetched after the LIMIT, not for every edge that touches the frontier.
 _EDGES = ("SELECT e.scope_id, e.relationship_id, e.ledger_sequence, e.source_object_id, e.target_scope_id,"
@@ -63,7 +64,7 @@ _EDGES = ("SELECT e.scope_id, e.relationship_id, e.ledger_sequence, e.source_obj
           "SELECT * FROM (SELECT DISTINCT ON (r.scope_id, r.relationship_id) r.scope_id, r.relationship_id,"
           " r.ledger_sequence, r.source_object_id, r.target_scope_id, r.target_object_id, r.meta, r.content_digest,"
           " f.scope_id AS from_scope, f.object_id AS from_object, " + _AT_SOURCE + " AS at_source"
-          + _TOUCHING.format(join="") +
+          + _TOUCHING +
           "   AND (r.scope_id = f.scope_id OR r.scope_id = ANY(%(foreign)s::text[]))"
           "   AND (%(direction)s = 'both' OR r.directionality <> 'directed'"
           "        OR (%(direction)s = 'outgoing') = " + _AT_SOURCE + ")"
@@ -72,10 +73,22 @@ _EDGES = ("SELECT e.scope_id, e.relationship_id, e.ledger_sequence, e.source_obj
           " LEFT JOIN content_store c ON c.content_digest = e.content_digest ORDER BY e.ledger_sequence DESC")
 _NODES = (
     "SELECT o.scope_id, o.object_id, o.availability_state, o.meta, c.content"
-    " FROM unnest(%s::text[], %s::text[]) AS n(scope_id, object_id)"
+    " FROM unnest(%(node_scopes)s::text[], %(node_ids)s::text[]) AS n(scope_id, object_id)"
     " JOIN current_objects o ON o.scope_id = n.scope_id AND o.object_id = n.object_id"
     " LEFT JOIN content_store c ON c.content_digest = o.content_digest"
 )
+@dataclass(frozen=True)
+class Source:
+    """Where a walk reads relationships (`rels`, an SQL table or subquery with current_relationships' columns)
+    and the objects it reaches (`nodes`, _NODES' row shape), with the named parameters they take: the live
+    projection, or a sealed snapshot's versions at its watermark (query.related_snapshot)."""
+
+    rels: str = "current_relationships"
+    nodes: str = _NODES
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+LIVE = Source()
 _STOPS = frozenset({"deleted", "redacted", "not_found", "not_readable"})  # reached, but not walked on from
 
 
@@ -91,14 +104,8 @@ async def run_related(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher
         known, as_of = await cur.fetchone() or (False, 0)
         if not known:
             raise ScopeNotFound("scope not found", details={"scope_id": request.scope_id})
-        row = await (await conn.execute(_NODES, ([origin[0]], [origin[1]]))).fetchone()
-        if row is None:
-            raise ObjectNotFound("object not found in this scope", details={"object_id": request.from_object_id})
-        walk.nodes[origin] = _node(row, 0)
-        await walk.run(conn, origin)
-    result: dict[str, Any] = {"from": {"scope_id": request.scope_id, "object_id": request.from_object_id},
-                              "edges": walk.edges, "nodes": list(walk.nodes.values()),
-                              "truncated": walk.truncated, "as_of_sequence": as_of}
+        await walk.start(conn, origin)
+    result = walk.result(as_of)
     if request.min_sequence is not None:
         result["min_sequence_reached"] = reached and as_of >= request.min_sequence
     return canonical_bytes({"result": result})
@@ -107,9 +114,10 @@ async def run_related(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher
 class Walk:
     """One breadth-first walk: the edges found (in order) and the nodes reached (each once, first hop)."""
 
-    def __init__(self, request: RelatedRequest, may_read: MayRead):
+    def __init__(self, request: RelatedRequest, may_read: MayRead, source: Source = LIVE):
         self.request = request
         self.may_read = may_read
+        self.source = source
         self.edges: list[dict[str, Any]] = []
         self.nodes: dict[Node, dict[str, Any]] = {}
         self.seen: set[Node] = set()  # relationships shown: (scope_id, relationship_id)
@@ -120,6 +128,20 @@ class Walk:
         if scope_id not in self.readable:
             self.readable[scope_id] = self.may_read(scope_id)
         return self.readable[scope_id]
+
+    async def start(self, conn: psycopg.AsyncConnection[Any], origin: Node) -> None:
+        """Find the origin (object_not_found when the source does not hold it), then walk from it."""
+        params = {**self.source.params, "node_scopes": [origin[0]], "node_ids": [origin[1]]}
+        row = await (await conn.execute(self.source.nodes, params)).fetchone()
+        if row is None:
+            raise ObjectNotFound("object not found in this scope", details={"object_id": origin[1]})
+        self.nodes[origin] = _node(row, 0)
+        await self.run(conn, origin)
+
+    def result(self, as_of: int) -> dict[str, Any]:
+        return {"from": {"scope_id": self.request.scope_id, "object_id": self.request.from_object_id},
+                "edges": self.edges, "nodes": list(self.nodes.values()), "truncated": self.truncated,
+                "as_of_sequence": as_of}
 
     async def run(self, conn: psycopg.AsyncConnection[Any], origin: Node) -> None:
         """Hop by hop from `origin` (whatever its state: a deleted object's relationships are still its own),
@@ -134,11 +156,11 @@ class Walk:
     async def _step(self, conn: psycopg.AsyncConnection[Any], frontier: list[Node], hop: int) -> list[Node]:
         """The edges of one hop, then the objects they reach for the first time (looked up where readable)."""
         params = self._params(frontier)
-        cur = await conn.execute(_FOREIGN_SCOPES, params)
+        cur = await conn.execute(_FOREIGN_SCOPES.format(rels=self.source.rels), params)
         params["foreign"] = [row[0] for row in await cur.fetchall() if self.can_read(row[0])]
         remaining = self.request.limit - len(self.edges)
         params["limit"] = remaining + 1
-        rows = await (await conn.execute(_EDGES, params)).fetchall()
+        rows = await (await conn.execute(_EDGES.format(rels=self.source.rels), params)).fetchall()
         if len(rows) > remaining:
             self.truncated, rows = True, rows[:remaining]
         new: list[Node] = []
@@ -166,7 +188,8 @@ class Walk:
         readable = [node for node in new if self.can_read(node[0])]
         found: dict[Node, dict[str, Any]] = {}
         if readable:
-            cur = await conn.execute(_NODES, ([n[0] for n in readable], [n[1] for n in readable]))
+            cur = await conn.execute(self.source.nodes, {**self.source.params, "node_scopes": [n[0] for n in readable],
+                                                         "node_ids": [n[1] for n in readable]})
             found = {(row[0], row[1]): _node(row, hop) for row in await cur.fetchall()}
         for node in new:
             state = "not_found" if node in readable else "not_readable"
@@ -176,7 +199,7 @@ class Walk:
     def _params(self, frontier: list[Node]) -> dict[str, Any]:
         r = self.request
         seen = sorted(self.seen)
-        return {"scopes": [n[0] for n in frontier], "ids": [n[1] for n in frontier],
+        return {**self.source.params, "scopes": [n[0] for n in frontier], "ids": [n[1] for n in frontier],
                 "availability": list(r.availability_states), "types": r.relationship_types,
                 "lifecycle": r.lifecycle_states, "retention": r.retention_states,
                 "validation": r.validation_states, "direction": r.direction,

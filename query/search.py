@@ -24,8 +24,7 @@ from query.cursor import decode_cursor, encode_cursor
 from query.cursor_keys import CursorSigner
 from query.plan import build
 from query.snapshot import BEGIN_SNAPSHOT
-from query.snapshots import Pinned, found_in, lost_statement, report_of
-from query.snapshots import pinned as snapshot_pin
+from query.snapshots import Pinned, SealedSnapshots, lost_statement, report_of
 from schemas.queries import QueryRequest
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.errors import InvalidRequest, ScopeNotFound
@@ -77,15 +76,15 @@ class CheckpointWatcher:
 
 async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, request: QueryRequest,
                     partition: int, signer: CursorSigner, caller: str,
-                    fork: tuple[str, int, list[str] | None] | None = None) -> bytes:
+                    fork: tuple[str, int, list[str] | None] | None = None,
+                    sealed: SealedSnapshots | None = None) -> bytes:
     """One page of a Query; its cursor signed by `signer` and bound to `caller` (query.cursor); `fork`: the
     scope is an evaluation scope reading its snapshot (base scope, watermark, members) beside its own objects."""
     after, pinned = decode_cursor(request, signer, caller)
     as_of = request.as_of_sequence if request.as_of_sequence is not None else pinned
     pin: Pinned | None = None
     if request.snapshot_id is not None:  # the scope as the snapshot pins it: its watermark, its members
-        async with pool.connection() as conn:
-            pin = await snapshot_pin(conn, request.scope_id, request.snapshot_id, found_in(pool))
+        pin = await (sealed or SealedSnapshots()).pin(pool, request.scope_id, request.snapshot_id)
         as_of = pin.watermark
     reached = True
     if request.min_sequence is not None and as_of is None and watcher.sequence < request.min_sequence:
@@ -105,7 +104,7 @@ async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, 
         async with pipelined_transaction(conn, BEGIN_SNAPSHOT):
             state = await conn.execute(_STATE, (request.scope_id, PROJECTION, partition))
             found = await conn.execute(statement, params)
-            lost = await conn.execute(*lost_statement(pin, partition)) if pin is not None else None
+            lost = await conn.execute(*lost_statement(pin)) if pin is not None else None
         known, projected, head = await state.fetchone() or (False, 0, 0)
         rows = await found.fetchall()
         erased = (await lost.fetchone() or (0,))[0] if lost is not None else 0

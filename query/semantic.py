@@ -74,6 +74,11 @@ async def probe(conn: psycopg.AsyncConnection[Any], request: SearchRequest) -> P
             raise EmbeddingSpaceMismatch("a vector needs an Embedding Space, and none is registered yet",
                                          details={"embedding_space_id": None, "vector_length": len(request.vector)})
         return Probe(None, None, False)
+    return await probe_in(space, request)
+
+
+async def probe_in(space: SpaceRow, request: SearchRequest) -> Probe:
+    """The query vector in this very space (a search at a snapshot resolves its space itself)."""
     if request.vector is not None:
         if len(request.vector) != space.dimensions:
             raise EmbeddingSpaceMismatch(

@@ -30,10 +30,12 @@ from query.export import ExportRequest, export_entries, export_header
 from query.reads import history, read_envelope, scope_events
 from query.related import relationship_refs, run_related
 from query.snapshot_diff import SnapshotDiffRequest, snapshot_diff
-from query.snapshots import SnapshotsRequest, found_in, pin_report, pinned, snapshots
+from query.snapshots import SealedSnapshots, SnapshotsRequest, pin_report, pinned, snapshots
 from query.eval_diff import evaluation_diff
 from query.evaluation import Forks, fork_of
 from query.hybrid import run_search
+from query.snapshot_search import run_search_at_snapshot
+from query.related_snapshot import run_related_at_snapshot
 from query.cursor_keys import CursorSigner, caller_tag
 from query.search import CheckpointWatcher, run_query
 from schemas.queries import RelatedRequest, decode_query, decode_related, decode_request
@@ -113,6 +115,7 @@ class QueryService:
         self._in_flight: set[asyncio.Task[None]] = set()
         # Signs query cursors (query.cursor_keys); the composition root gives the state dir's keys.
         self.signer = signer or CursorSigner(None, settings.cursor_key_grace_seconds)
+        self.sealed = SealedSnapshots()  # sealed snapshots found, by id (they never change)
 
     async def start(self) -> None:
         for name in QUERIES:
@@ -258,8 +261,13 @@ class QueryService:
                 if request.part == "header":
                     return await export_header(conn, request, self.partition)
                 return await export_entries(conn, request, self.partition)
+        if isinstance(request, SearchRequest) and request.snapshot_id is not None:
+            return await run_search_at_snapshot(self.pool, self.watcher, self.index_watcher, request, self.sealed)
         if isinstance(request, SearchRequest):
             return await run_search(self.pool, self.watcher, self.index_watcher, request, self.settings)
+        if isinstance(request, RelatedRequest) and request.snapshot_id is not None:
+            return await run_related_at_snapshot(self.pool, request, lambda scope: self._may_read(context, scope),
+                                                 self.sealed)
         if isinstance(request, RelatedRequest):
             return await run_related(self.pool, self.watcher, request, lambda scope: self._may_read(context, scope))
         principal = context.principal
@@ -267,7 +275,8 @@ class QueryService:
         source = None
         if request.snapshot_id is None and request.as_of_sequence is None:  # an evaluation scope reads its fork
             source = await self.forks.of(self.pool, request.scope_id)
-        return await run_query(self.pool, self.watcher, request, self.partition, self.signer, caller, source)
+        return await run_query(self.pool, self.watcher, request, self.partition, self.signer, caller, source,
+                               self.sealed)
 
     async def _at_snapshot(self, request: ReadRequest | HistoryRequest) -> bytes:
         """Read or history as a sealed snapshot holds the object: at its watermark, members only."""
@@ -275,8 +284,8 @@ class QueryService:
         if isinstance(request, ReadRequest) and request.include_relationship_refs:
             raise InvalidRequest("relationship_refs are the current projection's: not at a snapshot",
                                  details={"field": "include_relationship_refs"})
+        pin = await self.sealed.pin(self.pool, request.scope_id, request.snapshot_id)
         async with self.pool.connection() as conn:
-            pin = await pinned(conn, request.scope_id, request.snapshot_id, found_in(self.pool))
             if not pin.holds(request.object_id):
                 raise ObjectNotFound("object not found in this snapshot", details={"object_id": request.object_id})
             report = await pin_report(conn, pin)

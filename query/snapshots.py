@@ -9,32 +9,34 @@ never what was lost).
 
 from __future__ import annotations
 
-import collections
-import weakref
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 import msgspec
 import psycopg
+from psycopg_pool import AsyncConnectionPool
 
 from infra.ledger import hidden_by_latest, latest_version
+from infra.lru import LRU
 from infra.scopes import scope_exists
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.common import Id
 from schemas.errors import ScopeNotFound, SnapshotNotFound
 
-_FIND = "SELECT descriptor FROM evaluation_snapshots WHERE snapshot_id = %s AND scope_id = %s"
+_FIND = "SELECT descriptor, ledger_sequence FROM evaluation_snapshots WHERE snapshot_id = %s AND scope_id = %s"
 _LIST = ("SELECT ledger_sequence, descriptor FROM evaluation_snapshots WHERE scope_id = %s AND ledger_sequence > %s"
          " ORDER BY ledger_sequence LIMIT %s")
 # Versions visible at the watermark (each object's newest at or before it) with content when sealed, whose
-# content is gone now or hidden by a later redaction. Content is erased or hidden only by a later ledger entry
-# of its object (command_handler.store), so only the objects with entries after the watermark are looked at.
+# content is gone now or hidden by a later redaction. Only an object with a ledger entry after the watermark
+# can have lost content since (content is erased, and hidden, only by an entry of its own object, in the
+# transaction that appends it: command_handler.store), so only those objects are looked at: the count costs
+# what changed since the seal, not the scope's size.
 _LOST = """SELECT count(*) FROM (
-  SELECT DISTINCT ON (object_id) * FROM memory_versions
-  WHERE scope_id = %s AND ledger_sequence <= %s AND (%s::text[] IS NULL OR object_id = ANY(%s::text[]))
-    AND object_id IN (SELECT t.object_id FROM ledger t WHERE t.scope_id = %s AND t.partition = %s
-                      AND t.ledger_sequence > %s AND t.object_id IS NOT NULL)
-  ORDER BY object_id, sequence DESC) v
+  SELECT v.* FROM (SELECT DISTINCT object_id FROM ledger
+                   WHERE scope_id = %s AND ledger_sequence > %s AND object_id IS NOT NULL) changed
+  CROSS JOIN LATERAL (SELECT * FROM memory_versions w WHERE w.scope_id = %s AND w.object_id = changed.object_id
+                      AND w.ledger_sequence <= %s ORDER BY w.sequence DESC LIMIT 1) v
+  WHERE %s::text[] IS NULL OR v.object_id = ANY(%s::text[])) v
 """ + latest_version("v") + """
 WHERE v.content_digest IS NOT NULL AND ((""" + hidden_by_latest("v") + """)
       OR NOT EXISTS (SELECT 1 FROM content_store c WHERE c.content_digest = v.content_digest))"""
@@ -55,6 +57,7 @@ class Pinned:
     """A snapshot as reads use it."""
 
     descriptor: dict[str, Any]
+    sealed_sequence: int = 0  # the ledger entry that sealed it
 
     @property
     def watermark(self) -> int:
@@ -65,55 +68,51 @@ class Pinned:
         named = self.descriptor.get("included_object_ids")
         return list(named) if named is not None else None
 
+    @property
+    def spaces(self) -> list[str] | None:
+        named = self.descriptor.get("included_embedding_space_ids")
+        return list(named) if named is not None else None
+
     def holds(self, object_id: str) -> bool:
         members = self.members
         return members is None or object_id in members
 
 
-# Sealed snapshots never change (their table refuses UPDATE and DELETE), so one found is kept, per
-# connection pool (one service's database; a restored database is served by a new service and a new pool): a
-# read at a snapshot then costs no look-up round trip (python -m bench evaluation). Bounded, oldest out first.
-Found = collections.OrderedDict[tuple[str, str], Pinned]
-_FOUND: weakref.WeakKeyDictionary[Any, Found] = weakref.WeakKeyDictionary()
-FOUND_LIMIT = 1024
-
-
-def found_in(pool: Any) -> Found:
-    """The snapshots found through this pool (a new pool starts empty)."""
-    return _FOUND.setdefault(pool, collections.OrderedDict())
-
-
-async def pinned(conn: psycopg.AsyncConnection[Any], scope_id: str, snapshot_id: str,
-                 found: Found | None = None) -> Pinned:
+async def pinned(conn: psycopg.AsyncConnection[Any], scope_id: str, snapshot_id: str) -> Pinned:
     """The sealed snapshot of this scope with this id; snapshot_not_found for any other (another scope's
-    answers alike, so its existence never leaks). `found`: the pool's kept snapshots (found_in)."""
-    key = (scope_id, snapshot_id)
-    if found is not None and (pin := found.get(key)) is not None:
-        found.move_to_end(key)
-        return pin
-    pin = await _look_up(conn, scope_id, snapshot_id)
-    if found is not None:
-        found[key] = pin
-        if len(found) > FOUND_LIMIT:
-            found.popitem(last=False)
-    return pin
-
-
-async def _look_up(conn: psycopg.AsyncConnection[Any], scope_id: str, snapshot_id: str) -> Pinned:
+    answers alike, so its existence never leaks)."""
     if not await scope_exists(conn, scope_id):
         raise ScopeNotFound("scope not found", details={"scope_id": scope_id})
     cur = await conn.execute(_FIND, (snapshot_id, scope_id))
     row = await cur.fetchone()
     if row is None:
         raise SnapshotNotFound("no sealed snapshot of this scope has this id", details={"snapshot_id": snapshot_id})
-    return Pinned(decode_json(bytes(row[0])))
+    return Pinned(decode_json(bytes(row[0])), int(row[1]))
 
 
-def lost_statement(pin: Pinned, partition: int = 0) -> tuple[str, tuple[Any, ...]]:
+class SealedSnapshots:
+    """Sealed snapshots already found, by (scope_id, snapshot_id), so a read at one costs no look-up of it: a
+    sealed snapshot never changes (a trigger refuses any change to its row), so one found stays right; one not
+    found is asked for again (it may have been sealed since). One per query service (one database)."""
+
+    def __init__(self, capacity: int = 1024):
+        self._found: LRU[tuple[str, str], Pinned] = LRU(capacity)
+
+    async def pin(self, pool: AsyncConnectionPool[Any], scope_id: str, snapshot_id: str) -> Pinned:
+        found = self._found.get((scope_id, snapshot_id))
+        if found is None:
+            async with pool.connection() as conn:
+                found = await pinned(conn, scope_id, snapshot_id)
+            self._found.put((scope_id, snapshot_id), found)
+        return found
+
+
+def lost_statement(pin: Pinned) -> tuple[str, tuple[Any, ...]]:
     """The count of the snapshot's versions that lost content since the seal, as (SQL, parameters), for a
     caller that runs it in the same transaction as its rows."""
-    members, scope = pin.members, pin.descriptor["scope_id"]
-    return _LOST, (scope, pin.watermark, members, members, scope, partition, pin.watermark)
+    members = pin.members
+    scope_id = pin.descriptor["scope_id"]
+    return _LOST, (scope_id, pin.watermark, scope_id, pin.watermark, members, members)
 
 
 def report_of(pin: Pinned, lost: int) -> dict[str, Any]:

@@ -13,4 +13,5 @@ ARCHITECTURE_PROFILE = "0.1.0-draft"
 CLAIMED_PROFILES: tuple[str, ...] = (
     "PAMSPEC-Lite", "PAMSPEC-Core", "PAMSPEC-Versioning", "PAMSPEC-Ledger", "PAMSPEC-Structured-Query", "PAMSPEC-Semantic-Query",
     "PAMSPEC-Relationship", "PAMSPEC-Protocol-Binding", "PAMSPEC-Subscribe", "PAMSPEC-Delegation",
+    "PAMSPEC-Evaluation",
 )

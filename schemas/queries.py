@@ -175,6 +175,7 @@ class RelatedRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     validation_states: ValidationList | None = None
     min_sequence: Annotated[int, msgspec.Meta(ge=0)] | None = None
     wait_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_WAIT_MS)] = 2000
+    snapshot_id: Id | None = None  # the relationships between the sealed snapshot's members at its watermark
     operation_id: Annotated[str, msgspec.Meta(max_length=512)] | None = None
 
 
@@ -183,4 +184,8 @@ _related_decoder = msgspec.json.Decoder(RelatedRequest)
 
 def decode_related(data: bytes) -> RelatedRequest:
     """Decode and check a query.related request; every problem is invalid_request naming what is wrong."""
-    return decode_request(_related_decoder, data, "related request")
+    request = decode_request(_related_decoder, data, "related request")
+    if request.snapshot_id is not None and request.min_sequence is not None:
+        raise InvalidRequest("a snapshot pins its own sequence: send snapshot_id or min_sequence, not both",
+                             details={"field": "min_sequence"})
+    return request

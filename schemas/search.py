@@ -46,6 +46,7 @@ class SearchRequest(Filters, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_LIMIT)] = 10
     min_sequence: Annotated[int, msgspec.Meta(ge=0)] | None = None
     wait_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_WAIT_MS)] = 2000
+    snapshot_id: Id | None = None  # search the sealed snapshot's members at its watermark (query.snapshot_search)
     operation_id: Annotated[str, msgspec.Meta(max_length=512)] | None = None
 
 
@@ -60,6 +61,9 @@ def decode_search(data: bytes) -> SearchRequest:
     request = decode_request(_decoder, data, "search")
     check_ranges(request)
     check_inputs(request)
+    if request.snapshot_id is not None and request.min_sequence is not None:
+        raise InvalidRequest("a snapshot pins its own sequence: send snapshot_id or min_sequence, not both",
+                             details={"field": "min_sequence"})
     return request
 
 

@@ -95,6 +95,12 @@ def test_a_query_with_semantic_is_a_search_in_the_named_space() -> None:
         query_call({"scope_id": "s:a", "semantic": {"txt": "x"}})
 
 
+def test_a_semantic_query_at_a_snapshot_is_a_search_at_that_snapshot() -> None:
+    assert query_call({"scope_id": "s:a", "semantic": {"text": "kettle", "mode": "hybrid"},
+                       "snapshot_id": "snap:one"}) == (
+        "search", {"scope_id": "s:a", "mode": "hybrid", "text": "kettle", "snapshot_id": "snap:one"})
+
+
 def test_subscribe_maps_start_sequence_and_polls() -> None:
     body = subscription_open({"scope_id": "s:a", "start_sequence": 7}, ME, "op:mcp-1")
     assert body == {"scope_id": "s:a", "actor": ME, "filter": {}, "delivery": {"mode": "poll"},

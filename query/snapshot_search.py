@@ -6,7 +6,7 @@ after any later write, delete, re-embedding or new default space, so it reads on
 immutable versions at the watermark (query.plan.temporal_source, with the same filters and the snapshot's
 members) and the vectors kept per version (embedding.store.keep_vectors, joined by content digest), ranked
 exactly by (distance, object_id, version_id). Lexical is query.plan.build at the watermark (objects unchanged
-since read from the projection once it has passed the watermark: query.plan.build_pinned); hybrid is the same
+since read from the projection once it has passed the watermark: query.plan.temporal_sources); hybrid is the same
 reciprocal rank fusion of both as live (query.hybrid.items).
 
 The space searched: the request's `embedding_space_id` when the snapshot names it in

@@ -2,8 +2,9 @@
 
 An evaluation scope holds only what its run wrote; an object it has not written is read as the run's snapshot
 holds it (its base scope at the watermark, members only), copy on write: the writer's first write of such an
-object in the run takes that version as its base. Read and history fall back this way; a live query reads
-the union (query.plan's fork source); search and related answer the evaluation scope's own objects only.
+object in the run takes that version as its base. Read and history fall back this way; a live query and a
+lexical search read the union (query.plan.fork_sources); a semantic search merges the scope's own nearest with
+the snapshot's (query.fork_search); related answers the evaluation scope's own objects only.
 """
 
 from __future__ import annotations

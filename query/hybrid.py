@@ -70,7 +70,10 @@ def candidate_count(request: SearchRequest) -> int:
 
 
 async def run_search(pool: AsyncConnectionPool[Any], projection: CheckpointWatcher, index: CheckpointWatcher,
-                     request: SearchRequest, settings: QuerySettings) -> bytes:
+                     request: SearchRequest, settings: QuerySettings,
+                     fork: tuple[str, int, list[str] | None] | None = None) -> bytes:
+    """One search; `fork`: the scope is an evaluation scope, which reads its snapshot's objects it has not
+    written beside its own (query.fork_search, query.plan.fork_sources)."""
     reached = await _wait(request, projection, index)
     count = candidate_count(request)
     found = Probe(None, None, False)
@@ -85,9 +88,13 @@ async def run_search(pool: AsyncConnectionPool[Any], projection: CheckpointWatch
         plan = None
         if known and found.space is not None and found.vector is not None:
             semantic, plan = await nearest(conn, found.space, found.vector, request, count, settings)
+            if fork is not None:
+                from query.fork_search import forked_nearest  # it builds on query.snapshot_search, which imports this
+                semantic = await forked_nearest(conn, found.space, found.vector, request, fork, count, semantic)
         lexical: list[Any] = []
         if known and request.mode != "semantic" and request.text is not None:
-            statement, params = build(lexical_request(request, count), None, None)
+            statement, params = build(lexical_request(request, count), None, None, None,
+                                      fork is not None and projection.sequence >= fork[1], 0, fork)
             cur = await conn.execute(statement, params)
             lexical = (await cur.fetchall())[:count]
     if not known:

@@ -28,8 +28,10 @@ from command_handler.guard import AppendGuard
 from command_handler.core.intake import Parsed, parse, space_key
 from command_handler.core.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch, refused_before_key_check
 from command_handler.core.imports import entry_ids
+from command_handler.batch_trace import BatchTimes, TracedCommand, trace_batch
 from command_handler.core.state import ImportFacts, ObjectHead
 from command_handler.store import PostgresLedgerStore
+from infra import tracing
 from infra.db_errors import map_db_error
 from infra.ledger import IdempotencyRow, LedgerRow, fetch_replay
 from infra.lru import LRU
@@ -85,6 +87,7 @@ class Writer:
         self.journal = journal_for(settings)  # every erasure, outside the database (command_handler.erasure_journal)
         self.ledger_id: str | None = None
         self._subs: list[Any] = []
+        self._decided_ns = 0  # when the batch being committed was decided (only while tracing is on)
 
     async def serve(self) -> None:
         """Subscribe and run group commits until cancelled."""
@@ -135,6 +138,7 @@ class Writer:
             items = [self._parse(m) for m in msgs]
         parsed = [i for i in items if isinstance(i, Parsed)]
         started = time.perf_counter()
+        started_ns = time.time_ns() if tracing.ENABLED else 0
         try:
             plan = await self._plan_and_append(items, parsed)
         except PamledgerError as exc:
@@ -165,12 +169,18 @@ class Writer:
             return
         COMMIT_SECONDS.observe(time.perf_counter() - started)
         BATCH_SIZE.observe(len(msgs))
+        committed_ns = time.time_ns() if tracing.ENABLED else 0
         self._advance(plan)
         if plan.batch.erase:
             await self._journal(plan.batch.ledger)  # before the reply: an acknowledged erasure is journaled
         await self._reply(msgs, items, plan)
         REPLY_SECONDS.observe(time.perf_counter() - started)
         count_commands((_name(m), _outcome(o)) for m, o in zip(msgs, plan.outcomes))
+        if tracing.ENABLED:  # before the relay gets the rows: it takes each command's context over
+            trace_batch([TracedCommand(_name(m), _outcome(o), _op_id(m, i), m.headers)
+                         for m, i, o in zip(msgs, items, plan.outcomes)],
+                        BatchTimes(started_ns, self._decided_ns or started_ns, committed_ns, time.time_ns()),
+                        plan.tail[0])
         if plan.batch.ledger:
             self.committed(plan.batch.ledger)
 
@@ -183,6 +193,8 @@ class Writer:
         plan = plan_batch(items, inputs)
         if refused_before_key_check(items, plan, lambda key: self.idempotency.get(key) is not None):
             plan = plan_batch(items, await self._load(parsed, with_idempotency=True))
+        if tracing.ENABLED:
+            self._decided_ns = time.time_ns()
         if not (plan.batch.ledger or plan.batch.scopes):
             return plan
         try:

@@ -177,7 +177,7 @@ class Writer:
         REPLY_SECONDS.observe(time.perf_counter() - started)
         count_commands((_name(m), _outcome(o)) for m, o in zip(msgs, plan.outcomes))
         if tracing.ENABLED:  # before the relay gets the rows: it takes each command's context over
-            trace_batch([TracedCommand(_name(m), _outcome(o), _op_id(m, i), m.headers)
+            trace_batch([TracedCommand(_name(m), _outcome(o), _ledger_op_id(o) or _op_id(m, i), m.headers)
                          for m, i, o in zip(msgs, items, plan.outcomes)],
                         BatchTimes(started_ns, self._decided_ns or started_ns, committed_ns, time.time_ns()),
                         plan.tail[0])
@@ -412,6 +412,11 @@ def _outcome(outcome: Outcome) -> str:
     if outcome.scope_result is not None:
         return "committed"
     return "replayed"  # an idempotent retry, or the same command twice in one batch
+
+
+def _ledger_op_id(outcome: Outcome) -> str | None:
+    """The operation id a committed command's ledger rows carry (the service assigns one when none was sent)."""
+    return outcome.accepted.decision.event.operation_id if outcome.accepted is not None else None
 
 
 def _op_id(msg: Command, item: Parsed | PamledgerError) -> str | None:

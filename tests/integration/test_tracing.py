@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import msgspec
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -90,6 +91,25 @@ async def test_one_create_is_one_trace_from_the_sdk_to_the_followers(client: Any
     for span in spans:  # no ids and no content in names or attributes
         assert SCOPE not in span.name and made["object_id"] not in str(dict(span.attributes or {}))
         assert "traced" not in str(dict(span.attributes or {}))
+
+
+async def test_a_command_without_an_operation_id_still_reaches_the_followers(env: Env, client: Any,
+                                                                            exporter: InMemorySpanExporter) -> None:
+    """The service assigns the operation id its ledger rows carry: the relay finds the command's span by it."""
+    tracing.install(trace.get_tracer_provider())
+    exporter.clear()
+    with trace.get_tracer("test").start_as_current_span("caller") as caller:
+        header = tracing.traceparent(caller)
+    body = {"scope_id": SCOPE, "object_type": "claim", "canonical_content": {"statement": "no operation id"},
+            "actor": ACTOR, "provenance": PROVENANCE}
+    reply = await client.nc.request(command_subject(env.settings.subject_prefix, "create"),
+                                    msgspec.json.encode(body), timeout=10, headers=header)
+    sequence = msgspec.json.decode(reply.data)["result"]["ledger_sequence"]
+    trace_id = caller.get_span_context().trace_id
+    spans = await wait_for(lambda: (found := in_trace(exporter, trace_id))
+                           and "projector.apply" in {s.name for s in found} and found, timeout=30)
+    assert parent_of(named(spans, "command")) == caller.get_span_context().span_id
+    assert named(spans, "projector.apply").attributes["pamledger.ledger_sequence"] == sequence
 
 
 async def test_a_query_is_one_trace_through_the_query_service(client: Any, exporter: InMemorySpanExporter) -> None:

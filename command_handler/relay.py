@@ -19,6 +19,7 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
+from infra import tracing
 from infra.ledger import LedgerRow
 from infra.ledger_identity import (
     STREAM_KEY, Refusal, ledger_identity, stream_description, stream_disagreement, wait_for_agreement,
@@ -161,20 +162,25 @@ class Relay:
         rows go out as plain publishes and only the last waits for its ack; an ack for the last row's
         sequence proves the whole run is in the stream. Anything else raises, and the caller resyncs.
         """
-        reconnects = self.nc.stats["reconnects"]
-        for row in rows[:-1]:
-            await self.nc.publish(self._subject(row), row.event, headers=self._headers(row))
-        last = rows[-1]
-        ack = await self._acknowledged(last, reconnects)
-        if ack.seq != last.ledger_sequence:
-            raise nats.errors.Error(f"stream sequence {ack.seq} != ledger sequence {last.ledger_sequence}")
-        self.published = last.ledger_sequence
+        spans = publish_spans(rows) if tracing.ENABLED else None
+        try:
+            reconnects = self.nc.stats["reconnects"]
+            for row in rows[:-1]:
+                await self.nc.publish(self._subject(row), row.event, headers=self._headers(row, spans))
+            last = rows[-1]
+            ack = await self._acknowledged(last, reconnects, spans)
+            if ack.seq != last.ledger_sequence:
+                raise nats.errors.Error(f"stream sequence {ack.seq} != ledger sequence {last.ledger_sequence}")
+            self.published = last.ledger_sequence
+        finally:
+            for span in (spans or {}).values():
+                span.end()
 
-    async def _acknowledged(self, last: LedgerRow, reconnects: int) -> PubAck:
+    async def _acknowledged(self, last: LedgerRow, reconnects: int, spans: dict[str, Any] | None) -> PubAck:
         """Publish `last` and wait for its ack, at most `publish_timeout` and only while the connection is
         the one the run went out on: a run sent just before NATS went away is never acknowledged, so after
         a reconnect the caller resyncs at once (msg-id and expected-last-sequence make a re-publish safe)."""
-        ack = asyncio.ensure_future(self.js.publish(self._subject(last), last.event, headers=self._headers(last),
+        ack = asyncio.ensure_future(self.js.publish(self._subject(last), last.event, headers=self._headers(last, spans),
                                                     timeout=self.publish_timeout))
         try:
             while True:
@@ -193,11 +199,28 @@ class Relay:
         return ledger_subject(self.prefix, self.partition, row.scope_id, row.event_type)
 
     @staticmethod
-    def _headers(row: LedgerRow) -> dict[str, str]:
-        return {
+    def _headers(row: LedgerRow, spans: dict[str, Any] | None = None) -> dict[str, str]:
+        headers = {
             "Nats-Msg-Id": row.event_id,
             "Nats-Expected-Last-Sequence": str(row.ledger_sequence - 1),
             "Pam-Ledger-Sequence": str(row.ledger_sequence),
             "Pam-Event-Type": row.event_type,
             "Pam-Row-Hash": row.row_hash.hex(),  # anchors the ledger head outside Postgres (`verify`)
         }
+        if spans and (span := spans.get(row.operation_id or "")) is not None:
+            headers.update(tracing.traceparent(span))  # the followers' apply continues the command's trace
+        return headers
+
+
+def publish_spans(rows: list[LedgerRow]) -> dict[str, Any]:
+    """A `relay.publish` span per command the run carries, under the span the writer handed over for it
+    (by operation id); rows read back from the ledger (catch-up) have none and get no span."""
+    spans: dict[str, Any] = {}
+    for row in rows:
+        if row.operation_id is None or row.operation_id in spans:
+            continue
+        parent = tracing.take_over(row.operation_id)
+        if parent is not None:
+            spans[row.operation_id] = tracing.start("relay.publish", parent, {
+                "pamledger.ledger_sequence": row.ledger_sequence, "pamledger.run_size": len(rows)})
+    return spans

@@ -29,10 +29,12 @@ from command_handler.guard import AppendGuard
 from command_handler.core.intake import Parsed, parse, space_key
 from command_handler.core.planner import Outcome, Plan, PlanInputs, known_result_bytes, plan_batch, refused_before_key_check
 from command_handler.core.imports import entry_ids
+from command_handler.batch_trace import BatchTimes, TracedCommand, trace_batch
 from command_handler.core.evaluation import EvaluationRun, forkable, forked_head, run_of
 from command_handler.core.validation import needs_scope_policy
 from command_handler.core.state import ImportFacts, ObjectHead
 from command_handler.store import PostgresLedgerStore
+from infra import tracing
 from infra.db_errors import map_db_error
 from infra.ledger import IdempotencyRow, LedgerRow, fetch_replay
 from infra.lru import LRU
@@ -91,6 +93,7 @@ class Writer:
         # Every evaluation run by its scope, with the scope's entry count (few: loaded whole at serve()).
         self.runs: dict[str, EvaluationRun] = {}
         self._subs: list[Any] = []
+        self._decided_ns = 0  # when the batch being committed was decided (only while tracing is on)
 
     async def serve(self) -> None:
         """Subscribe and run group commits until cancelled."""
@@ -142,6 +145,7 @@ class Writer:
             items = [self._parse(m) for m in msgs]
         parsed = [i for i in items if isinstance(i, Parsed)]
         started = time.perf_counter()
+        started_ns = time.time_ns() if tracing.ENABLED else 0
         try:
             plan = await self._plan_and_append(items, parsed)
         except PamledgerError as exc:
@@ -172,12 +176,18 @@ class Writer:
             return
         COMMIT_SECONDS.observe(time.perf_counter() - started)
         BATCH_SIZE.observe(len(msgs))
+        committed_ns = time.time_ns() if tracing.ENABLED else 0
         self._advance(plan)
         if plan.batch.erase:
             await self._journal(plan.batch.ledger)  # before the reply: an acknowledged erasure is journaled
         await self._reply(msgs, items, plan)
         REPLY_SECONDS.observe(time.perf_counter() - started)
         count_commands((_name(m), _outcome(o)) for m, o in zip(msgs, plan.outcomes))
+        if tracing.ENABLED:  # before the relay gets the rows: it takes each command's context over
+            trace_batch([TracedCommand(_name(m), _outcome(o), _ledger_op_id(o) or _op_id(m, i), m.headers)
+                         for m, i, o in zip(msgs, items, plan.outcomes)],
+                        BatchTimes(started_ns, self._decided_ns or started_ns, committed_ns, time.time_ns()),
+                        plan.tail[0])
         if plan.batch.ledger:
             self.committed(plan.batch.ledger)
 
@@ -190,6 +200,8 @@ class Writer:
         plan = plan_batch(items, inputs)
         if refused_before_key_check(items, plan, lambda key: self.idempotency.get(key) is not None):
             plan = plan_batch(items, await self._load(parsed, with_idempotency=True))
+        if tracing.ENABLED:
+            self._decided_ns = time.time_ns()
         if not (plan.batch.ledger or plan.batch.scopes):
             return plan
         try:
@@ -439,6 +451,11 @@ def _outcome(outcome: Outcome) -> str:
     if outcome.scope_result is not None:
         return "committed"
     return "replayed"  # an idempotent retry, or the same command twice in one batch
+
+
+def _ledger_op_id(outcome: Outcome) -> str | None:
+    """The operation id a committed command's ledger rows carry (the service assigns one when none was sent)."""
+    return outcome.accepted.decision.event.operation_id if outcome.accepted is not None else None
 
 
 def _op_id(msg: Command, item: Parsed | PamledgerError) -> str | None:

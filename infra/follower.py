@@ -39,7 +39,7 @@ import structlog
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from infra import locks
+from infra import locks, tracing
 from infra.ledger_identity import REBUILD_PROJECTION, follower_disagreement, wait_for_agreement
 from infra.nats_raw import RawClient, stream_sequence
 from infra.pg_pipeline import pipelined_transaction
@@ -141,6 +141,7 @@ class Follower:
         self._unacked: bytes | None = None  # reply subject of the last event applied but not yet acknowledged
         self._acked_through = 0  # the stream sequence the last acknowledgement covered
         self._acked_at = 0.0
+        self._traced: dict[int, bytes] = {}  # stream sequence -> header block with a traceparent (tracing on)
 
     async def run(self) -> None:
         """Apply batches forever; re-subscribes when the stream or consumer is lost or a gap shows."""
@@ -201,6 +202,8 @@ class Follower:
             return  # a status message (we asked for neither heartbeats nor flow control)
         self._buffer.append((reply, data))
         self._arrived.set()
+        if tracing.ENABLED and headers and b"traceparent" in headers:
+            self._traced[stream_sequence(reply)] = headers
 
     async def _step(self) -> None:
         if not self._buffer:
@@ -262,6 +265,7 @@ class Follower:
         """The step's rows, the checkpoint (locked first) and the NOTIFY: one transaction, one round trip.
         With `ahead`, a preparing step's next buffered batch prepares while this transaction runs."""
         through = events[-1][0]
+        started_ns = time.time_ns() if tracing.ENABLED else 0
         prepared: Any = None
         if self.ahead is not None:
             prepared = await self.ahead.prepared_for(events)
@@ -275,6 +279,23 @@ class Follower:
                 await cast(ApplyStep, self.step).apply(self.conn, events)
             await notify_checkpoint(self.conn, self.spec.notify_channel, through)  # sent at COMMIT
         self.applied = through
+        if tracing.ENABLED and self._traced:
+            self._trace_applied(events, started_ns)
+
+    def _trace_applied(self, events: list[Event], started_ns: int) -> None:
+        """An `{name}.apply` span per applied event whose message carried a traceparent (the relay's), timed
+        as its batch's transaction; events read without one (none was sent) get none."""
+        ended_ns = time.time_ns()
+        attributes = {"pamledger.batch_size": len(events)}
+        for sequence, _ in events:
+            block = self._traced.pop(sequence, None)
+            parent = tracing.parent_in_block(block)
+            if parent is not None:
+                tracing.record(f"{self.spec.name}.apply", parent, started_ns, ended_ns,
+                               {**attributes, "pamledger.ledger_sequence": sequence})
+        through = events[-1][0]
+        for sequence in [s for s in self._traced if s <= through]:  # redeliveries of what is applied
+            del self._traced[sequence]
 
     def _next_events(self, through: int) -> tuple[list[Event], int]:
         """The buffered events contiguous after `through` that the next batch will be (up to `batch`), and

@@ -21,7 +21,8 @@ import nats.js.errors
 import psycopg
 import structlog
 
-from infra.metrics import DENIALS_TOTAL, rule_label
+from infra import tracing
+from infra.metrics import DENIALS_TOTAL, query_label, rule_label
 from infra.db_errors import map_db_error
 from infra.tasks import reraise_if_cancelled
 from schemas.common import Id
@@ -246,6 +247,15 @@ class RequestShell:
     async def answer(self, operation: str, subject: str, data: bytes, headers: dict[str, str] | None,
                      decode: Callable[[bytes], Any], handle: Handler) -> bytes:
         """`operation` names the request for the policy and the logs (e.g. "query.read", "sub.open")."""
+        if tracing.ENABLED:
+            with tracing.span(operation_label(operation), tracing.parent_of(headers), {}) as span:
+                body = await self._answer(operation, subject, data, headers, decode, handle)
+                span.set_attribute("pamledger.outcome", "error" if body.startswith(b'{"error"') else "ok")
+                return body
+        return await self._answer(operation, subject, data, headers, decode, handle)
+
+    async def _answer(self, operation: str, subject: str, data: bytes, headers: dict[str, str] | None,
+                      decode: Callable[[bytes], Any], handle: Handler) -> bytes:
         operation_id: str | None = None  # an invalid header id is never echoed: the reply mints one
         try:
             context = context_of(subject, headers, self.budget_seconds)
@@ -267,3 +277,17 @@ class RequestShell:
             return await handle(request, context)
         except Exception as exc:  # noqa: BLE001 - every failure answers with its error envelope
             return error_body(exc, operation_id, operation)
+
+
+SUBSCRIPTION_REQUESTS = frozenset({"open", "poll", "ack", "resume", "close", "status", "list"})
+
+
+def operation_label(operation: str) -> str:
+    """A request's operation as a span name: `query.read`, `sub.open` ...; a name the service does not know
+    (the subject is the client's to choose) is `query.unknown`."""
+    kind, _, name = operation.partition(".")
+    if kind == "query":
+        return f"query.{query_label(name)}"
+    if kind == "sub":
+        return f"sub.{name if name in SUBSCRIPTION_REQUESTS else 'unknown'}"
+    return "request"

@@ -193,6 +193,13 @@ class MetricsSettings(_Group):
     host: str = "127.0.0.1"
 
 
+class TracingSettings(_Group):
+    """OpenTelemetry traces (infra.tracing): off unless an endpoint is set here or in OTEL_EXPORTER_OTLP_ENDPOINT."""
+
+    # The OTLP/HTTP base URL (spans are posted to {endpoint}/v1/traces), e.g. http://127.0.0.1:4318.
+    endpoint: str | None = None
+
+
 class Settings(BaseSettings):
     """Everything a pamledger process needs; unset URLs mean 'the servers `pamledger up` started'."""
 
@@ -224,3 +231,4 @@ class Settings(BaseSettings):
     retention: RetentionSettings = RetentionSettings()
     mcp: McpSettings = McpSettings()
     metrics: MetricsSettings = MetricsSettings()
+    tracing: TracingSettings = TracingSettings()

@@ -20,6 +20,7 @@ from memory_client.connection import find_nats_url, find_token, message_size, op
 from memory_client.errors import PamspecError
 from memory_client.objects import ObjectCommands
 from memory_client.subscription import Subscription
+from memory_client.tracing import request_span
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.auth import AUTHORIZATION_HEADER
 from schemas.replies import ACTOR_HEADER, OPERATION_HEADER
@@ -385,8 +386,10 @@ class MemoryClient(ObjectCommands):
         size = message_size(payload, headers)
         if size > self.nc.max_payload:
             raise _too_large(size, self.nc.max_payload)
-        reply = await request_with_retries(self.nc, subject, payload, headers, self.timeout,
-                                           self.retries if retry else 0, decode)
+        kind, _, name = subject.removeprefix(f"{self.prefix}.").rpartition(".")
+        with request_span(kind, name, headers):  # a trace's first span, when the caller traces
+            reply = await request_with_retries(self.nc, subject, payload, headers, self.timeout,
+                                               self.retries if retry else 0, decode)
         if "result" in reply:
             return reply["result"]  # type: ignore[no-any-return]
         raise PamspecError.from_envelope(reply["error"])

@@ -28,7 +28,7 @@ from command_handler.relay import Relay
 from embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from indexer.role import run_beside_follower
 from indexer.step import INDEXER, indexer_spec
-from infra import locks
+from infra import locks, tracing
 from infra.follower import EventFailed, Follower, FollowerSpec
 from infra.requester import CommandRequester
 from infra.nats_log import ConnectionLog
@@ -80,6 +80,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
     credentials and grants when enforced, everything allowed when off."""
     connections: list[NATS] = []
     tasks: list[asyncio.Task[None]] = []
+    tracing.configure(settings.tracing.endpoint, list(roles))  # off without an endpoint: nothing is set up
     auth = auth_for(settings, database_url)
     policy = policy or auth.policy
     authorizer = authorizer or auth.authorizer
@@ -162,6 +163,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
                 await nc.flush(timeout=2)
             await nc.close()
         await side_door.__aexit__(None, None, None)
+        await asyncio.to_thread(tracing.shutdown)  # the spans still buffered go out (nothing when off)
         log.info("service.stopped", roles=list(roles))
 
 

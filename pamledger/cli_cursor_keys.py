@@ -14,8 +14,7 @@ import json
 from typing import Any
 
 from infra.settings import Settings
-from pamledger.runtime import cursor_keys_path
-from query.cursor_keys import describe, load_keys, rotate
+from query.cursor_keys import cursor_keys_path, describe, load_keys, rotate
 
 
 def add_cursor_keys_parser(sub: Any) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from pathlib import Path
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -46,7 +45,7 @@ from pamledger.auth import auth_for, delegated_reads
 from pamledger.followers import FOLLOWERS
 from pamledger.nats_users import nats_is_ours, nats_users, operator_nats_options
 from pamledger.supervisor import ROLES
-from query.cursor_keys import CURSOR_KEYS_NAME, CursorSigner
+from query.cursor_keys import CursorSigner, cursor_keys_path
 from query.search import CheckpointWatcher
 from query.service import QueryService
 from retention.evaluator import run_rounds
@@ -173,11 +172,6 @@ def _position_of(follower: Follower) -> Callable[[], float]:
 
 # A process serving one role serves its probes at the base port plus the role's offset (infra.probes).
 PROBE_OFFSETS = {"writer": 0, "query": 1, "projector": 2, "indexer": 3, "gateway": 4, "retention": 5}
-
-
-def cursor_keys_path(settings: Settings) -> Path:
-    """The file of the keys that sign query cursors (query.cursor_keys): the setting, else the state dir's."""
-    return settings.query.cursor_keys or settings.state_dir / CURSOR_KEYS_NAME
 
 
 def cursor_signer(settings: Settings) -> CursorSigner:

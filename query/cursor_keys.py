@@ -27,6 +27,8 @@ from pathlib import Path
 
 import msgspec
 
+from infra.settings import Settings
+
 CURSOR_KEYS_NAME = "cursor-keys.json"  # in the state dir unless `query.cursor_keys` names another file
 KEY_BYTES = 32
 MAC_BYTES = 16  # HMAC-SHA256 cut to 128 bits: forging one is 2^128 guesses
@@ -103,6 +105,11 @@ def rotate(path: Path, grace_seconds: float, now: float | None = None) -> tuple[
     new = _new_key(now)
     _write(path, [*kept, new])
     return new, [*kept, new]
+
+
+def cursor_keys_path(settings: Settings) -> Path:
+    """The file of the keys: the `query.cursor_keys` setting, else the state dir's."""
+    return settings.query.cursor_keys or settings.state_dir / CURSOR_KEYS_NAME
 
 
 def caller_tag(actor_id: str, delegation_id: str | None) -> str:

@@ -291,23 +291,17 @@ class MemoryClient(ObjectCommands):
         inbox = self.nc.new_inbox()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         listening = await self.nc.subscribe(inbox, cb=queue.put)
+        body: dict[str, Any]
         if subscription_id is not None:  # re-attach, here: pushes come to this client's inbox from now on
-            try:
-                opened = await self.subscription_request("resume", {
-                    "subscription_id": subscription_id, "after_sequence": after_sequence,
-                    "delivery_subject": inbox}, actor)
-            except BaseException:
-                await listening.unsubscribe()
-                raise
-            subscription = Subscription(self, opened, int(delivery["keepalive_interval_ms"]), actor)
-            subscription.adopt(queue, listening)
-            return subscription
-        body: dict[str, Any] = {"scope_id": scope_id, "actor": actor, "filter": filter or {},
-                                "delivery": {**delivery, "subject": inbox}, "operation_id": f"op:{uuid.uuid4()}"}
-        if after_sequence is not None:
-            body["after_sequence"] = after_sequence
+            name, body = "resume", {"subscription_id": subscription_id, "after_sequence": after_sequence,
+                                    "delivery_subject": inbox}
+        else:
+            name, body = "open", {"scope_id": scope_id, "actor": actor, "filter": filter or {},
+                                  "delivery": {**delivery, "subject": inbox}, "operation_id": f"op:{uuid.uuid4()}"}
+            if after_sequence is not None:
+                body["after_sequence"] = after_sequence
         try:
-            opened = await self.subscription_request("open", body, actor)
+            opened = await self.subscription_request(name, body, actor)
         except BaseException:
             await listening.unsubscribe()
             raise

@@ -17,9 +17,8 @@ import msgspec
 import psycopg
 
 from query.evaluation import run_of
-from query.export import PAGE_BYTES
 from query.snapshot import snapshot
-from query.snapshot_diff import _ENTRY_BYTES, _EVENTS, _VERSIONS, SnapshotDiffRequest, _event, _Page, _read, \
+from query.snapshot_diff import _ENTRY_BYTES, _EVENTS, _VERSIONS, SnapshotDiffRequest, _event, _read, fill_page, \
     _version, prefix_within
 from query.snapshots import pin_report, pinned
 from schemas.canonical import canonical_bytes
@@ -62,23 +61,12 @@ async def evaluation_diff(conn: psycopg.AsyncConnection[Any], request: SnapshotD
             "base": base, "eval": request.scope_id, "after": request.after_object_id or "", "limit": request.limit,
             "wa": a.watermark, "ma": a.members, "ws": s.watermark, "ms": s.members})
         rows = await cur.fetchall()
-        page = _Page()
         span = tuple(sorted((a.watermark, s.watermark)))
-        for object_id, in_a, in_b, own in rows:
-            if in_a is None or in_b is None:
-                item = {"object_id": object_id, "version_id": in_b if in_a is None else in_a}
-                size = len(canonical_bytes(item)) + 1
-                if not page.fits(size):
-                    page.full = True
-                    break
-                page.add(page.added if in_a is None else page.removed, item, size)
-                continue
-            parts = [(base, *span)] + ([(request.scope_id, 0, _FOREVER)] if own else [])
-            found = await _changed(conn, object_id, (in_a, in_b), parts, PAGE_BYTES - page.size, page.last is None)
-            if found is None:
-                page.full = True
-                break
-            page.add(page.changed, *found)
+
+        def parts_of(own: bool) -> list[tuple[str, int, int]]:
+            return [(base, *span)] + ([(request.scope_id, 0, _FOREVER)] if own else [])
+        page = await fill_page(rows, lambda row, budget, cut: _changed(
+            conn, row[0], (row[1], row[2]), parts_of(bool(row[3])), budget, cut))
         reports = {"from": await pin_report(conn, a),
                    "to": {"evaluation_scope_id": request.scope_id, "evaluation_run_id": run["run_id"],
                           "snapshot": await pin_report(conn, s)}}

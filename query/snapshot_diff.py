@@ -16,7 +16,7 @@ of that object at snapshot B has the rest. Every statement runs in one repeatabl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -112,27 +112,39 @@ async def snapshot_diff(conn: psycopg.AsyncConnection[Any], request: SnapshotDif
             "wa": a.watermark, "ma": a.members, "wb": b.watermark, "mb": b.members, "everything": everything,
             "partition": 0, "low": low, "high": high, "named": named})
         rows = await cur.fetchall()
-        page = _Page()
-        for object_id, in_a, in_b in rows:
-            if in_a is None or in_b is None:
-                item = {"object_id": object_id, "version_id": in_b if in_a is None else in_a}
-                size = len(canonical_bytes(item)) + 1
-                if not page.fits(size):
-                    page.full = True
-                    break
-                page.add(page.added if in_a is None else page.removed, item, size)
-                continue
-            found = await _changed(conn, request.scope_id, object_id, (in_a, in_b), (low, high),
-                                   PAGE_BYTES - page.size, cut=page.last is None)
-            if found is None:
-                page.full = True
-                break
-            page.add(page.changed, *found)
+        page = await fill_page(rows, lambda row, budget, cut: _changed(
+            conn, request.scope_id, row[0], (row[1], row[2]), (low, high), budget, cut))
         reports = {"from": await pin_report(conn, a), "to": await pin_report(conn, b)}
     return canonical_bytes({"result": {
         "scope_id": request.scope_id, **reports, "direction": _direction(a, b),
         "added": page.added, "removed": page.removed, "changed": page.changed,
         "truncated": page.full or len(rows) == request.limit, "after_object_id": page.last}})
+
+
+ChangedEntry = Callable[[Any, int, bool], Awaitable[tuple[dict[str, Any], int] | None]]
+
+
+async def fill_page(rows: list[Any], changed: ChangedEntry) -> _Page:
+    """One page from member rows (object_id, version in A, version in B, ...): an object only one side holds
+    is added or removed; one both hold at different versions gets `changed(row, budget, cut)`'s entry, while
+    it fits the page's byte bound (the page's first entry is cut to fit, never dropped)."""
+    page = _Page()
+    for row in rows:
+        object_id, in_a, in_b = row[0], row[1], row[2]
+        if in_a is None or in_b is None:
+            item = {"object_id": object_id, "version_id": in_b if in_a is None else in_a}
+            size = len(canonical_bytes(item)) + 1
+            if not page.fits(size):
+                page.full = True
+                break
+            page.add(page.added if in_a is None else page.removed, item, size)
+            continue
+        found = await changed(row, PAGE_BYTES - page.size, page.last is None)
+        if found is None:
+            page.full = True
+            break
+        page.add(page.changed, *found)
+    return page
 
 
 def _direction(a: Pinned, b: Pinned) -> Literal["forward", "backward"]:

@@ -93,9 +93,9 @@ async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, 
     # snapshot sealed a moment ago waits that moment); before, from the versions alone: the same rows, slower.
     # An evaluation scope's fork reads its snapshot's watermark the same way.
     past = fork[1] if fork is not None and as_of is None else as_of
-    projected = past is not None and (watcher.sequence >= past or (
+    from_projection = past is not None and (watcher.sequence >= past or (
         (pin is not None or fork is not None) and await watcher.wait_for(past, min(request.wait_ms, 1000) / 1000)))
-    statement, params = build(request, after, as_of, pin.members if pin is not None else None, projected,
+    statement, params = build(request, after, as_of, pin.members if pin is not None else None, from_projection,
                               partition, fork)
     async with pool.connection() as conn:
         # One snapshot for the scope check, the checkpoint and the rows (and, at an evaluation snapshot, the

@@ -264,8 +264,8 @@ class QueryService:
         if isinstance(request, SearchRequest) and request.snapshot_id is not None:
             return await run_search_at_snapshot(self.pool, self.watcher, self.index_watcher, request, self.sealed)
         if isinstance(request, SearchRequest):
-            fork = await self.forks.of(self.pool, request.scope_id)  # an evaluation scope reads its snapshot too
-            return await run_search(self.pool, self.watcher, self.index_watcher, request, self.settings, fork)
+            forked = await self.forks.of(self.pool, request.scope_id)  # an evaluation scope reads its snapshot too
+            return await run_search(self.pool, self.watcher, self.index_watcher, request, self.settings, forked)
         if isinstance(request, RelatedRequest) and request.snapshot_id is not None:
             return await run_related_at_snapshot(self.pool, request, lambda scope: self._may_read(context, scope),
                                                  self.sealed)

@@ -490,8 +490,9 @@ class Gateway:
             raise ScopeNotFound("scope not found", details={"scope_id": scope_id})
         return head
 
-    async def _open_rows(self) -> list[tuple[str, SubscribeRequest, int]]:
-        """Open subscriptions and the position each resumes from (acknowledged, else where it started)."""
+    async def _open_rows(self) -> list[tuple[str, SubscribeRequest, int, str | None]]:
+        """Open subscriptions, the position each resumes from (acknowledged, else where it started) and the
+        credential it runs under."""
         return decode_stored(await self.store.open_rows(), self.unreadable)
 
     async def _closing_rows(self) -> dict[str, tuple[SubscribeRequest, str, int]]:

@@ -40,7 +40,8 @@ async def test_a_keepalive_of_an_older_generation_makes_it_resume() -> None:
                                             "delivery_subject": "_INBOX.x"})]
     assert sub.generation == 2
     event = {"type": "event", "generation": 2, "ledger_sequence": 11, "previous_sequence": 10, "event": {}}
-    assert (await sub._accept(msgspec.json.decode(msgspec.json.encode(event))))["ledger_sequence"] == 11
+    accepted = await sub._accept(msgspec.json.decode(msgspec.json.encode(event)))
+    assert accepted is not None and accepted["ledger_sequence"] == 11
 
 
 async def test_an_event_of_an_older_generation_is_still_dropped_without_a_resume() -> None:

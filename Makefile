@@ -7,9 +7,10 @@ PAMLEDGER   := $(VENV)/bin/pamledger
 STATE_DIR   ?= .pamledger
 PYTEST_ARGS ?=
 BENCH_ARGS  ?=
-PACKAGES    := schemas command_handler projector indexer subscriptions query retention memory_client mcp_binding pamledger infra authz embedding local_servers bench
+SOAK_ARGS   ?= --duration 300
+PACKAGES    := schemas command_handler projector indexer subscriptions query retention memory_client mcp_binding pamledger infra authz embedding local_servers bench soak
 
-.PHONY: help venv run test bench up down status lint clean
+.PHONY: help venv run test bench soak up down status lint clean
 
 help:  ## list the targets
 	@echo "pamledger make targets:"
@@ -17,6 +18,7 @@ help:  ## list the targets
 	@echo "  run     start local NATS + Postgres, migrate and serve in the foreground until Ctrl-C"
 	@echo "  test    run the test suite (PYTEST_ARGS=... passes extra pytest arguments)"
 	@echo "  bench   run a benchmark: BENCH_ARGS='NAME ARGS' (default write_path; BENCH_ARGS=--list names them)"
+	@echo "  soak    mixed load while SIGKILLing every role and server, then a full audit (SOAK_ARGS=...; minutes)"
 	@echo "  up      start local NATS + Postgres in the background (state in $(STATE_DIR))"
 	@echo "  down    stop the servers started by up"
 	@echo "  status  report whether the local servers answer"
@@ -34,6 +36,9 @@ test: venv
 
 bench: venv
 	$(PYTHON) -m bench $(BENCH_ARGS)
+
+soak: venv
+	$(PYTHON) -m soak $(SOAK_ARGS)
 
 up: venv
 	$(PAMLEDGER) up

@@ -73,6 +73,10 @@ class Subscription:
     async def _accept(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """The event to hand out, or None (stale, duplicate, keepalive, or a gap that made us resume)."""
         if body.get("generation", self.generation) < self.generation:
+            if body["type"] == "keepalive":
+                # A gateway that took over counts generations from 1 again: everything it pushes looks stale
+                # and never goes quiet, so re-attach now (the resume answers its current generation).
+                await self.resume()
             return None
         if body["type"] == "closed":
             self.closed = body

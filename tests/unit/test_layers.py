@@ -31,7 +31,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     COMPOSITION_ROOT: KERNEL | SERVICES | {SDK, BINDING, COMPOSITION_ROOT, LOCAL_SERVERS},
     **{service: KERNEL | {service} for service in SERVICES},
 }
-OURS = frozenset(ALLOWED) | {"bench", "tests"}
+OURS = frozenset(ALLOWED) | {"bench", "soak", "tests"}  # dev tools beside the layers: may import any
 
 
 def imports_of(source: str) -> list[tuple[int, str]]:

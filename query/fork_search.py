@@ -39,7 +39,8 @@ async def forked_nearest(conn: psycopg.AsyncConnection[Any], space: SpaceRow, ve
     literal = vector_literal(vector)
     rows: list[Any] = []
     for shortlist in (max(6 * wanted, 60), max(60 * wanted, 600), None):
-        rows = await (await conn.execute(*nearest_statement(space, literal, at_base, pin, wanted, shortlist))).fetchall()
+        statement = nearest_statement(space, literal, at_base, pin, wanted, shortlist)
+        rows = await (await conn.execute(*statement)).fetchall()
         if len(rows) >= wanted:
             break
     inherited = [row for row in rows if row[2] not in written and math.isfinite(row[6])]

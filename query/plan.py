@@ -150,7 +150,8 @@ def fork_sources(request: QueryRequest, fork: tuple[str, int, list[str] | None],
     (base scope at the watermark, members only) that it has not written, filed under the evaluation scope."""
     scope = request.scope_id
     base, watermark, members = fork
-    found: list[tuple[str, list[Any]]] = [("(SELECT scope_id, " + _COLUMNS + " FROM current_objects WHERE scope_id = %s)", [scope])]
+    own = "(SELECT scope_id, " + _COLUMNS + " FROM current_objects WHERE scope_id = %s)"
+    found: list[tuple[str, list[Any]]] = [(own, [scope])]
     for source, params in temporal_sources(base, bool(request.text), watermark, projected, partition):
         found.append((_FORKED.format(source=source), [scope, *params, members, members, scope]))
     return found

@@ -392,7 +392,11 @@ class Writer:
                 if known is None:
                     body = error_body(exc, _op_id(msg, item), f"{name} reply")
                 else:  # committed: answer what is known, and say that rendering failed
-                    log.exception("reply.crashed", command=name, committed=True)
+                    if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+                        # Postgres went away while a replay was read back: expected in an outage, no traceback
+                        log.warning("reply.incomplete", command=name, committed=True, reason=type(exc).__name__)
+                    else:
+                        log.exception("reply.crashed", command=name, committed=True)
                     body = known
             replies.append(body)
             if msg.reply:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client as NATS
 
 from infra.requester import request_with_retries
@@ -89,8 +90,13 @@ class MemoryClient(ObjectCommands):
         return client
 
     async def close(self) -> None:
+        """Drain the connection this client opened; one that is reconnecting (NATS cut it: a revoked token,
+        a server restart) cannot drain, and is closed instead."""
         if self._owns:
-            await self.nc.drain()
+            try:
+                await self.nc.drain()
+            except nats.errors.Error:
+                await self.nc.close()
 
     async def __aenter__(self) -> MemoryClient:
         return self

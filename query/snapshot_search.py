@@ -81,13 +81,7 @@ async def run_search_at_snapshot(pool: AsyncConnectionPool[Any], projection: Che
         semantic: list[Any] = []
         if found.space is not None and found.vector is not None:
             literal = vector_literal(found.vector)
-            # Longer shortlists while the filters (or older versions' vectors) leave too few; at last every
-            # version at the watermark. Each answers the same exact top `count` (nearest_statement).
-            for shortlist in (max(6 * count, 60), max(60 * count, 600), None):
-                cur = await conn.execute(*nearest_statement(found.space, literal, request, pin, count, shortlist))
-                rows = await cur.fetchall()
-                if len(rows) >= count:
-                    break
+            rows = await nearest_rows(conn, found.space, literal, request, pin, count)
             semantic = [row for row in rows if row[6] == row[6]]  # a NaN (zero vector) has no rank
         lexical: list[Any] = []
         if request.mode != "semantic" and request.text is not None:
@@ -132,6 +126,18 @@ async def _await_index(index: CheckpointWatcher, pin: Pinned, space: SpaceRow, r
                                  details={"snapshot_id": pin.descriptor["snapshot_id"], "index_checkpoint":
                                           index.sequence, "ledger_sequence_high_watermark": pin.watermark,
                                           "space_state": space.state})
+
+
+async def nearest_rows(conn: Any, space: SpaceRow, literal: str, request: SearchRequest, pin: Pinned,
+                       count: int) -> list[Any]:
+    """The `count` nearest versions at the watermark: longer shortlists while the filters (or older versions'
+    vectors) leave too few, at last every version there; each answers the same exact top (nearest_statement)."""
+    rows: list[Any] = []
+    for shortlist in (max(6 * count, 60), max(60 * count, 600), None):
+        rows = await (await conn.execute(*nearest_statement(space, literal, request, pin, count, shortlist))).fetchall()
+        if len(rows) >= count:
+            break
+    return rows
 
 
 def nearest_statement(space: SpaceRow, literal: str, request: SearchRequest, pin: Pinned, count: int,

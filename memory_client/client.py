@@ -181,7 +181,9 @@ class MemoryClient(ObjectCommands):
             run_id = evaluation_run_id or (await self.snapshot_show(scope_id, snapshot_id))["snapshot"].get(
                 "evaluation_run_id")
             if run_id is None:
-                raise ValueError("the snapshot declares no evaluation_run_id: pass one (or an evaluation scope)")
+                raise PamspecError.of("invalid_request", "the snapshot declares no evaluation_run_id: pass one"
+                                      " (or an evaluation scope)", {"snapshot_id": snapshot_id,
+                                                                    "field": "evaluation_run_id"})
             evaluation_scope_id = f"eval:{run_id}"
         body: dict[str, Any] = {"scope_id": scope_id, "actor": actor, "snapshot_id": snapshot_id,
                                 "evaluation_scope_id": evaluation_scope_id}

@@ -126,8 +126,13 @@ async def runs(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
         for name, args in (  # the CLI, in a thread: it talks to the service this event loop runs
                 ("seal", ("snapshot", "create", SCOPE, "--id", "snap:cli", "--evaluation-run-id", "run:cli",
                           "--clock", "2026-07-17T00:00:00Z,1000", "--seed", "7")),
-                ("start", ("eval", "start", SCOPE, "snap:cli")), ("end", ("eval", "end", "eval:run:cli"))):
+                ("start", ("eval", "start", SCOPE, "snap:cli")), ("end", ("eval", "end", "eval:run:cli")),
+                ("seal_without_run", ("snapshot", "create", SCOPE, "--id", "snap:cli-norun"))):
             found.cli[name] = await asyncio.to_thread(cli_json, env, *args)
+        try:  # a snapshot without a run id, and no evaluation scope named: the client says so, as an envelope
+            await client.eval_start(SCOPE, "snap:cli-norun", ACTOR)
+        except PamspecError as exc:
+            found.after_end["start_without_run_id"] = exc
         found.diff = await client.eval_diff(EVAL, "snap:evalruns")
         try:
             await client.eval_diff(SCOPE, "snap:evalruns")  # the base holds no run: a second snapshot is needed
@@ -174,7 +179,7 @@ def test_a_query_by_evaluation_run_id_finds_the_runs_objects(runs: Runs) -> None
 def test_after_eval_end_the_scope_takes_no_writes(runs: Runs) -> None:
     assert {name: exc.code for name, exc in runs.after_end.items()} == {
         "create": "invalid_state_transition", "end": "invalid_state_transition",
-        "diff_outside_a_run": "invalid_request"}
+        "diff_outside_a_run": "invalid_request", "start_without_run_id": "invalid_request"}
     assert runs.after_end["create"].details["rule"] == "evaluation_run_ended"
 
 

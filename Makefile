@@ -8,7 +8,7 @@ STATE_DIR   ?= .pamledger
 PYTEST_ARGS ?=
 BENCH_ARGS  ?=
 SOAK_ARGS   ?= --duration 300
-PACKAGES    := schemas command_handler projector indexer subscriptions query retention memory_client mcp_binding pamledger infra authz embedding local_servers bench soak
+PACKAGES    := schemas command_handler projector indexer subscriptions query retention client/pamledger_client mcp_binding pamledger infra authz embedding local_servers bench soak
 
 .PHONY: help venv run test bench soak up down status lint clean
 

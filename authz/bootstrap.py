@@ -17,6 +17,7 @@ from infra.settings import Settings
 from schemas.auth import ALL_SCOPES, ActorRecord, CredentialRecord, ScopeGrant
 from schemas.common import SYSTEM_SCOPE
 from schemas.errors import InvalidRequest
+from pamledger_client.protocol.local import ADMIN_TOKEN_FILE
 
 ADMIN_ACTOR = ActorRecord(actor_id=ADMIN_ACTOR_ID, actor_kind="operator", display_name="pamledger administrator",
                           grants=[ScopeGrant(scopes=[ALL_SCOPES, SYSTEM_SCOPE], operations=["*"])])
@@ -24,7 +25,7 @@ SERVICE_ACTOR = ActorRecord(actor_id=SERVICE_ACTOR_ID, actor_kind="service", dis
 
 
 def admin_token_path(settings: Settings) -> Path:
-    return settings.auth.admin_token_file or settings.state_dir / "admin.token"
+    return settings.auth.admin_token_file or settings.state_dir / ADMIN_TOKEN_FILE
 
 
 def service_token_path(settings: Settings) -> Path:

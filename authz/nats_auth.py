@@ -34,43 +34,21 @@ from typing import Any
 import bcrypt
 
 from authz.policy import Grants, refusal_of
-from authz.tokens import token_id_or_none
+from pamledger_client.protocol.tokens import (  # a token's NATS login is the protocol's: the SDK logs in
+    NatsLogin as NatsLogin,
+    password_hash as password_hash,
+    agent_login as agent_login,
+    inbox_prefix as inbox_prefix,
+    tls_options as tls_options,
+)
 from infra.private_files import ensure_private
-from infra.subjects import (
+from pamledger_client.protocol.subjects import (
     COMMANDS, SUBSCRIPTION_CALLS, command_subject, query_subject, status_subject, subscription_subject,
 )
 
 SERVICE_USER = "pamledger-service"
 SERVICE_PASSWORD_FILE = "nats-service.password"
 CONFIG_FILE = "nats.conf"
-BCRYPT_ROUNDS = 6
-
-
-@dataclass(frozen=True)
-class NatsLogin:
-    """How one client logs in to NATS: user and password, and the inbox prefix its permissions allow."""
-
-    user: str
-    password: str
-    inbox_prefix: str | None = None
-
-    def options(self) -> dict[str, Any]:
-        """Keyword arguments for nats.connect."""
-        options: dict[str, Any] = {"user": self.user, "password": self.password}
-        if self.inbox_prefix is not None:
-            options["inbox_prefix"] = self.inbox_prefix.encode()
-        return options
-
-
-def inbox_prefix(token_id: str) -> str:
-    """The only subjects an agent may receive on: `_INBOX.<token_id>` and below."""
-    return f"_INBOX.{token_id}"
-
-
-def agent_login(token: str) -> NatsLogin | None:
-    """A pamledger token's NATS login (None when it is not a well-formed token)."""
-    token_id = token_id_or_none(token)
-    return NatsLogin(token_id, token, inbox_prefix(token_id)) if token_id is not None else None
 
 
 def service_password_path(state_dir: Path) -> Path:
@@ -97,10 +75,6 @@ def ensure_service_password(state_dir: Path) -> str:
         return login.password if login is not None else None
 
     return ensure_private(service_password_path(state_dir), lambda: secrets.token_urlsafe(32), read)[0]
-
-
-def password_hash(secret: str) -> str:
-    return bcrypt.hashpw(secret.encode(), bcrypt.gensalt(BCRYPT_ROUNDS)).decode()
 
 
 def hash_matches(stored: str, secret: str) -> bool:
@@ -172,11 +146,3 @@ def live_agents(grants: Grants, now: datetime, skip: set[str], known: dict[str, 
     return agents
 
 
-def tls_options(ca_file: Path | None) -> dict[str, Any]:
-    """nats.connect options verifying the server against `ca_file` (a private CA, a self-signed certificate).
-    None: nothing, and a server that requires TLS is verified against the system's CAs."""
-    if ca_file is None:
-        return {}
-    import ssl
-
-    return {"tls": ssl.create_default_context(cafile=str(ca_file))}

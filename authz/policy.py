@@ -32,9 +32,9 @@ from datetime import datetime
 from authz.tokens import BadCredential, bearer_token, digest_matches
 from schemas.auth import ALL_OPERATIONS, ActorRecord, Claim, CredentialRecord, scope_matches
 from schemas.common import SYSTEM_SCOPE
+from pamledger_client.protocol.vocabulary import ADMIN_ACTOR_ID as ADMIN_ACTOR_ID
 
 _NO_DIGEST = "sha256:" + "0" * 64
-ADMIN_ACTOR_ID = "actor:pamledger:admin"
 SERVICE_ACTOR_ID = "actor:pamledger:service"
 RETENTION_ACTOR_ID = "actor:pamledger:retention"  # the retention evaluator's transitions (retention/)
 

@@ -43,10 +43,10 @@ from bench.scenarios import other_cpu, writer_status
 from bench.servers import Servers, bench_servers
 from bench.service import echo_service, service_process
 from infra.logging import configure_logging
-from infra.subjects import command_subject
-from memory_client.admin import issue_token, parse_grant, put_actor
-from memory_client.client import MemoryClient
-from memory_client.errors import PamspecError
+from pamledger_client.protocol.subjects import command_subject
+from pamledger_client.admin import issue_token, parse_grant, put_actor
+from pamledger_client.client import MemoryClient
+from pamledger_client.errors import PamspecError
 from schemas.auth import AUTHORIZATION_HEADER
 
 TARGET = 0.90  # enforce / off creates per second

@@ -32,7 +32,7 @@ from bench.procs import tree_cpu
 from bench.scenarios import writer_status
 from bench.servers import Servers, bench_servers
 from bench.service import service_process
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 
 ACTOR = {"actor_id": "actor:bench:bundle", "actor_kind": "agent"}
 RAW = ("COPY (SELECT l.ledger_sequence, l.event, v.meta, c.content, c.salt FROM ledger l"

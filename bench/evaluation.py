@@ -34,7 +34,7 @@ from bench.projection_replay import build_projection
 from bench.projection_service import service_on
 from bench.servers import Servers, bench_servers
 from bench.service import serial_echo
-from infra.subjects import command_subject, query_subject
+from pamledger_client.protocol.subjects import command_subject, query_subject
 
 SEAL_TARGET_MS = 50.0
 QUERY_RATIO_TARGET = 1.5

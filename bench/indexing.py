@@ -53,7 +53,7 @@ from bench.servers import Servers, bench_servers
 from bench.service import connect, service_names
 from embedding.known import descriptor_for, embedder_for
 from infra.settings import FollowerSettings
-from infra.subjects import command_subject, status_subject
+from pamledger_client.protocol.subjects import command_subject, status_subject
 
 SCOPE = "workspace:m4-index"
 CORE_ROLES = "writer,query,projector,gateway"

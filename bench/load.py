@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 
-from infra.subjects import command_subject
+from pamledger_client.protocol.subjects import command_subject
 
 ACTOR = {"actor_id": "actor:bench:agent", "actor_kind": "agent"}
 PROVENANCE = {"provenance_id": "prov:bench:1", "actor": ACTOR, "activity": "bench"}

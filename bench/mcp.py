@@ -36,8 +36,8 @@ from bench.servers import Servers, bench_servers
 from bench.service import service_process
 from infra.logging import configure_logging
 from mcp_binding.launch import HttpProcess, http_session
-from memory_client.admin import issue_token, parse_grant, put_actor
-from memory_client.client import MemoryClient
+from pamledger_client.admin import issue_token, parse_grant, put_actor
+from pamledger_client.client import MemoryClient
 
 ACTOR = {"actor_id": "actor:bench:mcp", "actor_kind": "agent"}
 CLIENTS = 8

@@ -23,7 +23,7 @@ import nats
 from nats.aio.client import Client as NATS
 
 from bench.load import ACTOR, PROVENANCE, created_sequence
-from infra.subjects import command_subject
+from pamledger_client.protocol.subjects import command_subject
 
 
 REPLY_TIMEOUT = 30.0

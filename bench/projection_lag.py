@@ -27,7 +27,7 @@ from bench.procs import python_child
 from bench.projection_explain import commit_stats, explain_projector_batch
 from bench.scenarios import Config, pamledger_service, writer_status
 from bench.servers import Servers
-from infra.subjects import command_subject
+from pamledger_client.protocol.subjects import command_subject
 
 TARGET_RATE = 5000
 MAX_ATTEMPTS = 3

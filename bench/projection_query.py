@@ -26,7 +26,7 @@ from nats.aio.client import Client as NATS
 
 from bench.ledger_content import search_text
 from bench.load import REQUEST_TIMEOUT, BadReply, Result
-from infra.subjects import query_subject
+from pamledger_client.protocol.subjects import query_subject
 from query.plan import build
 from schemas.queries import decode_query
 

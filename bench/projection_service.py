@@ -23,7 +23,7 @@ from bench import service
 from bench.servers import Servers
 from command_handler.relay import Relay, ensure_stream_config
 from infra.ledger_identity import ledger_identity
-from infra.subjects import command_subject, ledger_subject, query_subject
+from pamledger_client.protocol.subjects import command_subject, ledger_subject, query_subject
 
 
 async def connect(url: str) -> NATS:

@@ -26,7 +26,7 @@ from bench.load import (
 from bench.procs import Child, python_child, tree_cpu, wait_answering
 from bench.servers import Servers
 from bench.service import echo_service, service_process
-from infra.subjects import command_subject, status_subject
+from pamledger_client.protocol.subjects import command_subject, status_subject
 
 
 @dataclass(frozen=True)

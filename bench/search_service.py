@@ -60,7 +60,7 @@ from embedding.known import descriptor_for, embedder_for
 from embedding.store import find_space, vector_literal
 from embedding.text_profile import clean
 from infra.settings import QuerySettings
-from infra.subjects import query_subject, status_subject
+from pamledger_client.protocol.subjects import query_subject, status_subject
 from query.hybrid import lexical_request
 from query.plan import build
 from query.semantic import exact_statement, hnsw_statement, nearest  # bench only: the service's SQL alone, to split its latency

@@ -23,7 +23,7 @@ from bench.pgcopy import HEADER, TRAILER
 from embedding.known import descriptor_for
 from embedding.store import create_space
 from infra.requester import CommandRequester
-from infra.subjects import command_subject
+from pamledger_client.protocol.subjects import command_subject
 from schemas.common import SYSTEM_SCOPE
 from schemas.embedding import encode_space, space_digest
 

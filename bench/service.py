@@ -19,7 +19,7 @@ from nats.js.errors import NotFoundError
 from bench.load import Result, check_echo, drive
 from bench.procs import Child, python_child, wait_answering
 from bench.servers import Servers
-from infra.subjects import status_subject
+from pamledger_client.protocol.subjects import status_subject
 
 Prepare = Callable[[NATS, str, str], Awaitable[None]]
 

@@ -40,7 +40,7 @@ from bench.service import connect
 from embedding.known import descriptor_for, embedder_for
 from embedding.store import find_space, vector_literal
 from embedding.text_profile import clean
-from infra.subjects import command_subject, query_subject
+from pamledger_client.protocol.subjects import command_subject, query_subject
 
 SCOPE = "workspace:bench-snapshot"
 MODEL = "hashing-384"

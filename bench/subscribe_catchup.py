@@ -31,8 +31,8 @@ from bench.ledger_loader import LoadSpec, load_ledger, scope_ids
 from bench.load import ACTOR
 from bench.servers import Servers
 from bench.subscribe_service import Log, connect, sdk_events, service_on, stop_task, wait_settled
-from infra.subjects import scope_token
-from memory_client.client import MemoryClient
+from pamledger_client.protocol.subjects import scope_token
+from pamledger_client.client import MemoryClient
 
 _decode = msgspec.json.Decoder(dict[str, Any]).decode
 # The ledger head as the gateway asked for it on every open before commit 2d083af (max() over the whole

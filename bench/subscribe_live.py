@@ -23,8 +23,8 @@ from bench.pace import Paced, create_bodies, lag_stats, paced_creates
 from bench.servers import Servers
 from bench.service import serial_echo
 from bench.subscribe_service import Log, log_signs, log_watches, sdk_events, service_on, stop_task
-from memory_client.client import MemoryClient
-from memory_client.subscription import Subscription
+from pamledger_client.client import MemoryClient
+from pamledger_client.subscription import Subscription
 
 SCOPE = "workspace:m3-live"
 

@@ -25,8 +25,8 @@ from nats.aio.client import Client as NATS
 from bench import service
 from bench.procs import Child
 from bench.servers import Servers
-from infra import tasks
-from infra.subjects import status_subject
+from pamledger_client.protocol import tasks
+from pamledger_client.protocol.subjects import status_subject
 
 Log = Callable[[str], None]
 

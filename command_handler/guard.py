@@ -22,7 +22,7 @@ from nats.aio.client import Client
 from command_handler.store import PostgresLedgerStore
 from infra.ledger_identity import REBUILD_STREAM, Disagreement, stream_reuse
 from infra.settings import Settings
-from infra.tasks import reraise_if_cancelled
+from pamledger_client.protocol.tasks import reraise_if_cancelled
 from schemas.errors import ServiceUnavailable
 
 log = structlog.get_logger(__name__)

@@ -24,8 +24,8 @@ from infra.ledger import LedgerRow
 from infra.ledger_identity import (
     STREAM_KEY, Refusal, ledger_identity, stream_description, stream_disagreement, wait_for_agreement,
 )
-from infra.subjects import ledger_subject, ledger_wildcard
-from infra.tasks import reraise_if_cancelled
+from pamledger_client.protocol.subjects import ledger_subject, ledger_wildcard
+from pamledger_client.protocol.tasks import reraise_if_cancelled
 
 log = structlog.get_logger(__name__)
 CATCH_UP_CHUNK = 2000

@@ -44,7 +44,7 @@ from infra.nats_raw import RawClient, parse_headers
 from infra.request_shell import AllowAll, Policy, error_body, to_error
 from infra.settings import Settings
 from infra.status import status_reply
-from infra.subjects import command_subject, status_subject
+from pamledger_client.protocol.subjects import command_subject, status_subject
 from schemas.canonical import canonical_bytes
 from schemas.common import SYSTEM_SCOPE
 from schemas.snapshots import CreateSnapshot

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv (Python >= 3.11) and install pamledger editable with its test and bench extras.
+# Create .venv (Python >= 3.11) and install pamledger (and pamledger-client, client/) editable with its test and
+# bench extras.
 # Re-installs only when pyproject.toml or constraints.txt is newer than .venv/.installed, so repeated `make` calls
 # are fast. constraints.txt pins every package to the versions the suite last passed with (make and CI alike);
 # refresh it with `.venv/bin/pip freeze --exclude-editable | grep -v '^pamledger' > constraints.txt`.
@@ -52,9 +53,12 @@ fi
 "$VENV/bin/python" -c "$VERSION_CHECK" \
     || die "$VENV uses $("$VENV/bin/python" -V 2>&1); remove $VENV and re-run to rebuild it with Python >= 3.11"
 
-if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ constraints.txt -nt "$STAMP" ]; then
-    say "installing pamledger into $VENV: pip install -c constraints.txt -e '.[test,bench]'"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench]' >&2
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ client/pyproject.toml -nt "$STAMP" ] \
+        || [ constraints.txt -nt "$STAMP" ]; then
+    # The client distribution first in the same call: the server depends on it (pamledger-client==<version>).
+    say "installing pamledger into $VENV: pip install -c constraints.txt -e './client[admin,tracing]' -e '.[test,bench]'"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c constraints.txt \
+        -e './client[admin,tracing]' -e '.[test,bench]' >&2
     touch "$STAMP"
     say "installed; stamp $STAMP"
 else

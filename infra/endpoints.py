@@ -6,23 +6,13 @@ and so import no server code (Postgres layout, supervisor) just to find a URL.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from infra.settings import Settings
-
-SERVERS_FILE = "servers.json"
-
-
-def read_servers_file(state_dir: Path) -> dict[str, Any] | None:
-    """Return what servers.json records, or None when it is absent or unreadable."""
-    try:
-        data = json.loads((state_dir / SERVERS_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+from pamledger_client.protocol.local import (  # the file's name and reader are the protocol's: the SDK reads it
+    SERVERS_FILE as SERVERS_FILE,
+    read_servers_file as read_servers_file,
+)
 
 
 class NoServers(RuntimeError):

@@ -45,10 +45,10 @@ from infra.nats_raw import RawClient, stream_sequence
 from infra.pg_pipeline import pipelined_transaction
 from infra.prepare_ahead import Ahead, Connect, PreparingStep
 from infra.projections import advance_checkpoint, checkpoint, notify_checkpoint
-from infra.subjects import partition_wildcard
+from pamledger_client.protocol.subjects import partition_wildcard
 from infra.settings import FollowerSettings
 from infra.stuck import StuckState, describe, traceback_text
-from infra.tasks import reraise_if_cancelled
+from pamledger_client.protocol.tasks import reraise_if_cancelled
 
 log = structlog.get_logger(__name__)
 

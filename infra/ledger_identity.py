@@ -22,7 +22,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from infra.ledger import ledger_head
-from infra.tasks import reraise_if_cancelled
+from pamledger_client.protocol.tasks import reraise_if_cancelled
 
 log = structlog.get_logger(__name__)
 STREAM_KEY = "pamledger_ledger_id"  # the stream's metadata key that names its ledger

@@ -12,7 +12,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from infra.subjects import QUERIES
+from pamledger_client.protocol.subjects import QUERIES
 from schemas.commands import COMMAND_TYPES
 
 QUERY_KINDS = frozenset(QUERIES)

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import psycopg
 
-from infra.tasks import stop_task
+from pamledger_client.protocol.tasks import stop_task
 
 Event = tuple[int, bytes]  # (ledger sequence, the event's bytes as the stream carries them)
 Connect = Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]

@@ -24,13 +24,13 @@ import structlog
 from infra import tracing
 from infra.metrics import DENIALS_TOTAL, query_label, rule_label
 from infra.db_errors import map_db_error
-from infra.tasks import reraise_if_cancelled
+from pamledger_client.protocol.tasks import reraise_if_cancelled
 from schemas.common import Id
 from schemas.errors import AccessDenied, InvalidRequest, PamledgerError, ServiceUnavailable
 from schemas.headers import header_operation_id
 from schemas.auth import AUTHORIZATION_HEADER, Claim
 from schemas.replies import ACTOR_HEADER, error_reply
-from schemas.values import BadValue, check_text
+from pamledger_client.protocol.values import BadValue, check_text
 
 log = structlog.get_logger(__name__)
 

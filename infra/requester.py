@@ -8,20 +8,17 @@ under one idempotency key per call so a retried command is written once.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Callable
 from typing import Any, cast
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
-from infra.subjects import command_subject
+from pamledger_client.protocol.subjects import command_subject
 from schemas.auth import AUTHORIZATION_HEADER
-from schemas.canonical import decode_json
-from schemas.errors import AccessDenied, ErrorCode, PamledgerError, ServiceUnavailable
+from schemas.errors import AccessDenied, ErrorCode, PamledgerError
 from schemas.replies import IDEMPOTENCY_HEADER, OPERATION_HEADER
+from pamledger_client.protocol.requests import request_with_retries  # the SDK's loop too
 
 _encoder = msgspec.json.Encoder()
 
@@ -48,32 +45,6 @@ class CommandRequester:
         if "result" in reply:
             return reply["result"]  # type: ignore[no-any-return]
         raise answered_error(reply["error"])
-
-
-async def request_with_retries(nc: NATS, subject: str, payload: bytes, headers: dict[str, str] | None,
-                               timeout: float, retries: int,
-                               decode: Callable[[bytes], dict[str, Any]] = decode_json) -> dict[str, Any]:
-    """The decoded reply of a request: `{"result": ...}`, or `{"error": <envelope>}` once it is not
-    `service_unavailable` or the retries are spent. No responder, a timeout and `service_unavailable` are
-    retried (`retries` times, backoff 0.05 s doubling to 2 s); the SDK and services share this loop and
-    each raises the envelope as its own error type. `decode` may leave the result undecoded (an error it
-    decodes whole)."""
-    delay = 0.05
-    reply: dict[str, Any] = {}
-    for attempt in range(retries + 1):
-        try:
-            msg = await nc.request(subject, payload, timeout=timeout, headers=headers or None)
-        except (NoRespondersError, NatsTimeout) as exc:
-            unavailable = ServiceUnavailable(f"no answer from the service ({type(exc).__name__})")
-            reply = {"error": msgspec.to_builtins(unavailable.envelope(f"op:{uuid.uuid4()}"))}
-        else:
-            reply = decode(msg.data)
-            if "result" in reply or reply["error"]["code"] != "service_unavailable":
-                return reply
-        if attempt < retries:
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
-    return reply
 
 
 def answered_error(envelope: dict[str, Any]) -> PamledgerError:

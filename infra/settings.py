@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from infra.locks import MAX_PARTITIONS
+from pamledger_client.protocol.local import DEFAULT_STATE_DIR
+from pamledger_client.protocol.subjects import DEFAULT_PREFIX
 
 
 class _Group(BaseModel):
@@ -212,8 +214,8 @@ class Settings(BaseSettings):
 
     nats_url: str | None = None
     database_url: str | None = None
-    state_dir: Path = Path(".pamledger")
-    subject_prefix: str = "pamledger"
+    state_dir: Path = DEFAULT_STATE_DIR
+    subject_prefix: str = DEFAULT_PREFIX
     stream_name: str = "PAMLEDGER"
     partition: int = Field(default=0, ge=0, lt=MAX_PARTITIONS)  # infra.locks: each role's lock key per partition
     log_format: Literal["auto", "json", "console"] = "auto"  # auto: console on a terminal, else JSON lines

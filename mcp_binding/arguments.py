@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from memory_client.errors import PamspecError
+from pamledger_client.errors import PamspecError
 from schemas.canonical import canonical_bytes
 
 Actor = dict[str, str]

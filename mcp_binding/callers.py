@@ -13,8 +13,8 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from memory_client.client import MemoryClient
-from memory_client.errors import PamspecError
+from pamledger_client.client import MemoryClient
+from pamledger_client.errors import PamspecError
 
 Actor = dict[str, str]
 # With auth off the service proves no one: the binding's writes name this actor unless told otherwise.

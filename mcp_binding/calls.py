@@ -27,7 +27,7 @@ from mcp_binding.arguments import (
 )
 from mcp_binding.callers import Caller
 from mcp_binding.catalog import Catalog
-from memory_client.errors import PamspecError
+from pamledger_client.errors import PamspecError
 
 log = structlog.get_logger(__name__)
 

@@ -15,7 +15,7 @@ import jsonschema
 from mcp_binding.own_tools import PAMLEDGER_TOOLS
 from mcp_binding.pamspec_tools import PAMSPEC_TOOLS
 from mcp_binding.tool_spec import ToolSpec
-from memory_client.errors import PamspecError
+from pamledger_client.errors import PamspecError
 
 ToolSet = Literal["all", "core"]
 TOOL_SETS: tuple[str, ...] = ("all", "core")

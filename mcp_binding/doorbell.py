@@ -16,7 +16,7 @@ import structlog
 
 from mcp_binding.callers import Caller
 from mcp_binding.resources import parse
-from memory_client.errors import PamspecError
+from pamledger_client.errors import PamspecError
 
 log = structlog.get_logger(__name__)
 

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from authz.tokens import token_id_or_none
 from mcp_binding.callers import Caller, CallerPool
-from memory_client.errors import PamspecError
+from pamledger_client.errors import PamspecError
 
 SESSION_HEADER = b"mcp-session-id"
 LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")

@@ -10,13 +10,13 @@ from __future__ import annotations
 import importlib.metadata
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import mcp_types as types
 
 from mcp_binding.callers import Caller
-from memory_client.errors import PamspecError
+from pamledger_client.errors import PamspecError
 from schemas.profiles import ARCHITECTURE_PROFILE, CLAIMED_PROFILES, SPEC_VERSION
 
 MANIFEST_URI = "pamspec://manifest"
@@ -101,13 +101,13 @@ async def _value(caller: Caller, target: Target, transport: str, tools: list[str
         return await manifest(caller, transport, tools)
     client = await caller.client()
     if target.kind == "scope":
-        return await client.query(target.scope_id, limit=50)
+        return cast(dict[str, Any], await client.query(target.scope_id, limit=50))
     if target.kind == "events":
         return await client.events(target.scope_id, target.after_sequence)
     if target.kind == "snapshot":
         sealed = await client.snapshot_show(target.scope_id, target.snapshot_id)
         return {**sealed, **await client.query(target.scope_id, limit=50, snapshot_id=target.snapshot_id)}
-    return await client.read(target.scope_id, target.object_id, target.version_id or None)
+    return cast(dict[str, Any], await client.read(target.scope_id, target.object_id, target.version_id or None))
 
 
 async def manifest(caller: Caller, transport: str, tools: list[str]) -> dict[str, Any]:

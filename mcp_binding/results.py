@@ -12,7 +12,7 @@ from typing import Any
 
 import mcp_types as types
 
-from memory_client.errors import PamspecError
+from pamledger_client.errors import PamspecError
 
 KEY_META = "pamledger/idempotency_key"  # `_meta` of a write's result: the idempotency key it was sent with
 _IDS = ("object_id", "relationship_id", "version_id", "ledger_sequence", "subscription_id", "start_sequence",

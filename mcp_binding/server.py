@@ -18,7 +18,7 @@ from mcp_binding.callers import Caller
 from mcp_binding.calls import call_tool
 from mcp_binding.catalog import Catalog, ToolSet
 from mcp_binding.doorbell import Doorbells
-from memory_client.errors import PamspecError
+from pamledger_client.errors import PamspecError
 
 Resolve = Callable[[ServerRequestContext[Any]], Awaitable[Caller]]
 RESOURCE_NOT_FOUND = -32002  # MCP's code for resources/read of a resource that is not there (or not yours)

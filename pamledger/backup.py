@@ -33,7 +33,7 @@ from infra.ledger_identity import IDENTITY
 from infra.migrations import schema_version
 from infra.settings import Settings
 from local_servers.pg_tools import pg_tool, tool_version
-from memory_client.cli_common import installed_version
+from pamledger_client.cli_common import installed_version
 from schemas.canonical import canonical_bytes
 from schemas.common import timestamp_text
 from schemas.errors import InvalidRequest, PamledgerError

@@ -1,8 +1,8 @@
 """The `pamledger` command line: the server and admin commands, and every client command of the SDK's CLI.
 
 run / serve / up / down / clean / status / verify / stream / replay / audit live here, in the composition
-root, because they assemble or inspect roles; client commands (create, read, query, subscribe ...) are
-memory_client.cli's. Every command prints JSON on stdout; errors ({"error": {...}}, the PAMSPEC envelope)
+root, because they assemble or inspect roles; so do export / import and the conformance adapter; client
+commands (create, read, query, subscribe ...) are pamledger_client.cli's (the client distribution's CLI). Every command prints JSON on stdout; errors ({"error": {...}}, the PAMSPEC envelope)
 and logs go to stderr, with a non-zero exit."""
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any
 from infra.endpoints import resolve
 from infra.settings import Settings
 from mcp_binding.main import add_mcp_parser
-from memory_client.cli import Handler, add_client_parsers, dispatch, handler_for
-from memory_client.cli_bundle import cmd_import as cmd_import_bundle
-from memory_client.cli_common import Parser, installed_version, invalid, print_json
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.cli import add_client_parsers, handler_for
+from pamledger.cli_bundle import add_bundle_parsers, cmd_export, cmd_import as cmd_import_bundle
+from pamledger.cli_dispatch import Handler, dispatch, server_handler
+from pamledger_client.cli_common import Parser, installed_version, invalid, print_json
+from pamledger_client.client import MemoryClient, PamspecError
 from pamledger.cli_audit import add_audit_parsers, cmd_audit, cmd_replay
 from pamledger.cli_backup import add_backup_parsers, cmd_backup, cmd_restore
 from pamledger.cli_cursor_keys import add_cursor_keys_parser, cmd_cursor_keys
@@ -185,13 +186,14 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
             out["postgres"].update(await _index_position(conn, settings.partition))
     except psycopg.Error as exc:
         out["postgres"] = {"answers": False, "error": type(exc).__name__}
-    from memory_client.connection import find_token, open_nats
+    from pamledger.cli_dispatch import client_config
+    from pamledger_client.connection import open_nats
     from pamledger.nats_users import operator_nats_options
 
     try:  # the service login: the ledger report reads the stream; status answers the token's caller (the
         # administrator sees pids and positions, another actor health only, none: access_denied)
         client = MemoryClient(await open_nats(nats_url, 2.0, login=operator_nats_options(settings)),
-                              settings.subject_prefix, 2.0, token=find_token(settings))  # `caller`: whoami
+                              settings.subject_prefix, 2.0, token=client_config(settings).find_token())  # `caller`: whoami
         client._owns = True
     except Exception as exc:  # noqa: BLE001 - any connect failure means "does not answer"
         out["nats"] = {"answers": False, "error": type(exc).__name__}
@@ -255,7 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve some roles in this process on running servers (what run spawns)")
     serve.add_argument("--roles", default="all", help=f"comma-separated subset of {','.join(ROLES)},retention")
     add_ledger_parsers(sub)
-    add_client_parsers(sub, import_sources=("pamledger", "mem0"))
+    add_client_parsers(sub)
+    add_bundle_parsers(sub, ("pamledger", "mem0"))
+    sub.add_parser("conformance-adapter", help="PAMSPEC conformance harness protocol v1 on stdin/stdout")
     add_audit_parsers(sub)
     add_index_parsers(sub)
     add_retention_parsers(sub)
@@ -273,7 +277,7 @@ def _add_import_parser(sub: Any) -> None:
 
 
 def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
-    """A pamledger bundle (memory_client.cli_bundle) or, --from mem0, a Mem0 export (pamledger.cli_mem0)."""
+    """A pamledger bundle (pamledger.cli_bundle) or, --from mem0, a Mem0 export (pamledger.cli_mem0)."""
     if args.source != "mem0":
         return cmd_import_bundle(settings, args)
     if args.scope is None:
@@ -281,7 +285,14 @@ def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
     return cmd_import_mem0(settings, args)
 
 
+def cmd_conformance(settings: Settings, args: argparse.Namespace) -> int:
+    from pamledger.conformance import run_adapter
+
+    return run_adapter(settings)
+
+
 HANDLERS: dict[str, Handler] = {
+    "export": cmd_export, "conformance-adapter": cmd_conformance,
     "up": cmd_up, "down": cmd_down, "clean": cmd_clean, "run": cmd_run, "serve": cmd_serve, "status": cmd_status,
     "verify": cmd_verify, "stream": cmd_stream, "replay": cmd_replay, "audit": cmd_audit,
     "spaces": cmd_spaces, "index": cmd_index, "retention": cmd_retention, "scrub": cmd_scrub, "mcp": cmd_mcp,
@@ -291,7 +302,7 @@ HANDLERS: dict[str, Handler] = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return dispatch(HANDLERS.get(args.command) or handler_for(args.command), args,
+    return dispatch(HANDLERS.get(args.command) or server_handler(handler_for(args.command)), args,
                     serving=args.command in ("run", "serve"))
 
 

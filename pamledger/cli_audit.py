@@ -14,7 +14,7 @@ from infra.endpoints import resolve
 from infra.ledger import ledger_head
 from infra.scopes import scope_exists
 from infra.settings import Settings
-from memory_client.cli_common import invalid, pam_id, progress_for, sequence
+from pamledger_client.cli_common import invalid, pam_id, progress_for, sequence
 
 
 def add_audit_parsers(sub: Any) -> None:
@@ -65,7 +65,7 @@ def cmd_audit(settings: Settings, args: argparse.Namespace) -> int:
 async def _check_replay_arguments(database_url: str, partition: int, scope_id: str | None,
                                   to_sequence: int | None) -> None:
     """Refuse an unknown scope or a sequence past the ledger head, as `audit` and `query` do."""
-    from memory_client.errors import PamspecError
+    from pamledger_client.errors import PamspecError
 
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         if scope_id is not None and not await scope_exists(conn, scope_id):

@@ -16,7 +16,7 @@ from typing import Any
 from authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.settings import Settings
-from memory_client.cli_common import print_json, progress_for
+from pamledger_client.cli_common import print_json, progress_for
 from schemas.errors import InvalidRequest
 
 

@@ -21,8 +21,8 @@ from authz.operator import require_operator
 from embedding.store import SpaceRow, find_space
 from infra.endpoints import resolve
 from infra.settings import Settings
-from memory_client.cli_common import invalid, progress_for
-from memory_client.errors import PamspecError
+from pamledger_client.cli_common import invalid, progress_for
+from pamledger_client.errors import PamspecError
 
 WAIT_SECONDS = 60.0
 

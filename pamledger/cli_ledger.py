@@ -14,7 +14,7 @@ from typing import Any
 from authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.settings import Settings
-from memory_client.cli_common import progress_for
+from pamledger_client.cli_common import progress_for
 
 
 def add_ledger_parsers(sub: Any) -> None:
@@ -66,7 +66,7 @@ async def rebuild_stream(settings: Settings, nats_url: str, database_url: str, f
     from infra.ledger import ledger_head
     from infra.ledger_identity import ledger_identity, stream_ledger_id, stream_reuse
     from subscriptions.store import close_foreign_subscriptions
-    from memory_client.connection import open_nats
+    from pamledger_client.connection import open_nats
     from pamledger.nats_users import operator_nats_options
 
     # NATS down: one service_unavailable, no traceback per attempt; the service login (it drives JetStream)
@@ -99,7 +99,7 @@ async def _refuse_unless_forced(conn: Any, js: Any, settings: Settings, reuse: A
     """The stream's events that are not the ledger's (what a rebuild throws away); without `force`, the
     refusal that lists them."""
     from infra.ledger_identity import stream_discards
-    from memory_client.errors import PamspecError
+    from pamledger_client.errors import PamspecError
 
     discards = await stream_discards(conn, js, settings.stream_name, settings.partition)
     if not force:

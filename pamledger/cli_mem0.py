@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from infra.settings import Settings
-from memory_client.cli_common import (
+from pamledger_client.cli_common import (
     add_actor_arguments, actor_of, connect, emit_error, invalid, pam_id, print_json, progress_for,
 )
-from memory_client.client import MemoryClient
-from memory_client.errors import PamspecError
+from pamledger_client.client import MemoryClient
+from pamledger_client.errors import PamspecError
+from pamledger.cli_dispatch import client_config
 from pamledger.mem0_import import ImportPlan, Mem0ExportRefused, Mem0Options, MemoryPlan, decode_export, plan_import
 
 REPLAYED = "replayed_original_result"
@@ -70,7 +71,7 @@ def _read(path: str) -> bytes:
 
 
 async def _import(settings: Settings, args: argparse.Namespace, data: bytes) -> int:
-    client = await connect(settings)
+    client = await connect(client_config(settings))
     try:
         actor = await actor_of(client, args)
         plan = _plan(args, data, actor)

@@ -21,7 +21,7 @@ from authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.requester import CommandRequester
 from infra.settings import Settings
-from memory_client.cli_common import invalid, pam_id
+from pamledger_client.cli_common import invalid, pam_id
 from retention.evaluator import evaluate
 
 

@@ -28,8 +28,8 @@ from psycopg import sql
 from authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.settings import Settings
-from memory_client.cli_common import progress_for
-from memory_client.progress import ProgressReporter
+from pamledger_client.cli_common import progress_for
+from pamledger_client.progress import ProgressReporter
 from projector.replay import drop_leftovers
 
 # Tables whose dead tuples can hold erased content or something derived from it (full-text lexemes, the

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import msgspec
 
 from schemas.common import is_valid_id
-from schemas.values import BadValue, check_value
+from pamledger_client.protocol.values import BadValue, check_value
 
 ObjectKind = Literal["claim", "observation"]
 CommandName = Literal["create", "update", "delete"]

@@ -37,8 +37,9 @@ def announce_when_ready(settings: Settings, roles: Sequence[str], line: dict[str
 
 async def wait_until_ready(settings: Settings, roles: Sequence[str], line: dict[str, Any], warn_seconds: float,
                            say: Callable[[dict[str, Any]], None]) -> None:
-    from memory_client.client import MemoryClient
-    from memory_client.connection import find_token, open_nats
+    from pamledger_client.client import MemoryClient
+    from pamledger.cli_dispatch import client_config
+    from pamledger_client.connection import open_nats
     from pamledger.nats_users import operator_nats_options
 
     assert settings.nats_url is not None
@@ -49,7 +50,7 @@ async def wait_until_ready(settings: Settings, roles: Sequence[str], line: dict[
             if client is None:
                 nc = await open_nats(settings.nats_url, 2.0, login=operator_nats_options(settings))
                 # the admin token from the state dir (auth enforced: status answers authenticated callers)
-                client = MemoryClient(nc, settings.subject_prefix, 2.0, retries=0, token=find_token(settings))
+                client = MemoryClient(nc, settings.subject_prefix, 2.0, retries=0, token=client_config(settings).find_token())
             waiting = silent(roles, await asyncio.gather(*(_answers(client, role) for role in roles)))
         except Exception:  # noqa: BLE001 - NATS not there yet: everything is still waiting
             waiting, client = list(roles), None
@@ -69,7 +70,7 @@ def silent(roles: Sequence[str], answered: Sequence[bool]) -> list[str]:
 
 
 async def _answers(client: Any, role: str) -> bool:
-    from memory_client.errors import PamspecError
+    from pamledger_client.errors import PamspecError
 
     try:
         await client.status(role)

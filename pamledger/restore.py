@@ -48,8 +48,8 @@ from infra.migrations import migrate, migration_files
 from infra.projections import PROJECTION, checkpoint
 from infra.settings import Settings
 from local_servers.pg_tools import pg_tool
-from memory_client.client import MemoryClient
-from memory_client.errors import PamspecError
+from pamledger_client.client import MemoryClient
+from pamledger_client.errors import PamspecError
 from pamledger.backup import DUMP, Manifest, file_sha256, read_manifest
 from schemas.errors import InvalidRequest, PamledgerError, ServiceUnavailable
 
@@ -255,14 +255,15 @@ async def _reapply(client: MemoryClient, actor: dict[str, Any], erasure: Erasure
 @contextlib.asynccontextmanager
 async def _service(settings: Settings, nats_url: str, database_url: str) -> AsyncIterator[MemoryClient]:
     """The roles an erasure needs, in this process, and a client of them (the caller's token)."""
-    from memory_client.connection import find_token, open_nats
+    from pamledger.cli_dispatch import client_config
+    from pamledger_client.connection import open_nats
     from pamledger.nats_users import operator_nats_options
     from pamledger.runtime import run_service
 
     stop = asyncio.Event()
     task = asyncio.create_task(run_service(settings, nats_url, database_url, stop, roles=ROLES))
     nc = await open_nats(nats_url, 5.0, login=operator_nats_options(settings))
-    client = MemoryClient(nc, settings.subject_prefix, settings.request_timeout_seconds, token=find_token(settings))
+    client = MemoryClient(nc, settings.subject_prefix, settings.request_timeout_seconds, token=client_config(settings).find_token())
     client._owns = True
     try:
         await _until(lambda: _answers(client), 120.0, "the writer, query, projector and indexer to answer")

@@ -39,8 +39,8 @@ from infra.settings import Settings
 from infra.role_failures import RoleFailures
 from infra.status import status_reply
 from infra.stuck import StuckState, describe
-from infra.subjects import status_subject
-from infra.tasks import stop_task
+from pamledger_client.protocol.subjects import status_subject
+from pamledger_client.protocol.tasks import stop_task
 from pamledger.auth import auth_for, delegated_reads
 from pamledger.followers import FOLLOWERS
 from pamledger.nats_users import nats_is_ours, nats_users, operator_nats_options

@@ -26,7 +26,7 @@ from psycopg import sql
 from infra.ledger import ledger_head
 from infra.ledger_identity import ledger_identity
 from infra.projections import PROJECTION
-from infra.tasks import stop_task
+from pamledger_client.protocol.tasks import stop_task
 from projector.replay_diagnosis import DATA_ERRORS, replay_failed
 from projector.replay_tables import (OBJECT_KEY, OBJECTS, RELATIONSHIP_ROWS, add_indexes, combined_digest, compare,
                                      projection_digest, relationship_digest, row_hash, swap_in)

@@ -9,7 +9,7 @@ in the same snapshot as the page (a vector leaks its content: none goes with a v
 shown, and a vector naming a later version, or one past the watermark, is in no page). Pages are bounded
 in rows and in bytes, so a reply fits a NATS message whatever the contents' sizes. A page carries its entries
 as the bundle's lines (schemas.bundle), rendered around the event's stored bytes and the envelope's bytes as history
-renders them, neither decoded again, each version's vector lines after its event's; memory_client.bundle writes
+renders them, neither decoded again, each version's vector lines after its event's; pamledger.bundle writes
 them as they come.
 """
 

@@ -25,7 +25,7 @@ from infra.nats_raw import RawClient, parse_headers
 from infra.request_shell import DelegationGate, DenialSink, Policy, RequestContext, RequestShell
 from infra.settings import QuerySettings
 from infra.status import status_reply
-from infra.subjects import QUERIES, query_subject, status_subject
+from pamledger_client.protocol.subjects import QUERIES, query_subject, status_subject
 from query.export import ExportRequest, export_entries, export_header
 from query.reads import history, read_envelope, scope_events
 from query.related import relationship_refs, run_related

@@ -21,16 +21,20 @@ import msgspec
 
 from schemas.common import SYSTEM_SCOPE, Id, Timestamp
 
-ACTOR_TYPE = "dev.pamledger.actor"
-CREDENTIAL_TYPE = "dev.pamledger.credential"
-ACTOR_SCHEMA_ID = "urn:pamledger:schema:actor:1"
-CREDENTIAL_SCHEMA_ID = "urn:pamledger:schema:credential:1"
+# The record types and the header are the protocol's (the SDK registers actors and sends tokens too).
+from pamledger_client.protocol.headers import AUTHORIZATION_HEADER as AUTHORIZATION_HEADER
+from pamledger_client.protocol.vocabulary import (
+    ACTOR_SCHEMA_ID as ACTOR_SCHEMA_ID,
+    ACTOR_TYPE as ACTOR_TYPE,
+    CREDENTIAL_SCHEMA_ID as CREDENTIAL_SCHEMA_ID,
+    CREDENTIAL_TYPE as CREDENTIAL_TYPE,
+    GRANT_SCOPE_PATTERN,
+    Operation as Operation,
+    credential_object_id as credential_object_id,
+)
 
-AUTHORIZATION_HEADER = "Authorization"  # "Bearer <token>" on every command, read, query, search and subscription call
 MAX_AUTHORIZATION_CHARS = 256
 
-Operation = Literal["create", "read", "update", "transition", "relate", "query", "inspect_history", "redact",
-                    "delete", "promote", "subscribe", "unsubscribe"]
 ALL_OPERATIONS = "*"
 # A pamledger extension of PAMSPEC's operations, for actors' grants only (never a delegation's: a review is not
 # delegated): setting a validation state other than unverified (command_handler.core.validation).
@@ -38,7 +42,7 @@ VALIDATE = "validate"
 ALL_SCOPES = "*"
 
 # An exact id, a prefix ending in "*", or "*" alone; never NUL or whitespace.
-ScopePattern = Annotated[str, msgspec.Meta(pattern=r"^[^\s\x00*]{0,511}\*?\Z", min_length=1, max_length=512)]
+ScopePattern = Annotated[str, msgspec.Meta(pattern=GRANT_SCOPE_PATTERN, min_length=1, max_length=512)]
 TokenId = Annotated[str, msgspec.Meta(pattern=r"^[a-f0-9]{16}\Z")]
 TokenDigest = Annotated[str, msgspec.Meta(pattern=r"^sha256:[a-f0-9]{64}\Z")]
 # bcrypt of the whole token: the password a NATS server pamledger runs checks (authz/nats_auth.py).
@@ -76,10 +80,6 @@ class CredentialRecord(msgspec.Struct, **_STRICT):
 
 
 AUTH_CONTENT_SCHEMAS: dict[str, type[msgspec.Struct]] = {ACTOR_TYPE: ActorRecord, CREDENTIAL_TYPE: CredentialRecord}
-
-
-def credential_object_id(token_id: str) -> str:
-    return f"credential:{token_id}"
 
 
 def scope_matches(pattern: str, scope_id: str) -> bool:

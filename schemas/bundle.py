@@ -12,7 +12,7 @@ or hidden, the tombstone marker on a deletion); `salt` is there only where the b
 the import can check the content against the event's salted digest. With `--vectors` (the header's
 `vectors`), a version whose content the bundle shows is followed, after its event, by one vector line per
 space holding a vector of that very version; erased, hidden or deleted versions have none. The trailer's
-sha256 is over the bytes of every line before it, newlines included; it is the bundle's digest. Pure: no I/O (memory_client.bundle
+sha256 is over the bytes of every line before it, newlines included; it is the bundle's digest. Pure: no I/O (pamledger.bundle
 reads and writes files; docs/protocol.md documents the format).
 """
 

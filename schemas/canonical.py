@@ -7,22 +7,9 @@ the same bytes (ARCHITECTURE invariant 9).
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
-import msgspec
-
-_encoder = msgspec.json.Encoder(order="sorted")
-_decoder = msgspec.json.Decoder()
-
-
-def canonical_bytes(value: Any) -> bytes:
-    """Encode any msgspec-encodable value as canonical JSON bytes."""
-    return _encoder.encode(value)
-
-
-def decode_json(data: bytes | str) -> Any:
-    """Decode JSON into plain Python values."""
-    return _decoder.decode(data)
+# The encoders are the protocol's (the SDK sends the same bytes); named here too.
+from pamledger_client.protocol.canonical import canonical_bytes as canonical_bytes, decode_json as decode_json
 
 
 def salted_digest(salt: bytes, content: bytes) -> str:

@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
-from typing import Annotated, Literal
+from datetime import datetime
+from typing import Annotated
 
 import msgspec
 
-# Patterns end in `\Z`, never `$`: `$` also matches before a final newline, so `workspace:x\n` would pass
-# as an id of its own (msgspec applies patterns with re.search).
-ID_PATTERN = r"^[A-Za-z][A-Za-z0-9+.\-]*:[A-Za-z0-9+._:\-/]+\Z"
-_ID = re.compile(ID_PATTERN)
+# The vocabulary the SDK shares lives in the protocol (pamledger_client.protocol.vocabulary); named here too.
+from pamledger_client.protocol.vocabulary import (
+    DIMENSION_STATES as DIMENSION_STATES,
+    ID_PATTERN as ID_PATTERN,
+    SYSTEM_SCOPE as SYSTEM_SCOPE,
+    AvailabilityState as AvailabilityState,
+    Dimension as Dimension,
+    LifecycleState as LifecycleState,
+    RetentionState as RetentionState,
+    ValidationState as ValidationState,
+    is_valid_id as is_valid_id,
+    timestamp_text as timestamp_text,
+)
+
 EXTENSION_TYPE_PATTERNS = (
     re.compile(r"^[a-z0-9]+(?:\.[a-z0-9-]+)+\.[a-z][a-z0-9-]*\Z"),
     re.compile(r"^[a-z][a-z0-9+.-]*:"),
 )
 SPEC_VERSION = "0.1.0-draft"
-# The scope of the service's own ledger entries (space registrations, the default space switch): migration 008.
-SYSTEM_SCOPE = "system:pamledger"
 
 Id = Annotated[str, msgspec.Meta(pattern=ID_PATTERN, max_length=512)]
 ObjectType = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
@@ -31,11 +39,6 @@ Text = Annotated[str, msgspec.Meta(max_length=4096)]
 Timestamp = Annotated[datetime, msgspec.Meta(tz=True)]
 Unit = Annotated[float, msgspec.Meta(ge=0, le=1)]
 
-LifecycleState = Literal["scratch", "candidate", "active", "superseded", "deprecated", "archived"]
-AvailabilityState = Literal["available", "partially_redacted", "redacted", "deleted"]
-RetentionState = Literal["retained", "expired", "pending_deletion", "legal_hold"]
-ValidationState = Literal["unverified", "corroborated", "disputed", "rejected"]
-Dimension = Literal["lifecycle", "availability", "retention", "validation"]
 
 STANDARD_OBJECT_TYPES = frozenset(
     {
@@ -44,26 +47,7 @@ STANDARD_OBJECT_TYPES = frozenset(
     }
 )
 
-DIMENSION_STATES: dict[str, frozenset[str]] = {
-    "lifecycle": frozenset(LifecycleState.__args__),  # type: ignore[attr-defined]
-    "availability": frozenset(AvailabilityState.__args__),  # type: ignore[attr-defined]
-    "retention": frozenset(RetentionState.__args__),  # type: ignore[attr-defined]
-    "validation": frozenset(ValidationState.__args__),  # type: ignore[attr-defined]
-}
-
 
 def is_extension_type(object_type: str) -> bool:
     """True for reverse-DNS or URI object types, which PAMSPEC allows with a schema_id."""
     return any(p.match(object_type) for p in EXTENSION_TYPE_PATTERNS)
-
-
-def is_valid_id(value: str) -> bool:
-    """True when value follows the PAMSPEC `scheme:rest` identifier pattern."""
-    return len(value) <= 512 and _ID.match(value) is not None
-
-
-def timestamp_text(moment: datetime) -> str:
-    """UTC with six fraction digits and a four-digit year: every recorded time has one width, so the texts
-    compare as the times do (strftime's %Y writes year 999 as "999", which sorts after "2026")."""
-    utc = moment.astimezone(timezone.utc)
-    return f"{utc.year:04d}-" + utc.strftime("%m-%dT%H:%M:%S.%fZ")

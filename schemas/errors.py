@@ -6,36 +6,12 @@ backoff) and poison (undecodable input). Every error a client can see becomes an
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
-ErrorCode = Literal[
-    "invalid_request",
-    "invalid_object",
-    "unsupported_object_type",
-    "object_not_found",
-    "scope_not_found",
-    "access_denied",
-    "policy_denied",
-    "version_conflict",
-    "duplicate_operation",
-    "invalid_state_transition",
-    "relationship_conflict",
-    "embedding_space_mismatch",
-    "snapshot_not_found",
-    "retention_restriction",
-    "legal_hold",
-    "object_redacted",
-    "object_deleted",
-    "service_unavailable",
-    "internal_error",
-]
-
-ERROR_CODES: tuple[str, ...] = ErrorCode.__args__  # type: ignore[attr-defined]
-
-# Retryable per the section 14 table: only "Yes" counts as retryable; "Maybe" codes are not retried blindly.
-RETRYABLE: dict[str, bool] = {code: code in ("version_conflict", "service_unavailable") for code in ERROR_CODES}
+# The codes live in the protocol (the SDK reads them too); the server names them here as well.
+from pamledger_client.protocol.errors import ERROR_CODES as ERROR_CODES, RETRYABLE as RETRYABLE, ErrorCode as ErrorCode
 
 
 class ErrorEnvelope(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

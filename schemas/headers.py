@@ -9,7 +9,7 @@ from __future__ import annotations
 from schemas.common import is_valid_id
 from schemas.errors import InvalidRequest
 from schemas.replies import OPERATION_HEADER
-from schemas.values import BadValue, check_text
+from pamledger_client.protocol.values import BadValue, check_text
 
 OPERATION_ID_MAX_CHARS = 512
 

@@ -13,25 +13,21 @@ import msgspec
 
 from schemas.common import AvailabilityState, Id, LifecycleState, RetentionState, Timestamp, Unit, ValidationState
 from schemas.errors import InvalidRequest
-from schemas.values import BadValue, check_value
+from pamledger_client.protocol.values import BadValue, check_value
+from pamledger_client.protocol.vocabulary import (
+    MAX_HOPS as MAX_HOPS,
+    QUERY_MAX_LIMIT,
+    TIME_FIELDS as TIME_FIELDS,
+    Order as Order,
+    TimeField as TimeField,
+)
 
-TimeField = Literal["observed_at", "asserted_at", "valid_from", "valid_until", "committed_at", "recorded_at"]
-TIME_FIELDS: tuple[str, ...] = TimeField.__args__  # type: ignore[attr-defined]
-Order = Literal[
-    "newest", "oldest", "score",
-    "observed_at_desc", "observed_at_asc", "asserted_at_desc", "asserted_at_asc",
-    "valid_from_desc", "valid_from_asc", "valid_until_desc", "valid_until_asc",
-    "committed_at_desc", "committed_at_asc", "recorded_at_desc", "recorded_at_asc",
-    "assessed_confidence_desc", "assessed_confidence_asc", "contradiction_score_desc", "contradiction_score_asc",
-    "staleness_score_desc", "staleness_score_asc", "evidence_strength_desc", "evidence_strength_asc",
-    "source_diversity_desc", "source_diversity_asc",
-]
 # The numeric quality_signals (PAMSPEC 8.7, each in [0, 1]): filters (`quality`) and orders use them. They are
 # non-authoritative: a quality filter narrows what the state filters (validation included) let through, never more.
 QualitySignal = Literal["assessed_confidence", "contradiction_score", "staleness_score", "evidence_strength",
                         "source_diversity"]
 QUALITY_SIGNALS: tuple[str, ...] = QualitySignal.__args__  # type: ignore[attr-defined]
-MAX_LIMIT = 500
+MAX_LIMIT = QUERY_MAX_LIMIT
 MAX_WAIT_MS = 10_000
 
 
@@ -70,6 +66,7 @@ class Filters(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 
     object_types: TypeList | None = None
     schema_ids: TypeList | None = None
+    # The trusted defaults (pamledger_client.protocol.vocabulary.TRUSTED_STATES: tests/unit/test_client_protocol.py)
     lifecycle_states: LifecycleList = msgspec.field(default_factory=lambda: ["active"])
     availability_states: AvailabilityList = msgspec.field(default_factory=lambda: ["available"])
     retention_states: RetentionList = msgspec.field(default_factory=lambda: ["retained"])
@@ -148,7 +145,6 @@ def check_ranges(request: Filters) -> None:
 # ---- Query by relationship (query.related): neighbours of an object over current_relationships ----------
 
 Direction = Literal["outgoing", "incoming", "both"]
-MAX_HOPS = 3
 RelationshipTypeList = Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=256)]], _NonEmpty]
 
 

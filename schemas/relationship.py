@@ -28,24 +28,12 @@ from schemas.common import (
     ValidationState,
 )
 from schemas.envelope import Actor, Integrity, Provenance
+from pamledger_client.protocol.vocabulary import (
+    DIRECTIONALITIES as DIRECTIONALITIES,
+    RELATIONSHIP_VOCABULARY as RELATIONSHIP_VOCABULARY,
+    Directionality as Directionality,
+)
 
-Directionality = Literal["directed", "bidirectional", "undirected"]
-DIRECTIONALITIES: tuple[str, ...] = Directionality.__args__  # type: ignore[attr-defined]
-
-# The short, well-known labels (8.5 and 8.2, plus derived_from, the link Promote creates). Each says whether
-# an object may relate to itself by it: none of these may (a claim does not support itself); extension types
-# (reverse-DNS or URI) are the relating agent's own vocabulary and are kept as sent, self-loops included.
-RELATIONSHIP_VOCABULARY: dict[str, bool] = {
-    "supports": False,
-    "contradicts": False,
-    "derives_from": False,
-    "derived_from": False,
-    "references": False,
-    "supersedes": False,
-    "part_of": False,
-    "informed_by": False,
-    "produced_by": False,
-}
 DERIVED_FROM = "derived_from"
 INITIAL_STATES = {"lifecycle": "active", "availability": "available", "retention": "retained",
                   "validation": "unverified"}

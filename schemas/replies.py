@@ -16,9 +16,11 @@ from schemas.canonical import canonical_bytes
 from schemas.common import is_valid_id
 from schemas.errors import PamledgerError
 
-IDEMPOTENCY_HEADER = "Pam-Idempotency-Key"
-OPERATION_HEADER = "Pam-Operation-Id"
-ACTOR_HEADER = "Pam-Actor"  # JSON {actor_id, actor_kind}: who makes a read, query or subscription request
+from pamledger_client.protocol.headers import (  # the header names are the protocol's: the SDK sends them
+    ACTOR_HEADER as ACTOR_HEADER,
+    IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER,
+    OPERATION_HEADER as OPERATION_HEADER,
+)
 
 
 class Head(Protocol):

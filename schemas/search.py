@@ -21,10 +21,10 @@ from schemas.common import Id
 from schemas.embedding import MAX_DIMENSIONS  # a vector longer than any space can be is refused at once
 from schemas.errors import CommandRejected, ErrorCode, InvalidRequest
 from schemas.queries import MAX_WAIT_MS, Filters, check_ranges, decode_request
+from pamledger_client.protocol.vocabulary import MODES as MODES, SEARCH_MAX_LIMIT, SearchMode
 
-Mode = Literal["hybrid", "semantic", "lexical"]
-MODES: tuple[str, ...] = Mode.__args__  # type: ignore[attr-defined]
-MAX_LIMIT = 100
+Mode = SearchMode
+MAX_LIMIT = SEARCH_MAX_LIMIT
 # The preprocessing profile's MAX_CHARS (embedding.text_profile; a unit test keeps them equal): a
 # query text the profile would cut is refused rather than searched for in part.
 MAX_TEXT_CHARS = 4096

@@ -16,7 +16,7 @@ from psycopg import sql
 from embedding.store import INDEX_CHECKPOINT, find_space
 from infra.projections import checkpoint
 from infra.settings import Settings
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from pamledger.runtime import connect_nats
 from soak.load import Acked, Record, Watched, code_of
 from soak.service import Service

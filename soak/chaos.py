@@ -18,7 +18,7 @@ from typing import Any
 
 from local_servers.nats_server import nats_info
 from local_servers.postgres_server import postgres_answers
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from pamledger.supervisor import ROLES
 from soak.service import Service
 

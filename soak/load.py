@@ -13,11 +13,11 @@ import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 
 RETRYABLE = ("service_unavailable", "duplicate_operation")  # plus any failure that is not an envelope
 WRITE_DEADLINE = 180.0  # a write is retried this long before it is given up (counted, never acknowledged)
@@ -72,8 +72,8 @@ class Live:
     canaries: dict[str, tuple[str, str]] = field(default_factory=dict)  # word -> (object id, version id)
 
 
-async def acknowledged(record: Record, kind: str, call: Callable[[str], Awaitable[dict[str, Any]]]
-                       ) -> dict[str, Any] | None:
+async def acknowledged(record: Record, kind: str, call: Callable[[str], Awaitable[Mapping[str, Any]]]
+                       ) -> Mapping[str, Any] | None:
     """`call(idempotency_key)` until a reply says it is done (one key for every try), else None."""
     key, give_up = f"soak:{uuid.uuid4()}", time.monotonic() + WRITE_DEADLINE
     while True:
@@ -106,7 +106,7 @@ class Worker:
             kind = self.rng.choices(kinds, weights)[0]
             await getattr(self, kind)()
 
-    def _ack(self, kind: str, result: dict[str, Any] | None, object_key: str = "object_id") -> dict[str, Any] | None:
+    def _ack(self, kind: str, result: Mapping[str, Any] | None, object_key: str = "object_id") -> Mapping[str, Any] | None:
         if result is not None:
             self.record.acked.append(Acked(kind, self.scope_id, result[object_key], result["version_id"]))
         return result
@@ -131,7 +131,7 @@ class Worker:
         object_id = self.rng.choice(list(self.live.versions))
         return object_id, self.live.versions[object_id]
 
-    def _moved(self, object_id: str, result: dict[str, Any] | None) -> None:
+    def _moved(self, object_id: str, result: Mapping[str, Any] | None) -> None:
         """The object's next version, or (never acknowledged) forget it: its version is not known."""
         if result is None:
             self.live.versions.pop(object_id, None)

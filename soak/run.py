@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from soak import service as services
 from soak.audit import run_audit, wait_quiet
 from soak.chaos import TARGETS, Chaos, kill_forever

@@ -35,8 +35,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from infra.settings import GatewaySettings
 from infra.stuck import StuckState, describe, traceback_text
-from infra.subjects import partition_wildcard
-from infra.tasks import reraise_if_cancelled
+from pamledger_client.protocol.subjects import partition_wildcard
+from pamledger_client.protocol.tasks import reraise_if_cancelled
 from schemas.event_views import event_as_json
 from subscriptions.session import AccessRevoked, Session
 

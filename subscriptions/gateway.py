@@ -33,8 +33,8 @@ from infra.requester import CommandRequester
 from infra.settings import Settings
 from infra.stuck import StuckState
 from infra.status import status_reply
-from infra.subjects import status_subject, subscription_subject
-from infra.tasks import stop_task
+from pamledger_client.protocol.subjects import status_subject, subscription_subject
+from pamledger_client.protocol.tasks import stop_task
 from schemas.errors import DuplicateOperation, InvalidRequest, ScopeNotFound, ServiceUnavailable
 from schemas.subscriptions import (
     AckRequest, CloseRequest, ListRequest, PollRequest, ResumeRequest, SubscribeRequest, SubscriptionRef, descriptor,

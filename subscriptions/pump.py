@@ -17,7 +17,7 @@ import nats
 import structlog
 
 from infra.stuck import describe, traceback_text
-from infra.tasks import reraise_if_cancelled
+from pamledger_client.protocol.tasks import reraise_if_cancelled
 from subscriptions.feed import PartitionFeed
 from subscriptions.session import READ_BATCH, AccessRevoked, Session
 

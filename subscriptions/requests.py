@@ -2,7 +2,7 @@
 
 Why apart: bad input is refused at the door, before any state changes (a NUL in a close `reason` once
 stopped a subscription's delivery and then failed in Postgres, leaving it half-closed). Every decoded
-request passes schemas.values.check_value, as commands and queries do. A stored request that no longer
+request passes pamledger_client.protocol.values.check_value, as commands and queries do. A stored request that no longer
 decodes is one bad row, not a gateway that cannot start: it is set aside and reported.
 """
 
@@ -19,7 +19,7 @@ from schemas.errors import InvalidRequest
 from schemas.subscriptions import (
     AckRequest, CloseRequest, ListRequest, PollRequest, ResumeRequest, SubscribeRequest, SubscriptionRef,
 )
-from schemas.values import BadValue, check_value
+from pamledger_client.protocol.values import BadValue, check_value
 
 log = structlog.get_logger(__name__)
 DECODERS: dict[str, Any] = {

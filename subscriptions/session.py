@@ -37,8 +37,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from infra.settings import GatewaySettings
 from infra.stuck import StuckState
-from infra.subjects import push_subject, scope_subject_base, scope_token
-from infra.tasks import reraise_if_cancelled
+from pamledger_client.protocol.subjects import push_subject, scope_subject_base, scope_token
+from pamledger_client.protocol.tasks import reraise_if_cancelled
 from schemas.canonical import canonical_bytes
 from schemas.event_views import event_as_json
 from schemas.errors import InvalidRequest

@@ -164,7 +164,7 @@ async def serving(env: Env, ready: tuple[str, ...] = ROLES, timeout: float = 60.
     Why not the indexer by default: it appends its own ledger entries (space registrations, embedding
     records in each scope), which tests of other parts would have to step around."""
     from pamledger.runtime import run_service
-    from memory_client.client import MemoryClient
+    from pamledger_client.client import MemoryClient
 
     stop = asyncio.Event()
     task = asyncio.create_task(run_service(env.settings, env.nats_url, env.database_url, stop, authorizer,
@@ -190,7 +190,7 @@ async def running_service(env: Env, authorizer: Any = None, policy: Any = None) 
 async def answers(client: Any, roles: tuple[str, ...] = ROLES) -> bool:
     """Every role of `roles` answers its status subject (the writer, projector and gateway once they lead).
     A refusal answers too (auth enforced, and this client holds no token the service knows)."""
-    from memory_client.client import PamspecError
+    from pamledger_client.client import PamspecError
 
     try:
         for role in roles:
@@ -227,7 +227,7 @@ async def service(env: Env) -> AsyncIterator[Env]:
 
 @pytest.fixture(scope="module")
 async def client(service: Env) -> AsyncIterator[Any]:
-    from memory_client.client import MemoryClient
+    from pamledger_client.client import MemoryClient
 
     c = await MemoryClient.connect(service.nats_url, service.settings.subject_prefix)
     yield c
@@ -286,7 +286,7 @@ def enforced_env(servers: Servers, state: Path, label: str, **auth: Any) -> Env:
 
 async def token_client(env: Env, token: str | None) -> Any:
     """A client sending `token` (None: no credential at all), no retries."""
-    from memory_client.client import MemoryClient
+    from pamledger_client.client import MemoryClient
 
     client = await MemoryClient.connect(env.nats_url, env.settings.subject_prefix, token=token or "")
     client.token = token  # "" above keeps connect from finding a token elsewhere; None sends none
@@ -307,7 +307,7 @@ async def admin_client(env: Env) -> Any:
 
 async def can_query(client: Any, scope_id: str) -> bool:
     """The client's query of `scope_id` is answered (its token and grant are in effect)."""
-    from memory_client.client import PamspecError
+    from pamledger_client.client import PamspecError
 
     try:
         await client.query(scope_id, limit=1)

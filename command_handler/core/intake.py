@@ -1,8 +1,8 @@
 """Turning a NATS message into a typed command, or into the error that answers it.
 
 Everything in the message is input: the payload (decoded, then checked for values no derived store can
-hold, schemas.values) and the headers (the same limits as the payload fields they stand for). A value that
-breaks the object model inside the envelope or its content (schemas.values.ENVELOPE_FIELDS, e.g.
+hold, pamledger_client.protocol.values) and the headers (the same limits as the payload fields they stand for). A value that
+breaks the object model inside the envelope or its content (pamledger_client.protocol.values.ENVELOPE_FIELDS, e.g.
 quality_signals.assessed_confidence = 1.5 or a NUL in canonical_content) is invalid_object; anything else
 malformed is invalid_request. Every refusal's details name the field as a JSON-pointer-ish path.
 """
@@ -23,7 +23,7 @@ from schemas.embedding import space_digest
 from schemas.errors import InvalidObject, InvalidRequest, PamledgerError
 from schemas.headers import check_header, header_operation_id
 from schemas.replies import IDEMPOTENCY_HEADER
-from schemas.values import ENVELOPE_FIELDS, MAX_DEPTH, BadValue, check_value, nests_deeper, top_field
+from pamledger_client.protocol.values import ENVELOPE_FIELDS, MAX_DEPTH, BadValue, check_value, nests_deeper, top_field
 
 _MSGSPEC_PATH = re.compile(r" - at `\$(.*)`\Z")
 _PATH_STEP = re.compile(r"\.([^.\[]+)|\[([^\]]*)\]")

@@ -79,7 +79,7 @@ async def resource(session: ClientSession, uri: str) -> Any:
 
 async def agent_token(admin: Any, env: Env, actor: dict[str, str], grants: list[str]) -> str:
     """Register `actor` with `grants` (`SCOPES=OPS` texts) and issue it a token that works at once."""
-    from memory_client.admin import issue_token, parse_grant, put_actor
+    from pamledger_client.admin import issue_token, parse_grant, put_actor
 
     await put_actor(admin, actor["actor_id"], actor["actor_kind"], [parse_grant(g) for g in grants])
     return str((await issue_token(admin, actor["actor_id"]))["token"])

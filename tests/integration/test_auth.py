@@ -25,9 +25,9 @@ import pytest
 
 from authz.bootstrap import read_token
 from infra.settings import AuthSettings
-from memory_client.admin import issue_token, parse_grant, put_actor, revoke_actor, revoke_token
-from memory_client.client import MemoryClient
-from memory_client.errors import PamspecError
+from pamledger_client.admin import issue_token, parse_grant, put_actor, revoke_actor, revoke_token
+from pamledger_client.client import MemoryClient
+from pamledger_client.errors import PamspecError
 from schemas.canonical import decode_json
 from tests.conftest import (ROOT, Env, Servers, admin_client, can_query, enforced_env, fresh_database, fresh_settings,
                             service_environment, serving, token_client, wait_for)
@@ -389,7 +389,7 @@ async def test_an_agent_lists_only_its_own_subscriptions_and_an_administrator_ev
 
 async def test_export_needs_read_and_history_of_the_scope_and_import_an_administrator(
         world: World, tmp_path: Path) -> None:
-    from memory_client.bundle import export_bundle, import_bundle
+    from pamledger.bundle import export_bundle, import_bundle
 
     await world.alice.create("team:a:one", "claim", {"statement": "exported"}, ALICE, prov(ALICE))
     bundle = tmp_path / "a.pamb"

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, event, given, settings, strategies as st
 
-from memory_client.admin import issue_token, parse_grant, put_actor
-from memory_client.client import MemoryClient
-from memory_client.errors import PamspecError
+from pamledger_client.admin import issue_token, parse_grant, put_actor
+from pamledger_client.client import MemoryClient
+from pamledger_client.errors import PamspecError
 from tests.conftest import Env, Servers, admin_client, enforced_env, serving, token_client, wait_for
 
 SCOPES = ("prop:a:one", "prop:a:two", "prop:b:one", "zeta:c:one")

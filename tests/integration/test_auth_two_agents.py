@@ -22,9 +22,9 @@ import nats
 import psycopg
 import pytest
 
-from memory_client.admin import issue_token, parse_grant, put_actor
-from memory_client.client import MemoryClient
-from memory_client.errors import PamspecError
+from pamledger_client.admin import issue_token, parse_grant, put_actor
+from pamledger_client.client import MemoryClient
+from pamledger_client.errors import PamspecError
 from schemas.canonical import decode_json
 from tests.conftest import Env, Servers, admin_client, can_query, enforced_env, serving, token_client, wait_for
 

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 from infra.ledger import ledger_tail
-from memory_client.errors import PamspecError
+from pamledger_client.errors import PamspecError
 from schemas.errors import PamledgerError
 from pamledger.supervisor import ROLES as ALL_ROLES
 from tests.conftest import ACTOR, Env, run_cli, serving

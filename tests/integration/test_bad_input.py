@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from schemas.errors import ERROR_CODES, RETRYABLE
 from tests.conftest import ACTOR, PROVENANCE, Env
 

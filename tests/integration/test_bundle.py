@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from memory_client.bundle import check_bundle, export_bundle, import_bundle
-from memory_client.client import MemoryClient, PamspecError
+from pamledger.bundle import check_bundle, export_bundle, import_bundle
+from pamledger_client.client import MemoryClient, PamspecError
 from schemas.bundle import REPLAYED
 from schemas.canonical import canonical_bytes
 from tests.conftest import ACTOR, Env, fresh_database, fresh_settings, run_cli, serving, wait_for

@@ -28,8 +28,8 @@ from embedding.embedders import hashing_space
 from embedding.store import INDEX_CHECKPOINT, SpaceRow, find_space, list_spaces
 from infra.projections import checkpoint
 from infra.settings import IndexerSettings
-from memory_client.bundle import check_bundle, export_bundle, import_bundle
-from memory_client.client import MemoryClient, PamspecError
+from pamledger.bundle import check_bundle, export_bundle, import_bundle
+from pamledger_client.client import MemoryClient, PamspecError
 from pamledger.supervisor import ROLES as ALL_ROLES
 from schemas.canonical import canonical_bytes
 from schemas.embedding import space_digest

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from local_servers.launch import free_port
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from tests.conftest import Env, wait_for
 
 PAMLEDGER = str(Path(sys.executable).with_name("pamledger"))

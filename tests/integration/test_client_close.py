@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from local_servers.launch import start_nats
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from tests.conftest import wait_for
 
 

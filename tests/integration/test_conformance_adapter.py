@@ -47,7 +47,7 @@ class AdapterProcess:
                      "PAMLEDGER_SUBJECT_PREFIX": env.settings.subject_prefix}
         with stderr_path.open("wb") as stderr:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "memory_client", "conformance-adapter", cwd=ROOT, env=child_env,
+                sys.executable, "-m", "pamledger", "conformance-adapter", cwd=ROOT, env=child_env,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr,
                 limit=16 * 1024 * 1024,
             )

@@ -20,10 +20,10 @@ import pytest
 from referencing import Registry, Resource
 
 from authz.bootstrap import admin_token_path, read_token
-from memory_client.admin import issue_token, parse_grant, put_actor
-from memory_client.client import MemoryClient
-from memory_client.delegation import check_delegation, grant_delegation, revoke_delegation
-from memory_client.errors import PamspecError
+from pamledger_client.admin import issue_token, parse_grant, put_actor
+from pamledger_client.client import MemoryClient
+from pamledger_client.delegation import check_delegation, grant_delegation, revoke_delegation
+from pamledger_client.errors import PamspecError
 from schemas.canonical import decode_json
 from tests.conftest import ROOT, Env, Servers, admin_client, can_query, locked_env, pamspec_dir, service_environment, serving, wait_for
 
@@ -219,7 +219,7 @@ async def test_the_conformance_adapter_works_with_auth_enforced(agents: Agents) 
     the granting actor's grants before a grant, as the upstream suite presumes."""
     admin = read_token(admin_token_path(agents.env.settings))
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "memory_client", "conformance-adapter", cwd=ROOT,
+        sys.executable, "-m", "pamledger", "conformance-adapter", cwd=ROOT,
         env=service_environment(agents.env, PAMLEDGER_TOKEN=str(admin)),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
     assert process.stdin is not None and process.stdout is not None

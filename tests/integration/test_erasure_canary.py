@@ -34,7 +34,7 @@ from embedding.known import embedder_for
 from embedding.store import INDEX_CHECKPOINT, find_space, list_spaces
 from indexer.texts import text_of
 from infra.projections import checkpoint
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from pamledger.runtime import connect_nats
 from pamledger.supervisor import ROLES as ALL_ROLES
 from projector.replay import ReplayOptions, replay

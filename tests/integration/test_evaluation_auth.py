@@ -10,9 +10,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from memory_client.client import MemoryClient
-from memory_client.errors import PamspecError
-from memory_client.evaluation import end_run, start_run
+from pamledger_client.client import MemoryClient
+from pamledger_client.errors import PamspecError
+from pamledger_client.evaluation import end_run, start_run
 from schemas.canonical import decode_json
 from tests.conftest import Env, Servers, admin_client, can_query, enforced_env, serving, token_client, wait_for
 

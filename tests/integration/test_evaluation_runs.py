@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, Env, run_cli, serving
 from tests.integration.test_pamspec_conformance import validator
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from pamledger.supervisor import ROLES as ALL_ROLES
 from tests.conftest import ACTOR, PROVENANCE, Env, serving, wait_for
 from tests.integration.test_indexer import indexed_through

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from command_handler.verify import verify_ledger
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from pamledger.supervisor import ROLES as ALL_ROLES
 from tests.conftest import service_environment, ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, wait_for
 from tests.integration.test_writer import assert_stream_equals_ledger

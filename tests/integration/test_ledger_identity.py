@@ -9,7 +9,7 @@ import psycopg
 
 from infra.ledger_identity import STREAM_KEY, checkpoint_disagreement, ledger_identity
 from infra.projections import PROJECTION, checkpoint
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from pamledger.cli_ledger import identity_report, rebuild_stream
 from projector.replay import ReplayOptions, replay
 from subscriptions.store import subscriptions_disagreement

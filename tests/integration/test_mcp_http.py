@@ -21,7 +21,7 @@ import mcp
 import psycopg
 import pytest
 
-from memory_client.admin import parse_grant, put_actor, revoke_token
+from pamledger_client.admin import parse_grant, put_actor, revoke_token
 from tests.conftest import ROLES, Env, Servers, admin_client, enforced_env, serving, wait_for
 from tests.integration.mcp_scenario import every_tool
 from tests.integration.mcp_support import HttpProcess, agent_token, call, http_server, http_session, refused, resource

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from tests.conftest import Env, run_cli
 from tests.fixtures.mem0_export import EXPORT, GONE, HIKING, MOVED, SEAT, STEPS, write_export
 

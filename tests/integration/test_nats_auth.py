@@ -25,9 +25,9 @@ from authz.bootstrap import read_token
 from authz.nats_auth import SERVICE_USER, agent_login, config_path, read_service_login
 from infra.endpoints import SERVERS_FILE
 from local_servers.nats_server import NatsServer
-from memory_client.admin import issue_token, parse_grant, put_actor, revoke_token
-from memory_client.client import MemoryClient
-from memory_client.errors import PamspecError
+from pamledger_client.admin import issue_token, parse_grant, put_actor, revoke_token
+from pamledger_client.client import MemoryClient
+from pamledger_client.errors import PamspecError
 from subscriptions.gateway import REVOCATION_SWEEP_SECONDS
 from tests.conftest import Env, Servers, answers, locked_env, serving, wait_for
 

@@ -19,9 +19,9 @@ import pytest
 
 from authz.bootstrap import read_token
 from local_servers.launch import read_servers_file
-from memory_client.admin import issue_token, parse_grant, put_actor, revoke_token
-from memory_client.client import MemoryClient
-from memory_client.errors import PamspecError
+from pamledger_client.admin import issue_token, parse_grant, put_actor, revoke_token
+from pamledger_client.client import MemoryClient
+from pamledger_client.errors import PamspecError
 from tests.conftest import TEST_SPACE, answers, pamledger_run, wait_for
 
 PLANNER = {"actor_id": "actor:agent:planner", "actor_kind": "agent"}

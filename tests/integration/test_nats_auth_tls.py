@@ -17,8 +17,8 @@ from authz.nats_auth import config_path
 from infra.settings import AuthSettings, Settings
 from local_servers.nats_server import nats_info
 from local_servers.launch import start_nats
-from memory_client.connection import open_nats
-from memory_client.errors import PamspecError
+from pamledger_client.connection import open_nats
+from pamledger_client.errors import PamspecError
 from pamledger.auth import prepare_credentials
 from pamledger.nats_users import prepare_nats_config
 from pamledger.runtime import connect_nats

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from command_handler.verify import verify_ledger
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, pamspec_dir, wait_for
 
 pytestmark = pytest.mark.profile("PAMSPEC-Relationship")  # docs/implementation-report.md

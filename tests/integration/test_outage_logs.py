@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from tests.conftest import service_environment, Env, Servers, fresh_database, fresh_settings, wait_for
 from tests.integration.test_faults import leader_pid, nats_private  # noqa: F401 - module-scoped here too
 

@@ -27,9 +27,9 @@ from referencing.jsonschema import DRAFT202012
 import msgspec
 
 from embedding.known import descriptor_for, embedder_for
-from infra.subjects import command_subject, query_subject
-from memory_client.client import MemoryClient, PamspecError
-from memory_client.delegation import grant_delegation
+from pamledger_client.protocol.subjects import command_subject, query_subject
+from pamledger_client.client import MemoryClient, PamspecError
+from pamledger_client.delegation import grant_delegation
 from pamledger.supervisor import ROLES as ALL_ROLES
 from schemas.common import SYSTEM_SCOPE
 from schemas.relationship import is_relationship

@@ -13,8 +13,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from infra.subjects import query_subject
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.protocol.subjects import query_subject
+from pamledger_client.client import MemoryClient, PamspecError
 from query.plan import build
 from schemas.queries import QueryRequest
 from tests.conftest import ACTOR, PROVENANCE, Env

@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from infra.subjects import query_subject
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.protocol.subjects import query_subject
+from pamledger_client.client import MemoryClient, PamspecError
 from tests.conftest import (
     ACTOR, PROVENANCE, ROOT, Env, Servers, fresh_database, fresh_settings, run_cli, running_service,
     service_environment, wait_for,

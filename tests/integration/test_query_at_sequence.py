@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import psycopg
 
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from infra.projections import PROJECTION
 from query.plan import build, sort_key
 from schemas.queries import decode_query

@@ -1,7 +1,9 @@
 """Every README snippet runs as written against the test servers with the service running: each ```python
-block as a script, and the quick start's CLI lines through the real `pamledger` entry point.
+block as a script in a fresh venv holding only the pamledger-client wheel (and its two dependencies), and the
+quick start's CLI lines through the real `pamledger` entry point.
 
-Why: the snippets are what a new user tries first; a snippet that does not run is a bug."""
+Why: the snippets are what a new user tries first, and an agent's environment has the client alone; a snippet
+that does not run there is a bug."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import os
 import re
 import shlex
 import signal
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +26,9 @@ from tests.conftest import Env, Servers, fresh_database, fresh_settings
 README = Path(__file__).resolve().parents[2] / "README.md"
 PAMLEDGER = str(Path(sys.executable).with_name("pamledger"))
 TIMEOUT = 120
+ROOT = README.parent
+# What `pip install ./client` may bring: the client, its two dependencies, and what a new venv starts with.
+CLIENT_ONLY = {"pamledger-client", "nats-py", "msgspec", "pip", "setuptools"}
 
 
 def blocks(language: str) -> list[str]:
@@ -94,14 +101,90 @@ async def test_the_quick_start_cli_lines_run_as_written(service: Env, tmp_path: 
             assert queried(out) == [object_id]
 
 
-@pytest.mark.parametrize("index", range(len(blocks("python"))))
-async def test_each_python_snippet_runs_as_written(service: Env, tmp_path: Path, index: int) -> None:
-    script = tmp_path / f"snippet_{index}.py"
+def pip(python: Path, *args: str | Path) -> str:
+    done = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *map(str, args)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def client_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pamledger-client wheel, built from client/ as a user would (not an editable install)."""
+    dist = tmp_path_factory.mktemp("client-wheel")
+    pip(Path(sys.executable), "wheel", "--no-deps", "-q", "-w", dist, ROOT / "client")
+    (wheel,) = dist.glob("pamledger_client-*.whl")
+    return wheel
+
+
+def fresh_venv(where: Path, *requirements: str) -> Path:
+    """A venv outside the checkout with `requirements` installed (pinned as make pins them); its python."""
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=300)
+    python = where / "bin" / "python"
+    pip(python, "install", "-q", "-c", ROOT / "constraints.txt", *requirements)
+    return python
+
+
+@pytest.fixture(scope="module")
+def client_only(client_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The python of a venv holding only pamledger-client (no extras)."""
+    yield fresh_venv(tmp_path_factory.mktemp("client-only") / "venv", str(client_wheel))
+
+
+@pytest.fixture(scope="module")
+def client_admin(client_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The python of a venv holding pamledger-client with its `admin` extra (bcrypt)."""
+    yield fresh_venv(tmp_path_factory.mktemp("client-admin") / "venv", f"{client_wheel}[admin]")
+
+
+def installed(python: Path) -> set[str]:
+    return {line.split("==")[0].lower() for line in pip(python, "freeze", "--all").splitlines() if "==" in line}
+
+
+def test_the_client_installs_alone_with_only_its_own_name(client_only: Path, client_wheel: Path) -> None:
+    """Two dependencies, one top-level name, no server module, and its CLI answers."""
+    assert installed(client_only) <= CLIENT_ONLY, installed(client_only)
+    import zipfile
+
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(client_wheel).namelist()}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"pamledger_client"}, tops
+    probe = ("import importlib.util, pamledger_client\n"
+             "print(sorted(m for m in ('schemas', 'infra', 'authz', 'pamledger', 'query', 'psycopg', 'pydantic',"
+             " 'onnxruntime', 'numpy') if importlib.util.find_spec(m)))\n")
+    done = subprocess.run([str(client_only), "-c", probe], capture_output=True, text=True, cwd=client_only.parent,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+    version = subprocess.run([str(client_only.with_name("pamledger-client")), "--version"], capture_output=True,
+                             text=True, timeout=60)
+    assert version.stdout.startswith("pamledger-client 0."), version.stdout + version.stderr
+
+
+async def run_snippet(python: Path, service: Env, folder: Path, index: int) -> tuple[int, str, str]:
+    script = folder / f"snippet_{index}.py"
     script.write_text(blocks("python")[index])
-    env = readme_env(service, tmp_path)
-    env["PYTHONPATH"] = str(README.parent)  # what the editable install gives a user's own venv
-    proc = await asyncio.create_subprocess_exec(sys.executable, str(script), cwd=tmp_path, env=env,
+    proc = await asyncio.create_subprocess_exec(str(python), str(script), cwd=folder, env=readme_env(service, folder),
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
-    assert proc.returncode == 0, f"snippet {index}:\n{script.read_text()}\nstderr: {err.decode()[-3000:]}"
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def needs_admin(index: int) -> bool:
+    return "pamledger_client.admin" in blocks("python")[index]
+
+
+@pytest.mark.parametrize("index", range(len(blocks("python"))))
+async def test_each_python_snippet_runs_as_written_with_only_the_client(
+        service: Env, client_only: Path, client_admin: Path, tmp_path: Path, index: int) -> None:
+    """The agent's snippets in a venv with the client alone; the administrator's, which issue a token, with the
+    client's `admin` extra (the README says so)."""
+    code, out, err = await run_snippet(client_admin if needs_admin(index) else client_only, service, tmp_path, index)
+    assert code == 0, f"snippet {index}:\n{blocks('python')[index]}\nstderr: {err[-3000:]}"
     assert out.strip(), f"snippet {index} printed nothing"
+
+
+async def test_issuing_a_token_without_the_admin_extra_says_which_extra(service: Env, client_only: Path,
+                                                                         tmp_path: Path) -> None:
+    (index,) = [i for i in range(len(blocks("python"))) if needs_admin(i)]
+    code, _, err = await run_snippet(client_only, service, tmp_path, index)
+    assert code != 0 and "pamledger-client[admin]" in err and "invalid_request" in err, err[-2000:]

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, event, given, settings, strategies as st
 
-from memory_client.admin import issue_token, parse_grant, put_actor
-from memory_client.client import MemoryClient
-from memory_client.errors import PamspecError
+from pamledger_client.admin import issue_token, parse_grant, put_actor
+from pamledger_client.client import MemoryClient
+from pamledger_client.errors import PamspecError
 from tests.conftest import Env, Servers, admin_client, enforced_env, serving, token_client, wait_for
 
 pytestmark = pytest.mark.profile("PAMSPEC-Relationship")  # docs/implementation-report.md
@@ -229,7 +229,7 @@ async def test_under_a_delegation_the_walk_stays_in_the_delegated_scope(graph: G
     own; a delegation restricted to some objects refuses a walk (it returns objects the request does not name)."""
     from datetime import datetime, timedelta, timezone
 
-    from memory_client.delegation import grant_delegation
+    from pamledger_client.delegation import grant_delegation
 
     def at(minutes: float) -> str:
         return (datetime.now(timezone.utc) + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, run_cli, wait_for
 
 pytestmark = pytest.mark.profile("PAMSPEC-Relationship")  # docs/implementation-report.md

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from projector.replay import KEPT_MARK, RELATIONSHIP_ROWS, ReplayOptions, projection_digest, replay
 from tests.conftest import ACTOR, PROVENANCE, Env, run_cli, wait_for
 

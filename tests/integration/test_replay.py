@@ -11,7 +11,7 @@ import psycopg
 from psycopg import sql
 import pytest
 
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from projector.audit import audit
 from projector.replay import KEPT_MARK, ReplayOptions, projection_digest, replay
 from tests.conftest import run_cli, ACTOR, PROVENANCE, Env, wait_for

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from projector.replay import ReplayOptions, replay
 from projector.replay_diagnosis import ReplayFailed
 from tests.conftest import ACTOR, PROVENANCE, Env, wait_for

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from infra.request_shell import ALLOW, AllowAll, Decision, Deny, RequestContext
-from infra.subjects import query_subject
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.protocol.subjects import query_subject
+from pamledger_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, running_service
 
 SCOPE = "workspace:shell"
@@ -135,7 +135,7 @@ async def test_the_writer_asks_the_policy_for_every_command_and_a_deny_writes_no
     """Commands go through the same policy port: a denied create answers access_denied with the rule and
     appends only the access_denied entry that records the refusal (in the system scope, without content);
     the same command from another caller commits; the policy saw the scope."""
-    from infra.subjects import command_subject
+    from pamledger_client.protocol.subjects import command_subject
 
     body = msgspec.json.encode({"scope_id": SCOPE, "object_type": "claim", "canonical_content": {"n": "denied"},
                                 "actor": MALLORY, "provenance": {**PROVENANCE, "actor": MALLORY}})

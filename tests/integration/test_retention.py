@@ -27,7 +27,7 @@ from infra.ledger import ledger_head
 from infra.projections import checkpoint
 from infra.requester import CommandRequester
 from infra.settings import RetentionSettings
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from retention.evaluator import evaluate, read_plan
 from schemas.canonical import decode_json
 from tests.conftest import (ACTOR, PROVENANCE, Env, Servers, admin_client, enforced_env, run_cli, serving,

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from pamledger.readiness import silent
 from tests.conftest import ACTOR, PROVENANCE, Env, service_environment
 

@@ -20,7 +20,7 @@ from authz.bootstrap import read_token
 from local_servers.nats_server import nats_info
 from local_servers.postgres_server import postgres_answers
 from local_servers.launch import clean, read_servers_file
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from tests.conftest import ACTOR, PROVENANCE, pamledger_run, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from local_servers.launch import free_port
-from memory_client.client import MemoryClient, PamspecError, SyncMemoryClient
+from pamledger_client.client import MemoryClient, PamspecError, SyncMemoryClient
 from tests.conftest import ACTOR, PROVENANCE, Env
 
 SCOPE = "workspace:sdk-connect"
@@ -160,7 +160,7 @@ async def test_the_sdk_finds_the_service_without_importing_server_code(service: 
     (tmp_path / "servers.json").write_text(json.dumps({"nats_url": service.nats_url}))
     script = textwrap.dedent("""
         import asyncio, json, sys
-        from memory_client.client import MemoryClient
+        from pamledger_client.client import MemoryClient
 
         async def main():
             async with await MemoryClient.connect() as client:
@@ -188,7 +188,7 @@ async def test_a_refused_login_is_access_denied_every_time(tmp_path: Path) -> No
 
     from local_servers.nats_server import launch_nats
     from local_servers.launch import free_port
-    from memory_client.connection import open_nats
+    from pamledger_client.connection import open_nats
 
     (tmp_path / "nats").mkdir()
     (tmp_path / "nats" / "nats.conf").write_text(  # launch_nats passes it with -c

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from memory_client.client import MemoryClient, PamspecError, SyncMemoryClient
+from pamledger_client.client import MemoryClient, PamspecError, SyncMemoryClient
 from tests.conftest import ACTOR, PROVENANCE, Env
 from tests.integration.test_cli import error_of, run
 

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from embedding.embedders import FeatureHashingEmbedder, hashing_space
-from memory_client.client import MemoryClient, PamspecError, SyncMemoryClient
+from pamledger_client.client import MemoryClient, PamspecError, SyncMemoryClient
 from tests.conftest import ACTOR, PROVENANCE, Env, run_cli
 from tests.integration.search_vectors import write_vectors
 

@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 from embedding.embedders import hashing_space
 from embedding.store import find_space, vector_literal
 from infra.settings import QuerySettings
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from query.hybrid import run_search
 from query.search import CheckpointWatcher
 from query.semantic import hnsw_statement

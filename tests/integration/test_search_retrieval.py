@@ -15,7 +15,7 @@ import pytest
 
 from embedding.embedders import minilm_space
 from embedding.known import embedder_for
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from tests.conftest import ACTOR, PROVENANCE, Env
 from tests.integration.search_vectors import write_vectors
 

@@ -16,8 +16,8 @@ import pytest
 
 from infra.follower import Event, FollowerSpec
 from infra.projections import PROJECTION, checkpoint
-from infra.tasks import stop_task
-from memory_client.client import MemoryClient
+from pamledger_client.protocol.tasks import stop_task
+from pamledger_client.client import MemoryClient
 from pamledger.runtime import connect_nats, follow_forever
 from query.search import CheckpointWatcher
 from tests.conftest import ACTOR, PROVENANCE, Env, wait_for

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from query.export import PAGE_BYTES
 from query.snapshot_diff import FETCH_ROWS
 from tests.conftest import ACTOR, PROVENANCE, Env

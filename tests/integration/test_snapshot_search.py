@@ -23,8 +23,8 @@ from embedding.store import find_space
 from indexer.rebuild import fill_space
 from indexer.role import set_default
 from infra.requester import CommandRequester
-from infra.subjects import query_subject
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.protocol.subjects import query_subject
+from pamledger_client.client import MemoryClient, PamspecError
 from pamledger.supervisor import ROLES as ALL_ROLES
 from schemas.common import SYSTEM_SCOPE
 from tests.conftest import ACTOR, PROVENANCE, ROOT, TEST_SPACE, Env, serving, wait_for

@@ -12,8 +12,8 @@ import msgspec
 import psycopg
 import pytest
 
-from infra.subjects import command_subject, query_subject
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.protocol.subjects import command_subject, query_subject
+from pamledger_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, pamspec_dir, run_cli
 from tests.integration.test_cli import error_of, run
 from tests.integration.test_pamspec_conformance import validator

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from memory_client.admin import issue_token, parse_grant, put_actor
-from memory_client.client import MemoryClient
-from memory_client.errors import PamspecError
+from pamledger_client.admin import issue_token, parse_grant, put_actor
+from pamledger_client.client import MemoryClient
+from pamledger_client.errors import PamspecError
 from tests.conftest import Env, Servers, admin_client, can_query, enforced_env, serving, token_client, wait_for
 
 pytestmark = pytest.mark.profile("PAMSPEC-Evaluation")  # partially built, not claimed (docs/implementation-report.md)

@@ -16,7 +16,7 @@ from command_handler.guard import AppendGuard
 from command_handler.store import PostgresLedgerStore
 from infra.ledger_identity import stream_disagreement, stream_reuse
 from pamledger.cli_ledger import rebuild_stream
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from tests.conftest import run_cli, ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, running_service, serving, wait_for
 
 SCOPE = "workspace:reuse"

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 
 from pamledger.runtime import run_service
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from projector.replay import ReplayOptions, replay
 from infra.projections import checkpoint
 from tests.conftest import ACTOR, PROVENANCE, Env, wait_for

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, fresh_database, fresh_settings, running_service, wait_for
 
 pytestmark = pytest.mark.profile("PAMSPEC-Subscribe")  # docs/implementation-report.md
@@ -198,7 +198,7 @@ async def test_the_cli_tails_a_scope_as_json_lines(client: MemoryClient, service
     env = {**os.environ, "PAMLEDGER_NATS_URL": service.nats_url, "PAMLEDGER_DATABASE_URL": service.database_url,
            "PAMLEDGER_SUBJECT_PREFIX": service.settings.subject_prefix, "PAMLEDGER_LOG_FORMAT": "json"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "memory_client", "subscribe", SCOPE, "--after", str(made[0]["ledger_sequence"] - 1),
+        sys.executable, "-m", "pamledger_client", "subscribe", SCOPE, "--after", str(made[0]["ledger_sequence"] - 1),
         "--event-class", "object_created", "--close-on-exit", cwd=Path(__file__).resolve().parents[2], env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
     assert proc.stdout is not None
@@ -336,7 +336,7 @@ async def _pause_and_resume(client: MemoryClient) -> None:
 
 async def test_the_blocking_client_iterates_a_subscription_with_a_plain_for(client: MemoryClient,
                                                                            service: Env) -> None:
-    from memory_client.client import SyncMemoryClient
+    from pamledger_client.client import SyncMemoryClient
 
     created = await make(client, 3)
     start = created[0]["ledger_sequence"] - 1

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, wait_for
 from tests.integration.test_faults import SCOPE, ServiceProcess, connect, leader_pid
 from tests.integration.test_faults import fault_env, nats_private, pair  # noqa: F401,F811 - module-scoped here too

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 from infra.migrations import migrate
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_settings, wait_for
 
 SCOPE = "workspace:pg-restart"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE
 
 pytestmark = pytest.mark.profile("PAMSPEC-Subscribe")  # docs/implementation-report.md

@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from infra.subjects import scope_token
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.protocol.subjects import scope_token
+from pamledger_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, fresh_database, fresh_settings, running_service, wait_for
 
 SCOPE = "workspace:sub-stuck"

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from infra import tracing
-from infra.subjects import command_subject, partition_wildcard
+from pamledger_client.protocol.subjects import command_subject, partition_wildcard
 from pamledger.supervisor import ROLES as ALL_ROLES
 from tests.conftest import ACTOR, PROVENANCE, Env, serving, wait_for
 

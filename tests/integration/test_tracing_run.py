@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from memory_client.client import MemoryClient
+from pamledger_client.client import MemoryClient
 from tests.conftest import ACTOR, PROVENANCE, Env, answers, service_environment, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

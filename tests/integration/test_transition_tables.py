@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from memory_client.admin import issue_token, parse_grant, put_actor
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.admin import issue_token, parse_grant, put_actor
+from pamledger_client.client import MemoryClient, PamspecError
 from schemas.canonical import decode_json
 from tests.conftest import (ACTOR, PROVENANCE, Env, Servers, admin_client, can_query, enforced_env, serving,
                             token_client, wait_for)

@@ -12,8 +12,8 @@ import msgspec
 import pytest
 from nats.js.errors import NotFoundError
 
-from infra.subjects import query_subject
-from memory_client.client import MemoryClient
+from pamledger_client.protocol.subjects import query_subject
+from pamledger_client.client import MemoryClient
 from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, wait_for
 
 SCOPE = "workspace:tunables"

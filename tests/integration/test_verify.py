@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from command_handler.verify import verify_ledger
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from tests.conftest import run_cli, ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, running_service, wait_for
 
 pytestmark = pytest.mark.profile("PAMSPEC-Ledger")  # docs/implementation-report.md

@@ -31,11 +31,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     """(pamledger of a fresh venv, a folder outside the checkout, the environment to run it in)."""
     tmp = tmp_path_factory.mktemp("wheel")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PAMLEDGER_", "VIRTUAL_ENV", "PYTHON"))}
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q", "-w",
-         tmp / "dist", ROOT], tmp, env)
-    (wheel,) = (tmp / "dist").glob("pamledger-*.whl")
+    for source in (ROOT, ROOT / "client"):  # the server depends on pamledger-client, built from client/
+        run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q", "-w",
+             tmp / "dist", source], tmp, env)
+    wheels = sorted((tmp / "dist").glob("pamledger*.whl"))
+    assert [w.name.split("-")[0] for w in wheels] == ["pamledger", "pamledger_client"], wheels
     run([sys.executable, "-m", "venv", tmp / "venv"], tmp, env)
-    run([tmp / "venv" / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel], tmp,
+    run([tmp / "venv" / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", *wheels], tmp,
         env, timeout=900)
     elsewhere = tmp / "elsewhere"
     elsewhere.mkdir()
@@ -48,7 +50,8 @@ def test_the_installed_wheel_serves_a_create_and_a_read(installed: tuple[Path, P
     pamledger, cwd, env = installed
     assert run([pamledger, "--version"], cwd, env).startswith("pamledger ")
     python = pamledger.parent / "python"
-    where = run([python, "-c", "import pamledger, infra.sql, authz.policy; print(pamledger.__file__)"], cwd, env)
+    where = run([python, "-c", "import pamledger, infra.sql, authz.policy, pamledger_client.protocol;"
+                 " print(pamledger.__file__, pamledger_client.protocol.__file__)"], cwd, env)
     assert "site-packages" in where and str(ROOT) not in where  # the wheel's modules, not the checkout's
     run([pamledger, "up"], cwd, env)
     serving = subprocess.Popen([str(pamledger), "serve", "--roles", "writer,query"], cwd=cwd, env=env,

@@ -12,7 +12,7 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from command_handler.verify import verify_ledger
-from memory_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, running_service, wait_for
 
 pytestmark = pytest.mark.profile("PAMSPEC-Lite", "PAMSPEC-Versioning", "PAMSPEC-Ledger")  # implementation-report.md

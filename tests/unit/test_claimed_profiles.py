@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from memory_client.conformance import hello
+from pamledger.conformance import hello
 from schemas.profiles import CLAIMED_PROFILES
 
 README = Path(__file__).resolve().parents[2] / "README.md"

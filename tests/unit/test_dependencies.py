@@ -19,15 +19,16 @@ from packaging.utils import canonicalize_name
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+CLIENT = "client/pamledger_client"  # the pamledger-client distribution (client/pyproject.toml)
 SHIPPED = ("schemas", "command_handler", "projector", "indexer", "subscriptions", "query", "retention",
-           "memory_client", "mcp_binding", "pamledger", "infra", "authz", "embedding", "local_servers")
-OURS = frozenset(SHIPPED) | {"bench", "tests"}
+           CLIENT, "mcp_binding", "pamledger", "infra", "authz", "embedding", "local_servers")
+OURS = frozenset(Path(p).name for p in SHIPPED) | {"bench", "tests"}
 
 
-def third_party_imports(root: Path) -> dict[str, set[str]]:
+def third_party_imports(root: Path, packages: tuple[str, ...] = SHIPPED) -> dict[str, set[str]]:
     """top-level module -> the shipped files importing it (stdlib and our packages left out)."""
     found: dict[str, set[str]] = {}
-    for package in SHIPPED:
+    for package in packages:
         for path in (root / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 modules = [a.name for a in node.names] if isinstance(node, ast.Import) else (
@@ -73,6 +74,15 @@ def test_every_imported_module_comes_with_the_declared_dependencies() -> None:
     assert undeclared(third_party_imports(ROOT), installed_closure(declared)) == []
 
 
+def test_the_client_imports_only_what_its_own_distribution_declares() -> None:
+    """pamledger-client installs alone: what it imports comes with its dependencies or, imported lazily where
+    needed, with one of its extras (tests/unit/test_layers.py checks the laziness)."""
+    project = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())["project"]
+    assert [Requirement(d).name for d in project["dependencies"]] == ["nats-py", "msgspec"]
+    declared = project["dependencies"] + [d for extra in project["optional-dependencies"].values() for d in extra]
+    assert undeclared(third_party_imports(ROOT, (CLIENT,)), installed_closure(declared)) == []
+
+
 def test_a_module_only_an_extra_brings_is_found() -> None:
     closure = installed_closure(["psycopg[binary]>=3.2"])
     assert "psycopg-pool" not in closure
@@ -85,6 +95,11 @@ def test_the_license_pyproject_names_is_shipped_and_every_package_is_marked_type
     assert project["project"]["license"] == "Apache-2.0" and project["project"]["license-files"] == ["LICENSE"]
     assert (ROOT / "LICENSE").read_text().split()[:3] == ["Apache", "License", "Version"]
     assert sorted(p for p in SHIPPED if not (ROOT / p / "py.typed").is_file()) == []
+    client = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())
+    assert client["project"]["license-files"] == ["LICENSE"] and (ROOT / "client" / "LICENSE").read_text() == (
+        ROOT / "LICENSE").read_text()
+    assert client["project"]["version"] == project["project"]["version"]
+    assert f"pamledger-client=={client['project']['version']}" in [d.split()[0] for d in project["project"]["dependencies"]]
     assert "py.typed" in project["tool"]["setuptools"]["package-data"]["*"]
 
 

@@ -22,7 +22,7 @@ async def test_a_cancel_that_races_the_wake_up_still_cancels_the_wait() -> None:
 
 
 async def test_stopping_a_task_that_swallows_a_cancel_cancels_it_again_until_it_ends() -> None:
-    from infra.tasks import stop_task
+    from pamledger_client.protocol.tasks import stop_task
 
     swallowed = 0
 

@@ -1,4 +1,5 @@
-"""The import rules between layers hold: no service imports another service, the SDK or the composition root.
+"""The import rules between layers hold: no service imports another service, the SDK or the composition root;
+the SDK (the pamledger-client distribution, client/) imports nothing of the server.
 
 Why a test: the rules are what keeps the services replaceable (they meet only through NATS and the ledger);
 an AST walk over every import (module level, function bodies, TYPE_CHECKING blocks) catches the lazy
@@ -8,6 +9,7 @@ imports that import-linter's static graph also sees, without adding a dependency
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,7 +18,11 @@ SERVICES = frozenset({"command_handler", "projector", "indexer", "query", "subsc
 # authz (policy, tokens, the grants read model, NATS users) and embedding (spaces, embedders, vectors).
 KERNEL = frozenset({"schemas", "infra", "authz", "embedding"})
 LOCAL_SERVERS = "local_servers"  # development NATS and Postgres: only the composition root starts servers
-SDK = "memory_client"
+SDK = "pamledger_client"  # client/pamledger_client: a distribution of its own, installed alone by agents
+# The SDK's wire vocabulary (subjects, headers, error codes, canonical JSON, value checks): the server reads the
+# protocol from there, so every layer may import it; nothing else of the SDK.
+PROTOCOL = f"{SDK}.protocol"
+WHERE = {SDK: Path("client") / SDK}  # packages not at the root
 BINDING = "mcp_binding"  # the MCP binding: a client of the service through the SDK, like the CLI
 COMPOSITION_ROOT = "pamledger"
 # What each layer may import among our own packages (third-party packages are not ruled here).
@@ -26,7 +32,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "authz": frozenset({"schemas", "infra", "authz"}),
     "embedding": frozenset({"schemas", "infra", "embedding"}),
     LOCAL_SERVERS: KERNEL | {LOCAL_SERVERS},
-    SDK: KERNEL | {SDK},
+    SDK: frozenset({SDK, PROTOCOL}),
     BINDING: KERNEL | {SDK, BINDING},
     COMPOSITION_ROOT: KERNEL | SERVICES | {SDK, BINDING, COMPOSITION_ROOT, LOCAL_SERVERS},
     **{service: KERNEL | {service} for service in SERVICES},
@@ -36,17 +42,26 @@ OURS = frozenset(ALLOWED) | {"bench", "soak", "tests"}  # dev tools beside the l
 
 def imports_of(source: str) -> list[tuple[int, str]]:
     """(line, top-level package) of every absolute import in the module, wherever it stands, and of every
-    `importlib.import_module("x...")` / `__import__("x...")` with a literal name."""
+    `importlib.import_module("x...")` / `__import__("x...")` with a literal name; an import of the SDK's
+    protocol is named `pamledger_client.protocol`."""
+    return [(line, _layer_of(module)) for line, module in modules_imported(source)]
+
+
+def modules_imported(source: str) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
+            found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append((node.lineno, node.module.split(".")[0]))
+            found.append((node.lineno, node.module))
         elif isinstance(node, ast.Call) and _dynamic_import(node.func) and node.args \
                 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-            found.append((node.lineno, node.args[0].value.split(".")[0]))
+            found.append((node.lineno, node.args[0].value))
     return found
+
+
+def _layer_of(module: str) -> str:
+    return PROTOCOL if module == PROTOCOL or module.startswith(PROTOCOL + ".") else module.split(".")[0]
 
 
 def _dynamic_import(func: ast.expr) -> bool:
@@ -64,9 +79,11 @@ def crossings(root: Path) -> list[str]:
     """Every import under `root` that breaks a layer rule, as 'path:line -> package'."""
     broken = []
     for package, allowed in sorted(ALLOWED.items()):
-        for path in sorted((root / package).rglob("*.py")):
+        for path in sorted((root / WHERE.get(package, Path(package))).rglob("*.py")):
             for line, target in imports_of(path.read_text()):
-                if target in OURS and target not in allowed:
+                if target == PROTOCOL:
+                    continue  # every layer may read the protocol
+                if target.split(".")[0] in OURS and target not in allowed:
                     broken.append(f"{path.relative_to(root)}:{line} -> {target}")
     return broken
 
@@ -99,8 +116,9 @@ def test_the_checker_allows_the_kernel_and_own_package(tmp_path: Path) -> None:
     root = _tree(tmp_path, {
         "query/a.py": "import msgspec\nfrom infra.settings import Settings\nfrom query import b\nimport schemas.errors\n",
         "infra/x.py": "from schemas.canonical import canonical_bytes\n",
-        "memory_client/c.py": "from infra.subjects import command_subject\n",
-        "pamledger/r.py": "from query.service import QueryService\nfrom memory_client import cli\n",
+        "client/pamledger_client/c.py": "from pamledger_client.protocol.subjects import command_subject\n",
+        "schemas/p.py": "from pamledger_client.protocol.errors import ErrorCode\n",
+        "pamledger/r.py": "from query.service import QueryService\nfrom pamledger_client import cli\n",
     })
     assert crossings(root) == []
 
@@ -112,19 +130,22 @@ def test_the_checker_finds_a_service_importing_another_even_inside_a_function(tm
 
 def test_the_checker_finds_imports_under_type_checking(tmp_path: Path) -> None:
     root = _tree(tmp_path, {"subscriptions/g.py": (
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import memory_client.client\n")})
-    assert crossings(root) == ["subscriptions/g.py:3 -> memory_client"]
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pamledger_client.client\n")})
+    assert crossings(root) == ["subscriptions/g.py:3 -> pamledger_client"]
 
 
 def test_the_checker_holds_the_kernel_and_the_sdk_to_their_rules(tmp_path: Path) -> None:
     root = _tree(tmp_path, {
         "schemas/s.py": "from infra.settings import Settings\n",
         "infra/runtime.py": "from command_handler.writer import Writer\n",
-        "memory_client/cli.py": "from pamledger.cli import main\nfrom query.request import QueryRequest\n",
+        "client/pamledger_client/cli.py": ("from pamledger.cli import main\nfrom query.request import QueryRequest\n"
+                                           "from infra.settings import Settings\n"),
+        "infra/client.py": "from pamledger_client.client import MemoryClient\n",
     })
     assert crossings(root) == [
-        "infra/runtime.py:1 -> command_handler", "memory_client/cli.py:1 -> pamledger",
-        "memory_client/cli.py:2 -> query", "schemas/s.py:1 -> infra",
+        "infra/client.py:1 -> pamledger_client", "infra/runtime.py:1 -> command_handler",
+        "client/pamledger_client/cli.py:1 -> pamledger", "client/pamledger_client/cli.py:2 -> query",
+        "client/pamledger_client/cli.py:3 -> infra", "schemas/s.py:1 -> infra",
     ]
 
 
@@ -132,7 +153,7 @@ def test_the_mcp_binding_never_touches_postgres() -> None:
     """The MCP server talks to the service only through the SDK over NATS (it runs wherever an agent runs)."""
     reached = {target for path in (ROOT / BINDING).rglob("*.py") for _, target in imports_of(path.read_text())}
     assert not reached & {"psycopg", "psycopg_pool", "infra.ledger"}, reached
-    assert "memory_client" in reached
+    assert "pamledger_client" in reached
 
 
 def test_the_relay_sits_beside_the_writer_and_gets_committed_rows_through_a_callback() -> None:
@@ -149,16 +170,24 @@ def _modules(source: str) -> list[str]:
                                         if isinstance(node, ast.ImportFrom) and node.module]
 
 
-def test_the_sdk_reads_no_table() -> None:
-    """The SDK's client (everything but the CLI's operator tooling, `cli*.py`) reaches the service only over
-    NATS: listing subscriptions is the gateway's `sub.list`, not a read of its table."""
-    for path in (ROOT / "memory_client").rglob("*.py"):
-        reached = {target for _, target in imports_of(path.read_text())}
-        if path.name.startswith("cli"):
-            continue
-        assert not reached & {"psycopg", "psycopg_pool", "infra.ledger"}, (path.name, reached)
-    subscribe_cli = (ROOT / "memory_client" / "cli_subscribe.py").read_text()
-    assert "psycopg" not in subscribe_cli and "FROM subscriptions" not in subscribe_cli
+def test_the_client_distribution_imports_only_nats_py_msgspec_and_itself() -> None:
+    """pamledger-client depends on nats-py and msgspec only (client/pyproject.toml): every module imports the
+    standard library, those two and itself; bcrypt (`admin` extra) and OpenTelemetry (`tracing` extra) only
+    inside the function that needs them, so importing any module works without them."""
+    lazy = {"bcrypt", "opentelemetry"}
+    for path in (ROOT / WHERE[SDK]).rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module.split(".")[0]]
+            else:
+                continue
+            for name in names:
+                if name in sys.stdlib_module_names or name in {"nats", "msgspec", SDK}:
+                    continue
+                assert name in lazy and node.col_offset > 0, f"{path.name}:{node.lineno} imports {name}"
 
 
 def test_the_checker_keeps_the_kernel_rooms_and_the_local_servers_apart(tmp_path: Path) -> None:
@@ -167,12 +196,12 @@ def test_the_checker_keeps_the_kernel_rooms_and_the_local_servers_apart(tmp_path
         "authz/p.py": "from infra.settings import Settings\nfrom embedding.known import embedder_for\n",
         "embedding/k.py": "from infra.settings import Settings\nfrom schemas.embedding import same_space\n",
         "query/s.py": "from authz.policy import decide\nfrom local_servers.launch import up\n",
-        "memory_client/c.py": "from local_servers.launch import up\n",
+        "client/pamledger_client/c.py": "from local_servers.launch import up\n",
         "pamledger/r.py": "from local_servers.launch import up\n",
     })
     assert crossings(root) == [
         "authz/p.py:2 -> embedding", "infra/shell.py:1 -> authz", "infra/shell.py:2 -> embedding",
-        "memory_client/c.py:1 -> local_servers", "query/s.py:2 -> local_servers",
+        "client/pamledger_client/c.py:1 -> local_servers", "query/s.py:2 -> local_servers",
     ]
 
 
@@ -222,7 +251,7 @@ def test_every_package_is_in_the_wheel() -> None:
     import tomllib
 
     found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
-    assert found["include"] == ["*"] and found["exclude"] == ["tests", "tests.*"]
+    assert found["include"] == ["*"] and found["exclude"] == ["tests", "tests.*", "client", "client.*"]
     skipped = {".venv", "tests", ".git", "build", "tracemalloc_hook"}  # the hook is a sitecustomize, not a package
     folders = {p.parent for p in ROOT.glob("**/*.py") if not skipped & set(p.relative_to(ROOT).parts)
                and p.parent != ROOT}

@@ -17,7 +17,7 @@ from mcp_binding.arguments import (
     write_body,
 )
 from mcp_binding.resources import Target, events_uri, parse
-from memory_client.errors import PamspecError
+from pamledger_client.errors import PamspecError
 
 ME = {"actor_id": "actor:agent:me", "actor_kind": "agent"}
 CREATE = {"scope_id": "workspace:a", "object_type": "claim", "canonical_content": {"s": 1}}

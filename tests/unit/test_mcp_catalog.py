@@ -10,7 +10,7 @@ import pytest
 
 from mcp_binding.catalog import ALL_TOOLS, CORE_TOOLS, Catalog
 from mcp_binding.tool_spec import DEFAULTED
-from memory_client.errors import PamspecError
+from pamledger_client.errors import PamspecError
 from tests.conftest import pamspec_dir
 
 

@@ -68,11 +68,11 @@ def test_auth_off_renders_no_users(tmp_path: Path) -> None:
 
 
 def test_every_agent_command_is_publishable_by_a_credential_login() -> None:
-    """A command the writer knows that is not the service's own must be in infra.subjects.COMMANDS, else a
+    """A command the writer knows that is not the service's own must be in pamledger_client.protocol.subjects.COMMANDS, else a
     credential's NATS login cannot publish it where pamledger runs NATS with users (the [M5] commands were
     missing once)."""
     from authz.policy import SERVICE_REQUESTS
-    from infra.subjects import COMMANDS
+    from pamledger_client.protocol.subjects import COMMANDS
     from schemas.commands import COMMAND_TYPES
 
     service_only = {name for name in COMMAND_TYPES if f"cmd.{name}" in SERVICE_REQUESTS} - {"check_delegation"}
@@ -82,7 +82,7 @@ def test_every_agent_command_is_publishable_by_a_credential_login() -> None:
 def test_a_credential_may_send_every_request_the_gateway_answers() -> None:
     """The gateway's requests and the NATS permission list come from one tuple: a new call (`sub.list`) cannot
     be answered yet unreachable through the locked transport."""
-    from infra.subjects import SUBSCRIPTION_CALLS
+    from pamledger_client.protocol.subjects import SUBSCRIPTION_CALLS
     from subscriptions.requests import DECODERS
 
     assert set(DECODERS) == set(SUBSCRIPTION_CALLS)

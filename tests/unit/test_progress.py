@@ -1,4 +1,4 @@
-"""One progress style (memory_client.progress): JSON lines off a terminal, a bar with rate and ETA on one,
+"""One progress style (pamledger_client.progress): JSON lines off a terminal, a bar with rate and ETA on one,
 nothing when quiet."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import json
 
-from memory_client.progress import ProgressReporter
+from pamledger_client.progress import ProgressReporter
 
 
 def test_off_a_terminal_each_update_is_one_json_line() -> None:

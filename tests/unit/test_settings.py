@@ -100,8 +100,8 @@ def test_a_misspelt_tunable_is_refused_rather_than_ignored(monkeypatch: pytest.M
 def test_a_log_setting_out_of_its_list_is_refused_naming_the_variable(
         monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> None:
     """A log level it did not know used to end as internal_error (a KeyError), an unknown format was taken
-    silently; the CLI turns the refusal into invalid_request naming the variable (memory_client.cli_errors)."""
-    from memory_client.cli_errors import _bad_settings
+    silently; the CLI turns the refusal into invalid_request naming the variable (pamledger_client.cli_errors)."""
+    from pamledger.cli_errors import _bad_settings
 
     monkeypatch.setenv(variable, value)
     with pytest.raises(ValidationError) as refused:

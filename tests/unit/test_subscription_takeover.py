@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from memory_client.subscription import Subscription
+from pamledger_client.subscription import Subscription
 
 
 class Gateway:

@@ -18,7 +18,7 @@ from infra.tables import TABLES, VECTOR_TABLE_PREFIX, VECTOR_TABLES, Table
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("schemas", "command_handler", "projector", "indexer", "subscriptions", "query", "retention",
-            "memory_client", "mcp_binding", "pamledger", "infra", "authz", "embedding", "local_servers")
+            "pamledger_client", "mcp_binding", "pamledger", "infra", "authz", "embedding", "local_servers")
 VECTORS = "<vector tables>"
 DATA = "infra.tables"  # the ownership data names every table; it is not SQL
 _STATEMENT = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|TRUNCATE|DROP|WITH|VACUUM)\b")

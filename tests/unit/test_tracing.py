@@ -64,7 +64,7 @@ def test_the_relay_hand_over_is_bounded_and_taken_once() -> None:
 
 
 def test_the_sdk_sends_no_traceparent_without_an_active_span() -> None:
-    from memory_client.tracing import request_span
+    from pamledger_client.tracing import request_span
 
     headers: dict[str, str] = {}
     with request_span("cmd", "create", headers):
@@ -81,8 +81,8 @@ def test_the_sdk_works_without_opentelemetry(monkeypatch: pytest.MonkeyPatch) ->
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", without_opentelemetry)
-    monkeypatch.delitem(sys.modules, "memory_client.tracing")
-    module = importlib.import_module("memory_client.tracing")  # undone after the test: the real one is back
+    monkeypatch.delitem(sys.modules, "pamledger_client.tracing")
+    module = importlib.import_module("pamledger_client.tracing")  # undone after the test: the real one is back
     headers: dict[str, str] = {}
     with module.request_span("cmd", "create", headers):
         pass

@@ -9,7 +9,7 @@ import pytest
 from command_handler.core.intake import parse
 from schemas.common import is_extension_type, is_valid_id
 from schemas.errors import InvalidObject, InvalidRequest
-from schemas.values import MAX_DEPTH, BadValue, check_text, check_value
+from pamledger_client.protocol.values import MAX_DEPTH, BadValue, check_text, check_value
 
 
 def nested(levels: int) -> Any:
@@ -77,7 +77,7 @@ def test_an_over_long_idempotency_header_is_invalid_request() -> None:
 
 
 def test_the_depth_only_walk_counts_as_the_full_walk_does() -> None:
-    from schemas.values import nests_deeper
+    from pamledger_client.protocol.values import nests_deeper
 
     assert not nests_deeper({"canonical_content": nested(MAX_DEPTH), "x": [{"y": [1]}]})
     assert nests_deeper({"a": 1, "canonical_content": {"k": nested(MAX_DEPTH)}})

@@ -1,0 +1,5 @@
+import sys
+
+from pamledger_client.cli import main
+
+sys.exit(main())

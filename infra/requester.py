@@ -14,6 +14,7 @@ from typing import Any, cast
 import msgspec
 from nats.aio.client import Client as NATS
 
+from infra import tracing
 from pamledger_client.protocol.subjects import command_subject
 from schemas.auth import AUTHORIZATION_HEADER
 from schemas.errors import AccessDenied, ErrorCode, PamledgerError
@@ -40,11 +41,19 @@ class CommandRequester:
             headers[AUTHORIZATION_HEADER] = f"Bearer {self.token}"
         if not body.get("idempotency_key"):
             headers[IDEMPOTENCY_HEADER] = f"service:{uuid.uuid4()}"
-        reply = await request_with_retries(self.nc, command_subject(self.prefix, name), _encoder.encode(body),
-                                           headers, self.timeout, self.retries)
+        if tracing.ENABLED:  # a service's own command (an indexer's record, a retention move) is a trace of its own
+            with tracing.span("service.command", None, {"pamledger.command": name}) as span:
+                headers.update(tracing.traceparent(span))
+                reply = await self._send(name, body, headers)
+        else:
+            reply = await self._send(name, body, headers)
         if "result" in reply:
             return reply["result"]  # type: ignore[no-any-return]
         raise answered_error(reply["error"])
+
+    async def _send(self, name: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        return await request_with_retries(self.nc, command_subject(self.prefix, name), _encoder.encode(body),
+                                          headers, self.timeout, self.retries)
 
 
 def answered_error(envelope: dict[str, Any]) -> PamledgerError:

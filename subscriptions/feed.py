@@ -33,6 +33,7 @@ import structlog
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from infra import tracing
 from infra.settings import GatewaySettings
 from infra.stuck import StuckState, describe, traceback_text
 from pamledger_client.protocol.subjects import partition_wildcard
@@ -164,9 +165,10 @@ class PartitionFeed:
         sessions = self.by_scope.get(msg.subject.rsplit(".", 2)[1])
         if sessions:
             event = self._decode(sequence, msg.data)
+            parent = tracing.parent_of(msg.headers) if tracing.ENABLED else None  # the relay's publish span
             for session in list(sessions):
                 try:
-                    await session.offer(sequence, event, msg.data)
+                    await session.offer(sequence, event, msg.data, parent)
                 except AccessRevoked as revoked:
                     self.remove(session)
                     self.on_revoked(session, revoked.sequence)

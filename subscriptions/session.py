@@ -35,6 +35,7 @@ import structlog
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from infra import tracing
 from infra.settings import GatewaySettings
 from infra.stuck import StuckState
 from pamledger_client.protocol.subjects import push_subject, scope_subject_base, scope_token
@@ -112,7 +113,8 @@ class Session:
         """Deliver everything after `after_sequence` next: back to reading, nothing in flight."""
         self.scanned = self.last_delivered = self.client_acked = self.previous = after_sequence
         self.unacked: deque[tuple[int, float]] = deque()  # pushed, not yet acknowledged: (sequence, at)
-        self.buffer: deque[tuple[int, dict[str, Any], bytes]] = deque()
+        # Live events waiting for room: (sequence, event, raw bytes, the trace context they came with or None).
+        self.buffer: deque[tuple[int, dict[str, Any], bytes, Any]] = deque()
         self.live = False
         self.draining = False
         self.buffer_epoch += 1
@@ -136,12 +138,12 @@ class Session:
 
     # -- the live feed --------------------------------------------------------------------------
 
-    async def offer(self, sequence: int, event: dict[str, Any], raw: bytes) -> None:
+    async def offer(self, sequence: int, event: dict[str, Any], raw: bytes, parent: Any = None) -> None:
         """A new event of this scope from the partition feed (in stream order)."""
         if self.closing or sequence <= self.scanned:
             return
         if self.live and not self.buffer and not self.draining and self.room() > 0:
-            await self.deliver(sequence, event, raw)
+            await self.deliver(sequence, event, raw, parent)
             return
         if len(self.buffer) >= self.settings.live_buffer_events:
             # Too far behind to hold live events: drop them and read them from the stream later.
@@ -149,7 +151,7 @@ class Session:
             self.buffer_epoch += 1
             self.live = False
         else:
-            self.buffer.append((sequence, event, raw))
+            self.buffer.append((sequence, event, raw, parent))
         self.wake.set()
 
     # -- delivery -------------------------------------------------------------------------------
@@ -163,15 +165,21 @@ class Session:
         self.scanned = sequence
         return matches(self.request.filter, event)
 
-    async def deliver(self, sequence: int, event: dict[str, Any], raw: bytes) -> bool:
-        """Push one event if it passes `admit`. Raises AccessRevoked."""
+    async def deliver(self, sequence: int, event: dict[str, Any], raw: bytes, parent: Any = None) -> bool:
+        """Push one event if it passes `admit`. Raises AccessRevoked. `parent`: the trace context the live event
+        came with (the relay's publish): with tracing on, the push is a `gateway.push` span under it and carries
+        its `traceparent` to the subscriber. Catch-up pushes (read back from the stream) start no span."""
         if not self.admit(sequence, event):
             return False
         body = push_body(self._id_json, sequence, self.previous, self.generation, raw)
         self.previous = self.last_delivered = sequence
         self.unacked.append((sequence, time.monotonic()))
         self.last_sent_at = time.monotonic()
-        await self.nc.publish(self.deliver_subject, body)
+        if tracing.ENABLED and parent is not None:
+            with tracing.span("gateway.push", parent, {"pamledger.ledger_sequence": sequence}) as span:
+                await self.nc.publish(self.deliver_subject, body, headers=tracing.traceparent(span))
+        else:
+            await self.nc.publish(self.deliver_subject, body)
         return True
 
     async def drain_buffer(self) -> None:
@@ -179,9 +187,9 @@ class Session:
         self.draining = True
         try:
             while self.buffer and self.room() > 0 and not self.closing:
-                sequence, event, raw = self.buffer.popleft()
+                sequence, event, raw, parent = self.buffer.popleft()
                 if sequence > self.scanned:
-                    await self.deliver(sequence, event, raw)
+                    await self.deliver(sequence, event, raw, parent)
         finally:
             self.draining = False
 

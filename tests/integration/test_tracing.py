@@ -153,3 +153,46 @@ async def test_off_nothing_is_recorded_and_no_traceparent_travels(env: Env, clie
         await ledger.unsubscribe()
     assert seen and all(tracing.TRACEPARENT not in headers for headers in seen)
     assert exporter.get_finished_spans() == ()
+
+
+async def test_a_live_push_continues_the_trace_of_the_create_it_delivers(client: Any,
+                                                                         exporter: InMemorySpanExporter) -> None:
+    """The gateway's push is a `gateway.push` span under the relay's publish, and carries its traceparent."""
+    tracing.install(trace.get_tracer_provider())
+    me = await client.me(ACTOR)
+    head = (await client.create(SCOPE, "claim", {"statement": "before"}, ACTOR, PROVENANCE))["ledger_sequence"]
+    subscription = await client.subscribe(SCOPE, me, after_sequence=head)
+    try:
+        pushed = aiter(subscription)
+        found: list[ReadableSpan] = []
+        for attempt in range(5):  # the first pushes may come from catch-up (no span): until one is live
+            exporter.clear()
+            with trace.get_tracer("test").start_as_current_span("agent step") as root:
+                made = await client.create(SCOPE, "claim", {"statement": f"pushed {attempt}"}, ACTOR, PROVENANCE)
+            while (await anext(pushed))["ledger_sequence"] < made["ledger_sequence"]:
+                pass
+            found = await wait_for(lambda: in_trace(exporter, root.get_span_context().trace_id), timeout=10)
+            if "gateway.push" in {s.name for s in found}:
+                break
+        push = named(found, "gateway.push")
+        assert parent_of(push) == named(found, "relay.publish").context.span_id
+        assert push.attributes["pamledger.ledger_sequence"] == made["ledger_sequence"]
+    finally:
+        await subscription.close()
+
+
+async def test_a_services_own_command_is_a_trace_that_reaches_the_writer(env: Env, client: Any,
+                                                                        exporter: InMemorySpanExporter) -> None:
+    """What the indexer, the retention evaluator and the gateway send the writer (infra.requester) starts a
+    `service.command` trace; the writer's spans join it."""
+    from infra.requester import CommandRequester
+
+    tracing.install(trace.get_tracer_provider())
+    exporter.clear()
+    requester = CommandRequester(client.nc, env.settings.subject_prefix, token=client.token)
+    await requester.command("create_scope", {"scope_id": "workspace:tracing-service", "scope_kind": "workspace"})
+    [service] = [s for s in exporter.get_finished_spans() if s.name == "service.command"]
+    assert service.parent is None and service.attributes["pamledger.command"] == "create_scope"
+    spans = await wait_for(lambda: (found := in_trace(exporter, service.context.trace_id))
+                           and "commit" in {s.name for s in found} and found, timeout=10)
+    assert parent_of(named(spans, "command")) == service.context.span_id

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -49,6 +49,7 @@ class Replica:
     pool: AsyncConnectionPool[Any] | None = None
     retry_at: float = 0.0
     reads: int = 0
+    busy: int = 0  # requests the primary answered because no connection to this replica was free in time
     reason: str | None = None
     lag_bytes: int | None = None
     prober: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -57,8 +58,8 @@ class Replica:
         return self.pool is not None and (self.state == "serving" or (self.state == "behind" and now >= self.retry_at))
 
     def report(self) -> dict[str, Any]:
-        return {"url": shown_url(self.url), "state": self.state, "reads": self.reads, "reason": self.reason,
-                "lag_bytes": self.lag_bytes}
+        return {"url": shown_url(self.url), "state": self.state, "reads": self.reads, "busy": self.busy,
+                "reason": self.reason, "lag_bytes": self.lag_bytes}
 
 
 class ReplicaReads:
@@ -134,10 +135,18 @@ class ReplicaReads:
         except (psycopg.Error, PoolTimeout):
             return None, None  # the primary is away too: its own path answers as it can
         held = contextlib.AsyncExitStack()
+        pool = replica.pool
         try:
-            conn = await held.enter_async_context(replica.pool.connection(self.wait_seconds))
+            conn = await held.enter_async_context(pool.connection(self.wait_seconds))
             gap = await replay_gap(conn, target, self.wait_seconds)
-        except (psycopg.Error, PoolTimeout, NotAReplica) as exc:
+        except PoolTimeout as exc:  # every connection busy: this request only; none at all: it cannot connect
+            await _release(held)
+            if pool.get_stats().get("pool_size", 0) == 0:
+                self._away(replica, exc)
+            else:
+                replica.busy += 1
+            return None, None
+        except (psycopg.Error, NotAReplica) as exc:
             await _release(held)
             self._away(replica, exc)
             return None, None
@@ -183,10 +192,21 @@ class ReplicaReads:
             await asyncio.sleep(self.settings.replica_retry_seconds)
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             replica.url, min_size=1, max_size=self.settings.replica_pool_size, open=False,
-            kwargs={"autocommit": True}, check=AsyncConnectionPool.check_connection)
+            kwargs={"autocommit": True}, check=self._check_for(replica))
         await pool.open()
         replica.pool, replica.state, replica.reason = pool, "serving", None
         log.info("query.replica_serving", replica=shown_url(replica.url))
+
+    def _check_for(self, replica: Replica) -> Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]]:
+        """The pool's check of a connection it lends: a dead one means the replica went away (killed,
+        restarted), so the requests after it read the primary until the prober finds it back."""
+        async def check(conn: psycopg.AsyncConnection[Any]) -> None:
+            try:
+                await AsyncConnectionPool.check_connection(conn)
+            except Exception as exc:
+                self._away(replica, exc)
+                raise
+        return check
 
     async def _drop_pool(self, replica: Replica) -> None:
         pool, replica.pool = replica.pool, None

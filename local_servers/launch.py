@@ -132,6 +132,7 @@ def _up_replica(state_dir: Path, recorded: dict[str, Any], primary: PostgresServ
     running = attach_postgres(state_dir / REPLICA_DIR)
     if running is not None:
         log.info("postgres.replica_reused", pid=running.pid, port=running.port)
+        running.name = "replica"
         return running, False
     port = _reusable_port(recorded.get("replica_port"))
     return launch_replica(primary, state_dir / REPLICA_DIR, port if port is not None else free_port()), True
@@ -269,6 +270,7 @@ class LocalStack:
         """The replica back on its data and port (never copied afresh here: its data dir is kept)."""
         running = attach_postgres(self.state_dir / REPLICA_DIR)
         if running is not None and running.port == port:
+            running.name = "replica"
             self.replica, self.started = running, self.started - {"replica"}
         else:
             self.replica = launch_replica(self.postgres, self.state_dir / REPLICA_DIR, port)

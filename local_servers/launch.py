@@ -135,7 +135,7 @@ def _up_replica(state_dir: Path, recorded: dict[str, Any], primary: PostgresServ
         running.name = "replica"
         return running, False
     port = _reusable_port(recorded.get("replica_port"))
-    return launch_replica(primary, state_dir / REPLICA_DIR, port if port is not None else free_port()), True
+    return launch_replica(primary.port, state_dir / REPLICA_DIR, port if port is not None else free_port()), True
 
 
 def _up_postgres(state_dir: Path, recorded: dict[str, Any]) -> tuple[PostgresServer, bool]:
@@ -273,7 +273,7 @@ class LocalStack:
             running.name = "replica"
             self.replica, self.started = running, self.started - {"replica"}
         else:
-            self.replica = launch_replica(self.postgres, self.state_dir / REPLICA_DIR, port)
+            self.replica = launch_replica(self.postgres.port, self.state_dir / REPLICA_DIR, port)
 
 
 def reload_nats(state_dir: Path) -> bool:

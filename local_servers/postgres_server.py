@@ -202,7 +202,7 @@ def attach_postgres(data_dir: Path) -> PostgresServer | None:
     return server if server is not None and postgres_answers(server.url) else None
 
 
-def _base_backup(layout: PostgresLayout, primary: PostgresServer) -> None:
+def _base_backup(layout: PostgresLayout, primary_port: int) -> None:
     """Copy the primary into layout's PGDATA as a streaming standby (pg_basebackup -R: standby.signal and
     primary_conninfo), once, into a staging dir renamed when complete. initdb's pg_hba lets the superuser
     replicate over loopback (trust), and wal_level `replica` is the default: the primary needs no change."""
@@ -214,19 +214,20 @@ def _base_backup(layout: PostgresLayout, primary: PostgresServer) -> None:
     if layout.run_as is not None:
         user = pwd.getpwnam(layout.run_as)
         os.chown(staging, user.pw_uid, user.pw_gid)
-    _run_checked(layout, [str(layout.bin_dir / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary.port),
+    _run_checked(layout, [str(layout.bin_dir / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary_port),
                           "-U", SUPERUSER, "-D", str(staging), "-R", "-X", "stream", "-c", "fast"])
     shutil.rmtree(layout.pgdata, ignore_errors=True)
     staging.rename(layout.pgdata)
-    log.info("postgres.replica_initialized", pgdata=str(layout.pgdata), primary_port=primary.port)
+    log.info("postgres.replica_initialized", pgdata=str(layout.pgdata), primary_port=primary_port)
 
 
-def launch_replica(primary: PostgresServer, data_dir: Path, port: int) -> PostgresServer:
-    """A streaming read replica of `primary` in data_dir (copied from it once), started on 127.0.0.1:port and
-    serving queries: for `up --pg-replica`, tests and trials (docs/scaling.md)."""
+def launch_replica(primary_port: int, data_dir: Path, port: int) -> PostgresServer:
+    """A streaming read replica of the local server on 127.0.0.1:primary_port in data_dir (copied from it once),
+    started on 127.0.0.1:port and serving queries: for `up --pg-replica`, tests, trials and the bench
+    (docs/scaling.md)."""
     layout = choose_layout(data_dir)
     prepare_dirs(layout, data_dir)
-    _base_backup(layout, primary)
+    _base_backup(layout, primary_port)
     _write_settings(layout, port, REPLICA_SETTINGS)
     return _start(layout, port, "replica")
 

@@ -37,7 +37,7 @@ def pair(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         with psycopg.connect(primary.url, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {DATABASE}")
         migrate(_in_database(primary.url))
-        handles["replica"] = launch_replica(primary, root / "replica", free_port())
+        handles["replica"] = launch_replica(primary.port, root / "replica", free_port())
         yield handles
     finally:
         for name in ("replica", "primary"):
@@ -164,7 +164,7 @@ def _restart(primary: PostgresServer, data_dir: Path, port: int, timeout: float 
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return launch_replica(primary, data_dir, port)
+            return launch_replica(primary.port, data_dir, port)
         except (RuntimeError, TimeoutError):
             if time.monotonic() > deadline:
                 raise

@@ -110,8 +110,9 @@ class ReplicaReads:
             self.last = "replica"
             try:
                 yield fenced
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                self._away(replica, exc)  # the request fails (retryable); the next ones read the primary
+            except psycopg.Error as exc:
+                if fenced.broken:  # the replica went away mid-request: this one fails (retryable), the next
+                    self._away(replica, exc)  # ones read the primary (a statement's own error leaves it serving)
                 raise
 
     def _pick(self) -> Replica | None:

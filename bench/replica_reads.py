@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--objects", type=int, default=5000, help="objects in the queried scope")
     parser.add_argument("--queries", type=int, default=400, help="queries of each kind per turn")
     parser.add_argument("--turns", type=int, default=3, help="turns of each source, alternating")
+    parser.add_argument("--write-rate", type=float, default=200.0,
+                        help="creates/s into another scope during a second set of turns (0: idle turns only)")
     parser.add_argument("--quick", action="store_true", help="1,000 objects, 100 queries, 2 turns")
     parser.add_argument("--json", type=Path, help="also write every number here")
     args = parser.parse_args(argv)
@@ -153,19 +155,54 @@ async def measure(args: argparse.Namespace, servers: Servers, replica: PostgresS
             "full_text": json.dumps({"scope_id": scope, "validation_states": ["unverified"], "limit": 20,
                                      "text": "granite lantern", "min_sequence": head}).encode(),
         }
-        times: dict[str, dict[str, list[float]]] = {"primary": {}, "replica": {}}
-        reads: list[dict[str, Any]] = []
-        for n in range(args.turns):
-            for source, urls in (("primary", []), ("replica", [read_url])):
-                log(f"turn {n + 1}/{args.turns}: {source}")
-                found, details = await turn(servers, database_url, prefix, urls, f"query-{source}-{n}", queries,
-                                            args.queries)
-                for kind, values in found.items():
-                    times[source].setdefault(kind, []).extend(values)
-                if source == "replica":
-                    reads.append(details)
+        phases: dict[str, Any] = {}
+        for rate in (0.0, args.write_rate) if args.write_rate > 0 else (0.0,):
+            writes = asyncio.create_task(write_steadily(nc, prefix, rate)) if rate else None
+            try:
+                times, reads = await turns(args, servers, database_url, prefix, read_url, queries)
+            finally:
+                if writes is not None:
+                    writes.cancel()
+            written = await writes if writes is not None else 0
+            phases["idle" if not rate else f"{rate:g} creates/s"] = {**report(times, reads), "creates": written}
         fence = await fence_alone(database_url, read_url, args.queries * 2)
-    return {**report(times, reads, args), "fence_p50_ms": percentile(fence, 50), "fence_p95_ms": percentile(fence, 95)}
+    return {"objects": args.objects, "queries_per_turn": args.queries, "turns": args.turns, "phases": phases,
+            "fence_p50_ms": percentile(fence, 50), "fence_p95_ms": percentile(fence, 95)}
+
+
+async def turns(args: argparse.Namespace, servers: Servers, database_url: str, prefix: str, read_url: str,
+                queries: dict[str, bytes]) -> tuple[dict[str, dict[str, list[float]]], list[dict[str, Any]]]:
+    """Alternating turns of a query process on the primary and one on the replica: latencies, replica status."""
+    times: dict[str, dict[str, list[float]]] = {"primary": {}, "replica": {}}
+    reads: list[dict[str, Any]] = []
+    for n in range(args.turns):
+        for source, urls in (("primary", []), ("replica", [read_url])):
+            log(f"turn {n + 1}/{args.turns}: {source}")
+            found, details = await turn(servers, database_url, prefix, urls, f"query-{source}-{n}", queries,
+                                        args.queries)
+            for kind, values in found.items():
+                times[source].setdefault(kind, []).extend(values)
+            if source == "replica":
+                reads.append(details)
+    return times, reads
+
+
+async def write_steadily(nc: Any, prefix: str, rate: float) -> int:
+    """Creates into a scope of their own at about `rate` per second until cancelled; returns how many."""
+    scope = "scope:bench:replica-writes"
+    check_result((await nc.request(command_subject(prefix, "create_scope"), json.dumps(
+        {"scope_id": scope, "scope_kind": "workspace"}).encode(), timeout=30)).data, b"")
+    done, started = 0, time.monotonic()
+    try:
+        while True:
+            body = {"scope_id": scope, "object_type": "claim", "canonical_content": {"text": _text(done)},
+                    "actor": ACTOR, "provenance": PROVENANCE}
+            check_result((await nc.request(command_subject(prefix, "create"), json.dumps(body).encode(),
+                                           timeout=30)).data, b"")
+            done += 1
+            await asyncio.sleep(max(0.0, started + done / rate - time.monotonic()))
+    except asyncio.CancelledError:
+        return done
 
 
 async def fence_alone(primary_url: str, replica_url: str, count: int) -> list[float]:
@@ -190,8 +227,7 @@ async def fence_alone(primary_url: str, replica_url: str, count: int) -> list[fl
     return times
 
 
-def report(times: dict[str, dict[str, list[float]]], reads: list[dict[str, Any]],
-           args: argparse.Namespace) -> dict[str, Any]:
+def report(times: dict[str, dict[str, list[float]]], reads: list[dict[str, Any]]) -> dict[str, Any]:
     rows = {}
     for kind in times["primary"]:
         primary, replica = times["primary"][kind], times["replica"][kind]
@@ -200,22 +236,22 @@ def report(times: dict[str, dict[str, list[float]]], reads: list[dict[str, Any]]
         rows[kind]["ratio_p50"] = rows[kind]["replica_p50_ms"] / rows[kind]["primary_p50_ms"]
     replica_reads = sum(r["replicas"][0]["reads"] for r in reads)
     primary_reads = sum(r["primary_reads"] for r in reads)
-    return {"objects": args.objects, "queries_per_turn": args.queries, "turns": args.turns, "kinds": rows,
-            "replica_turns_read": {"replica": replica_reads, "primary": primary_reads}}
+    return {"kinds": rows, "replica_turns_read": {"replica": replica_reads, "primary": primary_reads}}
 
 
 def render(out: dict[str, Any]) -> str:
-    lines = [f"query p50 through the service, {out['objects']} objects, {out['queries_per_turn']} serial queries "
+    lines = [f"query through the service, {out['objects']} objects, {out['queries_per_turn']} serial queries "
              f"per kind and turn, {out['turns']} turns per source (ms)",
-             f"{'kind':<12}{'primary p50':>13}{'replica p50':>13}{'ratio':>8}{'primary p95':>13}{'replica p95':>13}"]
-    for kind, row in out["kinds"].items():
-        lines.append(f"{kind:<12}{row['primary_p50_ms']:>13.2f}{row['replica_p50_ms']:>13.2f}{row['ratio_p50']:>8.2f}"
-                     f"{row['primary_p95_ms']:>13.2f}{row['replica_p95_ms']:>13.2f}")
+             f"{'phase':<20}{'kind':<12}{'primary p50':>13}{'replica p50':>13}{'ratio':>8}{'primary p95':>13}"
+             f"{'replica p95':>13}  replica / primary answered"]
+    for phase, found in out["phases"].items():
+        where = found["replica_turns_read"]
+        for kind, row in found["kinds"].items():
+            lines.append(f"{phase:<20}{kind:<12}{row['primary_p50_ms']:>13.2f}{row['replica_p50_ms']:>13.2f}"
+                         f"{row['ratio_p50']:>8.2f}{row['primary_p95_ms']:>13.2f}{row['replica_p95_ms']:>13.2f}"
+                         f"  {where['replica']} / {where['primary']}")
     lines.append(f"the fence alone (primary position + replica replay check, in-process): p50 "
                  f"{out['fence_p50_ms']:.2f} ms, p95 {out['fence_p95_ms']:.2f} ms")
-    where = out["replica_turns_read"]
-    lines.append(f"replica turns: {where['replica']} requests answered by the replica, {where['primary']} by the "
-                 "primary (fallbacks)")
     return "\n".join(lines)
 
 

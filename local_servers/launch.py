@@ -325,7 +325,8 @@ def clean(state_dir: Path) -> None:
                                   " stop them, then clean again", details={
                                       "state_dir": str(state_dir), "running": [{"server": s.name, "pid": s.pid}
                                                                               for s in live]})
-    remove_postgres_data(layout_for(state_dir / REPLICA_DIR))
+    if (state_dir / REPLICA_DIR).exists():
+        remove_postgres_data(layout_for(state_dir / REPLICA_DIR))
     remove_postgres_data(layout_for(state_dir / "postgres"))
     shutil.rmtree(state_dir, ignore_errors=True)
     log.info("stack.cleaned", state_dir=str(state_dir))

@@ -134,6 +134,9 @@ async def test_a_replica_that_has_not_replayed_the_write_is_passed_over(client: 
     finally:
         _replica_sql(pair, "SELECT pg_wal_replay_resume()")
     await wait_for(lambda: _reads(client, "replica"), timeout=10)
+    again = await _query(client, "scope:replica:b", gone["ledger_sequence"])  # now from the replica
+    assert (await _database_status(client))["reads_from"] == "replica"
+    assert {item["envelope"]["object_id"]: item["envelope"] for item in again["items"]} == items
 
 
 async def test_queries_go_on_from_the_primary_while_the_replica_is_killed(client: Any, pair: dict[str, Any]) -> None:

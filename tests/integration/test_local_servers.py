@@ -330,6 +330,7 @@ def test_up_with_a_pg_replica_streams_the_primary_and_down_stops_both(state_dir:
         except RuntimeError:
             if time.monotonic() > deadline:
                 raise
+            time.sleep(0.1)  # the poll interval of a retried start
     assert first.replica.is_alive() and first.replica.port == recorded["replica_port"]
     stop_from_file(state_dir)
     assert not first.replica.is_alive() and not first.postgres.is_alive()

@@ -53,7 +53,9 @@ def _in_database(url: str) -> str:
 def replica_env(servers: Servers, pair: dict[str, Any]) -> Env:
     primary: PostgresServer = pair["primary"]
     replica: PostgresServer = pair["replica"]
-    database = DatabaseSettings(read_urls=[_in_database(replica.url)], replica_wait_ms=300,
+    # A generous wait, so a replica slowed by a busy machine still answers the first test's queries; the paused
+    # replica of the second costs it once.
+    database = DatabaseSettings(read_urls=[_in_database(replica.url)], replica_wait_ms=2000,
                                 replica_retry_seconds=0.2)
     return Env(Servers(servers.nats_url, primary.url), _in_database(primary.url),
                fresh_settings("replica", database=database))
@@ -171,3 +173,4 @@ def _restart(primary: PostgresServer, data_dir: Path, port: int, timeout: float 
         except (RuntimeError, TimeoutError):
             if time.monotonic() > deadline:
                 raise
+            time.sleep(0.1)  # the poll interval of a retried start

@@ -181,6 +181,7 @@ class ReplicaReads:
         fresh pool (the old one may be deep in its reconnection backoff)."""
         await self._drop_pool(replica)
         while True:
+            said = replica.reason
             try:
                 async with await psycopg.AsyncConnection.connect(replica.url, autocommit=True,
                                                                  connect_timeout=5) as conn:
@@ -190,6 +191,8 @@ class ReplicaReads:
                 replica.reason = "not in recovery: a primary or a promoted replica is never read"
             except psycopg.Error as exc:
                 replica.reason = describe(exc)
+            if replica.reason != said:  # once per distinct reason, not every retry
+                log.warning("query.replica_unusable", replica=shown_url(replica.url), reason=replica.reason)
             await asyncio.sleep(self.settings.replica_retry_seconds)
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             replica.url, min_size=1, max_size=self.settings.replica_pool_size, open=False,

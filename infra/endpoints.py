@@ -24,11 +24,14 @@ class Endpoints:
     nats_url: str
     database_url: str
     source: str  # "settings" or the servers.json path
+    # The query role's read replicas: database.read_urls, else those recorded beside the recorded Postgres.
+    read_urls: tuple[str, ...] = ()
 
 
 def resolve(settings: Settings) -> Endpoints:
+    configured = tuple(settings.database.read_urls)
     if settings.nats_url and settings.database_url:
-        return Endpoints(settings.nats_url, settings.database_url, "settings")
+        return Endpoints(settings.nats_url, settings.database_url, "settings", configured)
     recorded = read_servers_file(settings.state_dir) or {}
     nats_url = settings.nats_url or recorded.get("nats_url")
     database_url = settings.database_url or recorded.get("database_url")
@@ -37,4 +40,6 @@ def resolve(settings: Settings) -> Endpoints:
             f"no servers found: run `pamledger up` (state dir {settings.state_dir}) or set "
             "PAMLEDGER_NATS_URL and PAMLEDGER_DATABASE_URL"
         )
-    return Endpoints(str(nats_url), str(database_url), str(settings.state_dir / SERVERS_FILE))
+    replicas = recorded.get("database_read_urls") if not settings.database_url else None  # only the recorded primary's
+    read_urls = configured or tuple(str(url) for url in replicas or ())
+    return Endpoints(str(nats_url), str(database_url), str(settings.state_dir / SERVERS_FILE), read_urls)

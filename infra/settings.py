@@ -71,6 +71,23 @@ class QuerySettings(_Group):
     cursor_key_grace_seconds: float = Field(default=86_400.0, ge=0, le=90 * 86_400)
 
 
+class DatabaseSettings(_Group):
+    """Where the query role reads besides the primary (`database_url`): streaming replicas (docs/scaling.md,
+    "Postgres: read replicas"). Empty: every read on the primary, as before."""
+
+    # Hot-standby replicas of the primary, each a URL of the same database (`pamledger up --pg-replica` records
+    # a local one). The query role's scans (query, search, related, events, export, snapshots) go to one of them.
+    read_urls: list[str] = Field(default_factory=list)
+    # How long a request waits for the replica to replay the primary's position at the request's arrival (its
+    # fence); past it the primary answers and the replica counts as behind. Also how long it waits for a
+    # replica connection.
+    replica_wait_ms: int = Field(default=200, ge=1, le=60_000)
+    # A replica found away (no connection) or behind gets no request for this long; then it is tried again.
+    replica_retry_seconds: float = Field(default=1.0, gt=0, le=3600)
+    # Connections to each replica at most (the primary's query pool has 4).
+    replica_pool_size: int = Field(default=4, ge=1, le=100)
+
+
 class GatewaySettings(_Group):
     """The Subscribe gateway: its database checks, position flushes, per-subscription buffers and feed."""
 
@@ -226,6 +243,7 @@ class Settings(BaseSettings):
     token: str | None = None
     writer: WriterSettings = WriterSettings()
     query: QuerySettings = QuerySettings()
+    database: DatabaseSettings = DatabaseSettings()
     gateway: GatewaySettings = GatewaySettings()
     follower: FollowerSettings = FollowerSettings()
     indexer: IndexerSettings = IndexerSettings()

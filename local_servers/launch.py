@@ -28,6 +28,7 @@ from local_servers.postgres_server import (
     attach_postgres,
     claimed_postgres,
     launch_postgres,
+    launch_replica,
     layout_for,
     postgres_answers,
     remove_postgres_data,
@@ -123,6 +124,20 @@ def _up_nats(state_dir: Path, recorded: dict[str, Any]) -> tuple[NatsServer, boo
     return start_nats(state_dir / "nats", _reusable_port(recorded.get("nats_port"))), True
 
 
+REPLICA_DIR = "postgres-replica"  # a streaming replica's data beside the primary's (`up --pg-replica`)
+
+
+def _up_replica(state_dir: Path, recorded: dict[str, Any], primary: PostgresServer) -> tuple[PostgresServer, bool]:
+    """Reuse the replica already serving our replica dir, else copy the primary into it (once) and start it."""
+    running = attach_postgres(state_dir / REPLICA_DIR)
+    if running is not None:
+        log.info("postgres.replica_reused", pid=running.pid, port=running.port)
+        running.name = "replica"
+        return running, False
+    port = _reusable_port(recorded.get("replica_port"))
+    return launch_replica(primary.port, state_dir / REPLICA_DIR, port if port is not None else free_port()), True
+
+
 def _up_postgres(state_dir: Path, recorded: dict[str, Any]) -> tuple[PostgresServer, bool]:
     """Reuse the postmaster already serving our data dir, else start one; say whether we started it."""
     data_dir = state_dir / "postgres"
@@ -145,27 +160,33 @@ class ServersStopped(RuntimeError):
 
 @dataclass
 class LocalStack:
-    """NATS + PostgreSQL under one state dir, recorded in servers.json."""
+    """NATS + PostgreSQL (and, asked for, a streaming replica of it) under one state dir, recorded in servers.json."""
 
     state_dir: Path
     nats: NatsServer
     postgres: PostgresServer
     started: frozenset[str]
+    replica: PostgresServer | None = None
 
     @classmethod
-    def up(cls, state_dir: Path) -> LocalStack:
-        """Reuse live recorded servers, start the missing ones (same data, same ports when free)."""
+    def up(cls, state_dir: Path, pg_replica: bool = False) -> LocalStack:
+        """Reuse live recorded servers, start the missing ones (same data, same ports when free). `pg_replica`:
+        also a streaming read replica of the Postgres (docs/scaling.md), recorded as `database_read_urls`."""
         with _state_lock(state_dir):
             recorded = read_servers_file(state_dir) or {}
             nats, nats_started = _up_nats(state_dir, recorded)
+            replica, replica_started = None, False
             try:
                 postgres, pg_started = _up_postgres(state_dir, recorded)
+                if pg_replica:
+                    replica, replica_started = _up_replica(state_dir, recorded, postgres)
             except BaseException:
                 if nats_started:
                     nats.stop()
                 raise
-            started = frozenset(name for name, fresh in (("nats", nats_started), ("postgres", pg_started)) if fresh)
-            stack = cls(state_dir, nats, postgres, started)
+            fresh = (("nats", nats_started), ("postgres", pg_started), ("replica", replica_started))
+            started = frozenset(name for name, was_started in fresh if was_started)
+            stack = cls(state_dir, nats, postgres, started, replica)
             stack.write_servers_file()
         log.info("stack.up", state_dir=str(state_dir), started=sorted(stack.started),
                  nats_url=nats.url, database_url=postgres.url)
@@ -185,13 +206,16 @@ class LocalStack:
             "postgres_pid": self.postgres.pid, "postgres_data_dir": str(self.postgres.data_dir),
             "postgres_run_as": self.postgres.layout.run_as, "updated_at": time.time(),
         }
+        if self.replica is not None:
+            record.update({"database_read_urls": [self.replica.url], "replica_port": self.replica.port,
+                           "replica_pid": self.replica.pid, "replica_data_dir": str(self.replica.data_dir)})
         temporary = self.state_dir / (SERVERS_FILE + ".tmp")
         temporary.write_text(json.dumps(record, indent=2) + "\n")
         temporary.replace(self.state_dir / SERVERS_FILE)
 
     def stop(self) -> None:
-        """Stop both servers and remove servers.json."""
-        self._stop({"nats", "postgres"})
+        """Stop every server and remove servers.json."""
+        self._stop({"nats", "postgres", "replica"})
 
     def stop_started(self) -> None:
         """Stop only what this stack started (what `run --local` should undo), keeping reused servers."""
@@ -202,6 +226,8 @@ class LocalStack:
         with _state_lock(self.state_dir):
             if "nats" in names:
                 self.nats.stop()
+            if "replica" in names and self.replica is not None:
+                self.replica.stop()
             if "postgres" in names:
                 self.postgres.stop()
             _forget_if_all_stopped(self.state_dir)
@@ -209,7 +235,8 @@ class LocalStack:
 
     def watches(self) -> list[ServerWatch]:
         """One watch per server this stack started, for the supervisor to restart it in place."""
-        alive = {"nats": lambda: self.nats.is_running(), "postgres": lambda: self.postgres.is_alive()}
+        alive = {"nats": lambda: self.nats.is_running(), "postgres": lambda: self.postgres.is_alive(),
+                 "replica": lambda: self.replica is None or self.replica.is_alive()}
         return [ServerWatch(name, alive[name], functools.partial(self.revive, name)) for name in sorted(self.started)]
 
     def revive(self, name: str) -> None:
@@ -228,6 +255,8 @@ class LocalStack:
                     self.nats, self.started = holder, self.started - {"nats"}  # someone else's now
                 else:
                     self.nats = launch_nats(self.nats.data_dir, self.nats.port)
+            elif name == "replica" and self.replica is not None:
+                self._revive_replica(self.replica.port)
             else:
                 running = attach_postgres(self.state_dir / "postgres")
                 if running is not None and running.port == self.postgres.port:
@@ -235,6 +264,16 @@ class LocalStack:
                 else:
                     self.postgres = launch_postgres(self.state_dir / "postgres", self.postgres.port, initialise=False)
             self.write_servers_file()
+
+
+    def _revive_replica(self, port: int) -> None:
+        """The replica back on its data and port (never copied afresh here: its data dir is kept)."""
+        running = attach_postgres(self.state_dir / REPLICA_DIR)
+        if running is not None and running.port == port:
+            running.name = "replica"
+            self.replica, self.started = running, self.started - {"replica"}
+        else:
+            self.replica = launch_replica(self.postgres.port, self.state_dir / REPLICA_DIR, port)
 
 
 def reload_nats(state_dir: Path) -> bool:
@@ -251,9 +290,10 @@ def _live_servers(state_dir: Path) -> list[Any]:
     for nats in (_recorded_nats(state_dir, recorded), store_holder(state_dir / "nats")):
         if nats is not None and nats.is_running() and all(nats.pid != other.pid for other in found):
             found.append(nats)
-    postgres = claimed_postgres(state_dir / "postgres")
-    if postgres is not None and postgres.is_alive():
-        found.append(postgres)
+    for directory in (REPLICA_DIR, "postgres"):  # the replica first: stopped before its primary
+        postgres = claimed_postgres(state_dir / directory)
+        if postgres is not None and postgres.is_alive():
+            found.append(postgres)
     return found
 
 
@@ -285,6 +325,8 @@ def clean(state_dir: Path) -> None:
                                   " stop them, then clean again", details={
                                       "state_dir": str(state_dir), "running": [{"server": s.name, "pid": s.pid}
                                                                               for s in live]})
+    if (state_dir / REPLICA_DIR).exists():
+        remove_postgres_data(layout_for(state_dir / REPLICA_DIR))
     remove_postgres_data(layout_for(state_dir / "postgres"))
     shutil.rmtree(state_dir, ignore_errors=True)
     log.info("stack.cleaned", state_dir=str(state_dir))

@@ -28,7 +28,7 @@ from local_servers.pg_layout import (
 )
 
 __all__ = ["PostgresLayout", "PostgresServer", "attach_postgres", "claimed_postgres", "database_url",
-           "launch_postgres", "layout_for", "postgres_answers", "remove_postgres_data"]
+           "launch_postgres", "launch_replica", "layout_for", "postgres_answers", "remove_postgres_data"]
 
 log = structlog.get_logger(__name__)
 
@@ -43,6 +43,8 @@ SETTINGS = {
     "fsync": "on",
     "synchronous_commit": "on",
 }
+# A hot standby: queries while it replays, and the primary keeps the rows they read (fewer replay conflicts).
+REPLICA_SETTINGS = {"hot_standby": "on", "hot_standby_feedback": "on"}
 
 
 def database_url(port: int) -> str:
@@ -104,13 +106,13 @@ def _initdb(layout: PostgresLayout) -> None:
     log.info("postgres.initialized", pgdata=str(layout.pgdata))
 
 
-def _write_settings(layout: PostgresLayout, port: int) -> None:
+def _write_settings(layout: PostgresLayout, port: int, extra: dict[str, str] | None = None) -> None:
     """Write this start's settings (port, socket dir) to pamledger.conf, which postgresql.conf includes."""
     socket_dir = str(layout.run_dir)
     if len(f"{socket_dir}/.s.PGSQL.{port}") > MAX_SOCKET_PATH:
         log.warning("postgres.socket_disabled", reason="path too long", run_dir=socket_dir)
         socket_dir = ""
-    settings = {**SETTINGS, "port": str(port), "unix_socket_directories": socket_dir}
+    settings = {**SETTINGS, **(extra or {}), "port": str(port), "unix_socket_directories": socket_dir}
     text = "".join(f"{key} = '{value.replace(chr(39), chr(39) * 2)}'\n" for key, value in settings.items())
     (layout.pgdata / "pamledger.conf").write_text(text)
 
@@ -200,6 +202,36 @@ def attach_postgres(data_dir: Path) -> PostgresServer | None:
     return server if server is not None and postgres_answers(server.url) else None
 
 
+def _base_backup(layout: PostgresLayout, primary_port: int) -> None:
+    """Copy the primary into layout's PGDATA as a streaming standby (pg_basebackup -R: standby.signal and
+    primary_conninfo), once, into a staging dir renamed when complete. initdb's pg_hba lets the superuser
+    replicate over loopback (trust), and wal_level `replica` is the default: the primary needs no change."""
+    if (layout.pgdata / "PG_VERSION").is_file():
+        return
+    staging = layout.pgdata.with_name(layout.pgdata.name + ".init")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(mode=0o700, parents=True)
+    if layout.run_as is not None:
+        user = pwd.getpwnam(layout.run_as)
+        os.chown(staging, user.pw_uid, user.pw_gid)
+    _run_checked(layout, [str(layout.bin_dir / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary_port),
+                          "-U", SUPERUSER, "-D", str(staging), "-R", "-X", "stream", "-c", "fast"])
+    shutil.rmtree(layout.pgdata, ignore_errors=True)
+    staging.rename(layout.pgdata)
+    log.info("postgres.replica_initialized", pgdata=str(layout.pgdata), primary_port=primary_port)
+
+
+def launch_replica(primary_port: int, data_dir: Path, port: int) -> PostgresServer:
+    """A streaming read replica of the local server on 127.0.0.1:primary_port in data_dir (copied from it once),
+    started on 127.0.0.1:port and serving queries: for `up --pg-replica`, tests, trials and the bench
+    (docs/scaling.md)."""
+    layout = choose_layout(data_dir)
+    prepare_dirs(layout, data_dir)
+    _base_backup(layout, primary_port)
+    _write_settings(layout, port, REPLICA_SETTINGS)
+    return _start(layout, port, "replica")
+
+
 def launch_postgres(data_dir: Path, port: int, initialise: bool = True) -> PostgresServer:
     """Initialise data_dir's cluster if needed (and allowed), start it on 127.0.0.1:port, wait until it serves.
 
@@ -211,10 +243,15 @@ def launch_postgres(data_dir: Path, port: int, initialise: bool = True) -> Postg
     prepare_dirs(layout, data_dir)
     _initdb(layout)
     _write_settings(layout, port)
+    return _start(layout, port)
+
+
+def _start(layout: PostgresLayout, port: int, name: str = "postgres") -> PostgresServer:
+    """pg_ctl start, then wait until the server answers SQL (a standby answers once it is consistent)."""
     _run_checked(layout, [str(layout.bin_dir / "pg_ctl"), "start", "-D", str(layout.pgdata),
                           "-l", str(layout.log_file), "-w", "-t", str(PG_CTL_TIMEOUT_SECONDS), "-s"])
     claimed = _postmaster_pid(layout)
-    server = PostgresServer(port=port, pid=claimed[0] if claimed else 0, layout=layout)
+    server = PostgresServer(port=port, pid=claimed[0] if claimed else 0, layout=layout, name=name)
     try:
         _wait_sql(server.url)
         pgvector = _check_pgvector(server.url)
@@ -222,5 +259,5 @@ def launch_postgres(data_dir: Path, port: int, initialise: bool = True) -> Postg
         server.stop()
         raise
     log.info("postgres.started", pid=server.pid, port=port, pgdata=str(layout.pgdata),
-             run_as=layout.run_as, pgvector=pgvector)
+             run_as=layout.run_as, pgvector=pgvector, server=name)
     return server

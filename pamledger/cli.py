@@ -44,11 +44,13 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
 
     credentials = prepare_credentials(settings)  # before NATS starts: its users include the admin token
     prepare_nats_config(settings)
-    stack = LocalStack.up(settings.state_dir)
+    stack = LocalStack.up(settings.state_dir, pg_replica=args.pg_replica)
     applied = migrate(stack.postgres.url)
     asyncio.run(sync_nats_users(settings, stack.postgres.url))  # the ledger's tokens can log in to NATS now
-    _print({"nats_url": stack.nats.url, "database_url": stack.postgres.url, "started": sorted(stack.started),
-            "migrations_applied": applied, "state_dir": str(settings.state_dir), **credentials})
+    replica = {"database_read_urls": [stack.replica.url]} if stack.replica is not None else {}
+    _print({"nats_url": stack.nats.url, "database_url": stack.postgres.url, **replica,
+            "started": sorted(stack.started), "migrations_applied": applied, "state_dir": str(settings.state_dir),
+            **credentials})
     return 0
 
 
@@ -85,8 +87,11 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         from pamledger.nats_users import prepare_nats_config
 
         prepare_nats_config(settings)  # NATS users and permissions (docs/security.md, "Transport")
-        stack = LocalStack.up(settings.state_dir)
+        stack = LocalStack.up(settings.state_dir, pg_replica=args.pg_replica)
         settings = settings.model_copy(update={"nats_url": stack.nats.url, "database_url": stack.postgres.url})
+        if stack.replica is not None and not settings.database.read_urls:
+            settings = settings.model_copy(update={"database": settings.database.model_copy(
+                update={"read_urls": [stack.replica.url]})})
     assert settings.nats_url and settings.database_url
     single = args.single_process or settings.processes == "single"
     try:
@@ -102,7 +107,8 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
             asyncio.run(_serve(settings, roles))
         else:
             watches = stack.watches() if stack is not None else []
-            supervise(child_environment(settings.nats_url, settings.database_url), roles, watches=watches)
+            supervise(child_environment(settings.nats_url, settings.database_url, settings.database.read_urls),
+                      roles, watches=watches)
     finally:
         if stack is not None:
             stack.stop_started()
@@ -114,7 +120,9 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     from pamledger.supervisor import enabled_optional_roles, parse_roles
 
     endpoints = resolve(settings)
-    settings = settings.model_copy(update={"nats_url": endpoints.nats_url, "database_url": endpoints.database_url})
+    settings = settings.model_copy(update={"nats_url": endpoints.nats_url, "database_url": endpoints.database_url,
+                                           "database": settings.database.model_copy(
+                                               update={"read_urls": list(endpoints.read_urls)})})
     roles = parse_roles(args.roles, enabled_optional_roles(settings.retention.enabled))
     if roles == ("indexer",) and settings.indexer.nice:
         os.nice(settings.indexer.nice)  # the embedder yields the CPU to the writer (`run`: a process per role)
@@ -246,13 +254,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="pamledger", description=__doc__)
     parser.add_argument("--version", action="version", version=f"pamledger {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("up", help="start local NATS and Postgres in the background and migrate")
+    up = sub.add_parser("up", help="start local NATS and Postgres in the background and migrate")
+    up.add_argument("--local", action="store_true", help="accepted for clarity; local servers are what up starts")
+    up.add_argument("--pg-replica", action="store_true",
+                    help="also a streaming read replica of the local Postgres, read by the query role")
     sub.add_parser("down", help="stop the servers `up` started")
     sub.add_parser("clean", help="stop the local servers and DELETE their data (the ledger) in the state dir")
     sub.add_parser("status", help="URLs in use, whether servers and services answer, the ledger head")
     run = sub.add_parser("run", help="serve in the foreground (starts local servers unless URLs are set)")
     run.add_argument("--local", action="store_true", help="accepted for clarity; local servers are the default")
     run.add_argument("--single-process", action="store_true", help="every role in one process (default: one each)")
+    run.add_argument("--pg-replica", action="store_true",
+                     help="with local servers: also a streaming read replica of Postgres, read by the query role")
     run.add_argument("--roles", default="all", help=f"comma-separated subset of {','.join(ROLES)},retention")
     serve = sub.add_parser("serve", help="serve some roles in this process on running servers (what run spawns)")
     serve.add_argument("--roles", default="all", help=f"comma-separated subset of {','.join(ROLES)},retention")

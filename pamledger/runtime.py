@@ -46,6 +46,7 @@ from pamledger.followers import FOLLOWERS
 from pamledger.nats_users import nats_is_ours, nats_users, operator_nats_options
 from pamledger.supervisor import ROLES
 from query.cursor_keys import CursorSigner, cursor_keys_path
+from query.replicas import ReplicaReads
 from query.search import CheckpointWatcher
 from query.service import QueryService
 from retention.evaluator import run_rounds
@@ -92,6 +93,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             lambda: registry.grants if registry.loaded.is_set() else None, settings.auth.refresh_seconds)))
     query: QueryService | None = None
     pool: AsyncConnectionPool[Any] | None = None
+    replicas: ReplicaReads | None = None
     probes = Probes(database_url, lambda: {"roles": list(roles), "leading": leading(roles)})
 
     async def connection(role: str) -> RawClient:
@@ -109,6 +111,9 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             pool = AsyncConnectionPool(database_url, min_size=1, max_size=4, open=False,
                                        kwargs={"autocommit": True}, check=AsyncConnectionPool.check_connection)
             await pool.open()
+            if settings.database.read_urls:  # scans on streaming replicas, fenced (docs/scaling.md)
+                replicas = ReplicaReads(pool, settings.database)
+                await replicas.start()
             watcher = CheckpointWatcher()
             index_watcher = CheckpointWatcher(INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL)  # search's min_sequence
             query_nc = await connection("query")
@@ -116,7 +121,7 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
                                  settings.partition, policy, index_watcher,
                                  auth.denials(query_nc, settings.subject_prefix),
                                  delegated_reads(auth, query_nc, settings.subject_prefix),
-                                 cursor_signer(settings))
+                                 cursor_signer(settings), replicas)
             await query.start()
             tasks.append(asyncio.create_task(watcher.run(database_url)))
             tasks.append(asyncio.create_task(index_watcher.run(database_url)))
@@ -153,6 +158,8 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
                 log.error("service.role_failed_at_stop", reason=describe(failure))  # first line only: no DETAIL data
         if query is not None:
             await query.stop()
+        if replicas is not None:
+            await replicas.close()
         if pool is not None:
             await pool.close()
         # Not drain(): draining would wait on subscriptions still being delivered to. Replies are already out;

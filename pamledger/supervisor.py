@@ -10,6 +10,7 @@ a dead nats-server or Postgres is restarted in place (same data dir, same port) 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -158,6 +159,10 @@ def _stop_all(children: Sequence[RoleProcess]) -> None:
     log.info("supervisor.stopped", children=len(children))
 
 
-def child_environment(nats_url: str, database_url: str) -> dict[str, str]:
-    """The environment a role child needs: this one, with the servers pinned (so it starts none)."""
-    return {**os.environ, "PAMLEDGER_NATS_URL": nats_url, "PAMLEDGER_DATABASE_URL": database_url}
+def child_environment(nats_url: str, database_url: str, read_urls: Sequence[str] = ()) -> dict[str, str]:
+    """The environment a role child needs: this one, with the servers pinned (so it starts none), and the
+    query role's read replicas when there are any."""
+    env = {**os.environ, "PAMLEDGER_NATS_URL": nats_url, "PAMLEDGER_DATABASE_URL": database_url}
+    if read_urls:
+        env["PAMLEDGER_DATABASE__READ_URLS"] = json.dumps(list(read_urls))
+    return env

@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
 
 from infra.lru import LRU
 from infra.scopes import scope_exists
+from query.connections import Connections
 from query.snapshots import Pinned, pinned
 from schemas.canonical import decode_json
 
@@ -49,7 +49,7 @@ class Forks:
     def __init__(self, capacity: int = 10_000) -> None:
         self.known: LRU[str, tuple[Fork | None]] = LRU(capacity)
 
-    async def of(self, pool: AsyncConnectionPool[Any], scope_id: str) -> Fork | None:
+    async def of(self, pool: Connections, scope_id: str) -> Fork | None:
         cached = self.known.get(scope_id)
         if cached is not None:
             return cached[0]

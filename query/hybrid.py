@@ -19,12 +19,12 @@ from typing import Any
 
 import msgspec
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool
 
 from embedding.store import INDEX_CHECKPOINT, SPACE_STATE, SpaceRow
 from infra.projections import CHECKPOINT, PROJECTION
 from infra.scopes import SCOPE_EXISTS
 from infra.settings import QuerySettings
+from query.connections import Connections
 from query.plan import build
 from query.snapshot import snapshot
 from query.search import CheckpointWatcher
@@ -69,7 +69,7 @@ def candidate_count(request: SearchRequest) -> int:
     return request.limit if request.mode != "hybrid" else max(50, 5 * request.limit)
 
 
-async def run_search(pool: AsyncConnectionPool[Any], projection: CheckpointWatcher, index: CheckpointWatcher,
+async def run_search(pool: Connections, projection: CheckpointWatcher, index: CheckpointWatcher,
                      request: SearchRequest, settings: QuerySettings,
                      fork: tuple[str, int, list[str] | None] | None = None) -> bytes:
     """One search; `fork`: the scope is an evaluation scope, which reads its snapshot's objects it has not

@@ -23,10 +23,10 @@ from typing import Any
 
 import msgspec
 import psycopg
-from psycopg_pool import AsyncConnectionPool
 
 from infra.projections import CHECKPOINT, PROJECTION, checkpoint
 from infra.scopes import SCOPE_EXISTS
+from query.connections import Connections
 from query.search import CheckpointWatcher
 from query.snapshot import snapshot
 from schemas.canonical import canonical_bytes, decode_json
@@ -92,7 +92,7 @@ LIVE = Source()
 _STOPS = frozenset({"deleted", "redacted", "not_found", "not_readable"})  # reached, but not walked on from
 
 
-async def run_related(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, request: RelatedRequest,
+async def run_related(pool: Connections, watcher: CheckpointWatcher, request: RelatedRequest,
                       may_read: MayRead) -> bytes:
     reached = True
     if request.min_sequence is not None and watcher.sequence < request.min_sequence:
@@ -216,7 +216,7 @@ def _node(row: Any, hop: int) -> dict[str, Any]:
     return node
 
 
-async def relationship_refs(pool: AsyncConnectionPool[Any], scope_id: str, object_id: str) -> tuple[list[str], int]:
+async def relationship_refs(pool: Connections, scope_id: str, object_id: str) -> tuple[list[str], int]:
     """The ids of the relationships stored in `scope_id` that touch `object_id` (either end, deleted ones
     left out), and the projection checkpoint they were read at: the non-authoritative `relationship_refs`."""
     async with pool.connection() as conn, snapshot(conn):

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
 
 from infra.ledger import hidden_by_latest, latest_version
+from query.connections import Connections
 from query.related import MayRead, Source, Walk
 from query.snapshot import snapshot
 from query.snapshots import SealedSnapshots, lost_statement, report_of
@@ -55,7 +55,7 @@ _NODES_AT = (
 )
 
 
-async def run_related_at_snapshot(pool: AsyncConnectionPool[Any], request: RelatedRequest, may_read: MayRead,
+async def run_related_at_snapshot(pool: Connections, request: RelatedRequest, may_read: MayRead,
                                   sealed: SealedSnapshots | None = None) -> bytes:
     assert request.snapshot_id is not None
     pin = await (sealed or SealedSnapshots()).pin(pool, request.scope_id, request.snapshot_id)

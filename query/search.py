@@ -14,12 +14,12 @@ from typing import Any
 import msgspec
 import psycopg
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool
 
 from infra.pg_pipeline import pipelined_transaction
 from infra.ledger import HEAD
 from infra.projections import CHECKPOINT, NOTIFY_CHANNEL, PROJECTION, checkpoint
 from infra.scopes import SCOPE_EXISTS
+from query.connections import Connections
 from query.cursor import decode_cursor, encode_cursor
 from query.cursor_keys import CursorSigner
 from query.plan import build
@@ -74,7 +74,7 @@ class CheckpointWatcher:
         return True
 
 
-async def run_query(pool: AsyncConnectionPool[Any], watcher: CheckpointWatcher, request: QueryRequest,
+async def run_query(pool: Connections, watcher: CheckpointWatcher, request: QueryRequest,
                     partition: int, signer: CursorSigner, caller: str,
                     fork: tuple[str, int, list[str] | None] | None = None,
                     sealed: SealedSnapshots | None = None) -> bytes:

@@ -36,7 +36,9 @@ from query.evaluation import Forks, fork_of
 from query.hybrid import run_search
 from query.snapshot_search import run_search_at_snapshot
 from query.related_snapshot import run_related_at_snapshot
+from query.connections import Connections
 from query.cursor_keys import CursorSigner, caller_tag
+from query.replicas import ReplicaReads
 from query.search import CheckpointWatcher, run_query
 from schemas.queries import RelatedRequest, decode_query, decode_related, decode_request
 from schemas.search import SearchRequest, decode_search
@@ -98,15 +100,20 @@ class QueryService:
     def __init__(self, nc: RawClient, pool: AsyncConnectionPool[Any], prefix: str, watcher: CheckpointWatcher,
                  settings: QuerySettings, partition: int, policy: Policy | None = None,
                  index_watcher: CheckpointWatcher | None = None, denials: DenialSink | None = None,
-                 delegations: DelegationGate | None = None, signer: CursorSigner | None = None):
+                 delegations: DelegationGate | None = None, signer: CursorSigner | None = None,
+                 replicas: ReplicaReads | None = None):
         """`watcher` follows the projection (Query, lexical search), `index_watcher` the indexer (semantic
-        search); without one, a search's min_sequence on the index is never reached and says so."""
+        search); without one, a search's min_sequence on the index is never reached and says so. `replicas`:
+        where scans read when read replicas are configured (query.replicas); read and history, lookups by
+        key, stay on the primary (on a replica they would cost the primary its fence statement anyway)."""
         self.nc = nc
         # denials: where refusals are recorded; delegations: reads under a delegation (both where auth is on)
         self.shell = RequestShell(policy, denials=denials, delegations=delegations)
         self.partition = partition
         self.settings = settings
         self.pool = pool
+        self.replicas = replicas
+        self.scans: Connections = replicas if replicas is not None else pool
         self.forks = Forks()  # which scopes are evaluation scopes (query.evaluation)
         self.prefix = prefix
         self.watcher = watcher
@@ -139,7 +146,14 @@ class QueryService:
 
     async def _status(self, msg: Msg) -> None:
         await msg.respond(status_reply(self.shell.policy, msg.subject, msg.headers,
-                                       {"role": "query", "leader": False, "ok": True}, lambda: {"pid": os.getpid()}))
+                                       {"role": "query", "leader": False, "ok": True}, self._details))
+
+    def _details(self) -> dict[str, Any]:
+        """The administrator's part of status: the pid, and with read replicas where scans read and why."""
+        details: dict[str, Any] = {"pid": os.getpid()}
+        if self.replicas is not None:
+            details["database"] = self.replicas.status()
+        return details
 
     def _on_request(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         task = asyncio.create_task(self._handle(subject.decode(), reply.decode(), data, headers))
@@ -221,10 +235,10 @@ class QueryService:
         if isinstance(request, (ReadRequest, HistoryRequest)) and request.snapshot_id is not None:
             return await self._at_snapshot(request)
         if isinstance(request, SnapshotsRequest):
-            async with self.pool.connection() as conn:
+            async with self.scans.connection() as conn:
                 return await snapshots(conn, request)
         if isinstance(request, SnapshotDiffRequest):
-            async with self.pool.connection() as conn:
+            async with self.scans.connection() as conn:
                 if request.to_snapshot_id is None:  # a snapshot against an evaluation scope
                     return await evaluation_diff(conn, request)
                 return await snapshot_diff(conn, request)
@@ -253,30 +267,30 @@ class QueryService:
                         raise
                     return await history(conn, fork[0], request.object_id, fork[1].watermark)
         if isinstance(request, EventsRequest):
-            async with self.pool.connection() as conn:
+            async with self.scans.connection() as conn:
                 return await scope_events(conn, request.scope_id, self.partition, request.after_sequence,
                                           request.limit, request.event_classes)
         if isinstance(request, ExportRequest):
-            async with self.pool.connection() as conn:
+            async with self.scans.connection() as conn:
                 if request.part == "header":
                     return await export_header(conn, request, self.partition)
                 return await export_entries(conn, request, self.partition)
         if isinstance(request, SearchRequest) and request.snapshot_id is not None:
-            return await run_search_at_snapshot(self.pool, self.watcher, self.index_watcher, request, self.sealed)
+            return await run_search_at_snapshot(self.scans, self.watcher, self.index_watcher, request, self.sealed)
         if isinstance(request, SearchRequest):
-            forked = await self.forks.of(self.pool, request.scope_id)  # an evaluation scope reads its snapshot too
-            return await run_search(self.pool, self.watcher, self.index_watcher, request, self.settings, forked)
+            forked = await self.forks.of(self.scans, request.scope_id)  # an evaluation scope reads its snapshot too
+            return await run_search(self.scans, self.watcher, self.index_watcher, request, self.settings, forked)
         if isinstance(request, RelatedRequest) and request.snapshot_id is not None:
-            return await run_related_at_snapshot(self.pool, request, lambda scope: self._may_read(context, scope),
+            return await run_related_at_snapshot(self.scans, request, lambda scope: self._may_read(context, scope),
                                                  self.sealed)
         if isinstance(request, RelatedRequest):
-            return await run_related(self.pool, self.watcher, request, lambda scope: self._may_read(context, scope))
+            return await run_related(self.scans, self.watcher, request, lambda scope: self._may_read(context, scope))
         principal = context.principal
         caller = caller_tag(principal.actor_id, principal.delegation_id)
         source = None
         if request.snapshot_id is None and request.as_of_sequence is None:  # an evaluation scope reads its fork
-            source = await self.forks.of(self.pool, request.scope_id)
-        return await run_query(self.pool, self.watcher, request, self.partition, self.signer, caller, source,
+            source = await self.forks.of(self.scans, request.scope_id)
+        return await run_query(self.scans, self.watcher, request, self.partition, self.signer, caller, source,
                                self.sealed)
 
     async def _at_snapshot(self, request: ReadRequest | HistoryRequest) -> bytes:

@@ -27,10 +27,10 @@ from __future__ import annotations
 from typing import Any
 
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool
 
 from embedding.store import SpaceRow, find_space, vector_literal
 from infra.ledger import default_space_at
+from query.connections import Connections
 from query.hybrid import TIE_BREAKS, applied_filters, candidate_count, index_block, items, lexical_request
 from query.plan import build, filter_clauses, temporal_source
 from query.search import CheckpointWatcher
@@ -63,7 +63,7 @@ _SHORTLISTED = ("(SELECT w.* FROM (SELECT DISTINCT object_id FROM near) s CROSS 
                 " AND x.ledger_sequence <= %s ORDER BY x.sequence DESC LIMIT 1) w)")
 
 
-async def run_search_at_snapshot(pool: AsyncConnectionPool[Any], projection: CheckpointWatcher,
+async def run_search_at_snapshot(pool: Connections, projection: CheckpointWatcher,
                                  index: CheckpointWatcher, request: SearchRequest,
                                  sealed: SealedSnapshots | None = None) -> bytes:
     assert request.snapshot_id is not None

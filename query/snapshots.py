@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 import msgspec
 import psycopg
-from psycopg_pool import AsyncConnectionPool
 
 from infra.ledger import hidden_by_latest, latest_version
 from infra.lru import LRU
@@ -22,6 +21,7 @@ from infra.scopes import scope_exists
 from schemas.canonical import canonical_bytes, decode_json
 from schemas.common import Id
 from schemas.errors import ScopeNotFound, SnapshotNotFound
+from query.connections import Connections
 
 _FIND = "SELECT descriptor, ledger_sequence FROM evaluation_snapshots WHERE snapshot_id = %s AND scope_id = %s"
 _LIST = ("SELECT ledger_sequence, descriptor FROM evaluation_snapshots WHERE scope_id = %s AND ledger_sequence > %s"
@@ -98,7 +98,7 @@ class SealedSnapshots:
     def __init__(self, capacity: int = 1024):
         self._found: LRU[tuple[str, str], Pinned] = LRU(capacity)
 
-    async def pin(self, pool: AsyncConnectionPool[Any], scope_id: str, snapshot_id: str) -> Pinned:
+    async def pin(self, pool: Connections, scope_id: str, snapshot_id: str) -> Pinned:
         found = self._found.get((scope_id, snapshot_id))
         if found is None:
             async with pool.connection() as conn:

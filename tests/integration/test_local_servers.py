@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -300,3 +301,37 @@ def test_a_mirror_recorded_by_an_earlier_version_under_var_tmp_is_still_found(tm
     (tmp_path / MIRROR_FILE).write_text("/etc/pamledger-x\n")
     with pytest.raises(RuntimeError):
         recorded_mirror(tmp_path)
+
+
+def test_up_with_a_pg_replica_streams_the_primary_and_down_stops_both(state_dir: Path) -> None:
+    """`up --pg-replica`: a hot standby copied from the local Postgres, recorded as database_read_urls, replaying
+    what the primary commits; a second `up` reuses it; a revive after SIGKILL brings it back on its data and port;
+    `down` stops it with the primary."""
+    first = LocalStack.up(state_dir, pg_replica=True)
+    assert first.replica is not None and first.started == {"nats", "postgres", "replica"}
+    recorded = read_servers_file(state_dir)
+    assert recorded is not None and recorded["database_read_urls"] == [first.replica.url]
+    with psycopg.connect(first.postgres.url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE replicated (x int)")
+        conn.execute("INSERT INTO replicated VALUES (7)")
+        position = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+    with psycopg.connect(first.replica.url, autocommit=True) as conn:
+        assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
+        while conn.execute("SELECT pg_last_wal_replay_lsn() < %s::pg_lsn", position).fetchone() == (True,):
+            pass  # replaying: a loopback standby is there within milliseconds
+        assert conn.execute("SELECT x FROM replicated").fetchall() == [(7,)]
+    assert LocalStack.up(state_dir, pg_replica=True).replica == first.replica  # reused, not copied again
+    os.kill(first.replica.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while True:  # its orphaned backends may hold the shared memory a moment
+        try:
+            first.revive("replica")
+            break
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)  # the poll interval of a retried start
+    assert first.replica.is_alive() and first.replica.port == recorded["replica_port"]
+    stop_from_file(state_dir)
+    assert not first.replica.is_alive() and not first.postgres.is_alive()
+    assert read_servers_file(state_dir) is None

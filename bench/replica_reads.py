@@ -29,7 +29,7 @@ from bench.procs import Child, python_child, wait_answering
 from bench.search_report import percentile
 from bench.servers import Servers, bench_servers
 from bench.service import service_process
-from infra.subjects import command_subject, query_subject, status_subject
+from pamledger_client.protocol.subjects import command_subject, query_subject, status_subject
 from local_servers.launch import free_port
 from local_servers.postgres_server import PostgresServer, launch_replica
 

@@ -1,8 +1,8 @@
 """Find and open the NATS connection of a local pamledger service, failing fast with one clear error.
 
 With no URL the SDK looks where the CLI looks (pamledger_client.config: PAMLEDGER_NATS_URL, then the state
-dir's servers.json), so the README snippets run against `make run` as written. A dead port answers one service_unavailable
-naming the URL instead of retrying forever with a traceback per attempt.
+dir's servers.json), so the README snippets run against `make run` as written. A dead port answers one
+service_unavailable naming the URL instead of retrying forever with a traceback per attempt.
 """
 
 from __future__ import annotations

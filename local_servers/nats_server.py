@@ -32,6 +32,22 @@ CONFIG_FILE = "nats.conf"  # users, permissions, TLS (authz.nats_auth): passed w
 HOLDER_READ_SECONDS = 2.0
 
 
+@dataclass(frozen=True)
+class ClusterRoute:
+    """A node's place in a local JetStream cluster: its server name (stable, so JetStream knows it again
+    after a restart), its route port and its peers' route ports."""
+
+    cluster_name: str
+    server_name: str
+    port: int
+    peers: tuple[int, ...]
+
+    def argv(self) -> list[str]:
+        routes = ",".join(f"nats://127.0.0.1:{port}" for port in self.peers)
+        return ["--cluster_name", self.cluster_name, "-n", self.server_name,
+                "--cluster", f"nats://127.0.0.1:{self.port}", "--routes", routes]
+
+
 class StoreInUse(RuntimeError):
     """Another process holds this JetStream store: a second server on it would corrupt it."""
 
@@ -102,6 +118,8 @@ class NatsServer:
     pid: int
     name: str = "nats"
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    cluster: ClusterRoute | None = None  # None: a single server, as `make run` starts by default
+    config_file: Path | None = None  # None: data_dir/nats.conf when present (a cluster's nodes share node 1's)
 
     @property
     def url(self) -> str:
@@ -141,7 +159,7 @@ class NatsServer:
     def restart(self) -> None:
         """Start the server again on the same port and store dir, so JetStream data is recovered."""
         self.stop()
-        self.process = _spawn(self.data_dir, self.port)
+        self.process = _spawn(self.data_dir, self.port, self.cluster, self.config_file)
         self.pid = self.process.pid
         _wait_ready(self)
         log.info("nats.restarted", pid=self.pid, port=self.port)
@@ -231,14 +249,18 @@ def store_holder(data_dir: Path) -> NatsServer | None:
     return None
 
 
-def _spawn(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+def _spawn(data_dir: Path, port: int, cluster: ClusterRoute | None = None,
+           config_file: Path | None = None) -> subprocess.Popen[bytes]:
     """Launch nats-server holding its store's lock, in its own session so Ctrl-C here does not reach it."""
     store = data_dir / "jetstream"
     store.mkdir(parents=True, exist_ok=True)
     argv = [str(find_nats_server()), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
     argv += ["-l", str(data_dir / "nats-server.log")]
-    if (data_dir / CONFIG_FILE).is_file():
-        argv += ["-c", str(data_dir / CONFIG_FILE)]
+    config = config_file or data_dir / CONFIG_FILE
+    if config.is_file():
+        argv += ["-c", str(config)]
+    if cluster is not None:
+        argv += cluster.argv()
     fd = _lock_store(data_dir)
     try:
         # The child inherits the locked open file: the lock is released only when nats-server exits.
@@ -269,11 +291,14 @@ def _wait_ready(server: NatsServer, timeout: float = READY_TIMEOUT_SECONDS) -> N
     raise TimeoutError(f"nats-server not ready on port {server.port} after {timeout}s")
 
 
-def launch_nats(data_dir: Path, port: int) -> NatsServer:
-    """Start nats-server -js on 127.0.0.1:port with its store under data_dir and wait until it serves."""
+def launch_nats(data_dir: Path, port: int, cluster: ClusterRoute | None = None,
+                config_file: Path | None = None) -> NatsServer:
+    """Start nats-server -js on 127.0.0.1:port with its store under data_dir and wait until it serves;
+    with `cluster`, as a node of a local JetStream cluster (its routes to the peers)."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    process = _spawn(data_dir, port)
-    server = NatsServer(port=port, data_dir=data_dir, pid=process.pid, process=process)
+    process = _spawn(data_dir, port, cluster, config_file)
+    server = NatsServer(port=port, data_dir=data_dir, pid=process.pid, process=process, cluster=cluster,
+                        config_file=config_file)
     _wait_ready(server)
     log.info("nats.started", pid=server.pid, port=port, data_dir=str(data_dir))
     return server

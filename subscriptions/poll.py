@@ -12,6 +12,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
+import nats.errors
+import nats.js.errors
 import structlog
 
 from infra.stuck import describe, traceback_text
@@ -19,6 +21,9 @@ from schemas.subscriptions import PollRequest
 from subscriptions.session import AccessRevoked, Session
 
 log = structlog.get_logger(__name__)
+# What a poll answers service_unavailable for, without marking the subscription stuck (infra.request_shell)
+UNAVAILABLE = (nats.js.errors.ServiceUnavailableError, nats.errors.TimeoutError, nats.errors.NoRespondersError,
+               nats.errors.ConnectionClosedError)
 Revoked = Callable[[Session, int], Awaitable[None]]  # the actor may no longer read this sequence
 
 
@@ -39,6 +44,10 @@ async def poll(session: Session, request: PollRequest, revoked: Revoked) -> dict
         except AccessRevoked as at:
             await revoked(session, at.sequence)
             break
+        except UNAVAILABLE as exc:  # NATS or a JetStream leader away (a node died): no event's fault
+            await session.close_reader()  # reopened by the next poll, from scanned + 1
+            log.warning("subscription.poll_unavailable", subscription_id=session.id, error=type(exc).__name__)
+            raise
         except Exception as exc:
             await _failed(session, exc)
             raise

@@ -129,6 +129,7 @@ async def read_poll(client: MemoryClient, seen: list[int], until: asyncio.Event)
         "scope_id": SCOPE, "actor": ACTOR, "after_sequence": 0, "filter": {"event_classes": ["object_created"]},
         "delivery": {"mode": "poll"}, "operation_id": f"op:{uuid.uuid4()}"})
     subscription_id = opened["subscription_id"]
+    idle = 0
     while not (until.is_set() and len(seen) >= TOTAL):
         try:
             polled = await client.subscription_request("poll", {"subscription_id": subscription_id,
@@ -139,6 +140,11 @@ async def read_poll(client: MemoryClient, seen: list[int], until: asyncio.Event)
                                                          "after_sequence": seen[-1] if seen else 0})
             continue
         seen.extend(event["ledger_sequence"] for event in polled["events"])
+        if until.is_set() and not polled["events"]:
+            idle += 1
+            if idle == 50:
+                status = await client.subscription_request("status", {"subscription_id": subscription_id})
+                raise AssertionError(f"poll stalled at {len(seen)} events: {status}")
 
 
 async def test_killing_the_stream_leaders_node_under_load_loses_nothing_and_restarts_no_role(

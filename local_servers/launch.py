@@ -23,7 +23,7 @@ import structlog
 
 from infra.endpoints import SERVERS_FILE, read_servers_file
 from local_servers.nats_cluster import (
-    NodesChanged, cluster_url, node_dir, node_records, recorded_nodes, revive_node, up_cluster,
+    MAX_NODES, NodesChanged, cluster_url, node_dir, node_records, recorded_nodes, revive_node, up_cluster,
 )
 from local_servers.nats_server import NatsServer, StoreInUse, is_nats_process, launch_nats, nats_info, store_holder
 from local_servers.postgres_server import (
@@ -287,7 +287,8 @@ def _live_nats(state_dir: Path) -> list[NatsServer]:
     """Every nats-server of the state dir that runs: the recorded node(s), or whatever holds their stores."""
     recorded = read_servers_file(state_dir) or {}
     found: list[NatsServer] = []
-    count = max(len(recorded_nodes(recorded)), 1)
+    stores = sum(1 for index in range(1, MAX_NODES) if node_dir(state_dir, index).is_dir())  # servers.json gone
+    count = max(len(recorded_nodes(recorded)), 1 + stores)
     candidates = [_recorded_nats(state_dir, recorded)]
     for index, record in enumerate(recorded_nodes(recorded)):
         port, pid = record.get("port"), record.get("pid")

@@ -23,6 +23,7 @@ from schemas.errors import PamledgerError
 log = structlog.get_logger(__name__)
 
 CLUSTER_NAME = "pamledger"
+MAX_NODES = 7  # settings.NatsSettings.nodes
 
 
 class NodesChanged(PamledgerError):

@@ -19,7 +19,7 @@ import pytest
 
 from authz.nats_auth import read_service_login
 from infra.nats_servers import server_urls
-from local_servers.launch import read_servers_file
+from local_servers.launch import LocalStack, NodesChanged, clean, read_servers_file, stop_from_file
 from local_servers.nats_server import nats_info
 from tests.conftest import pamledger_run, wait_for
 from tests.integration.test_run_restarts_servers import _events, _write
@@ -88,3 +88,19 @@ async def test_run_starts_a_three_node_cluster_and_restarts_a_killed_node_in_pla
     assert proc.wait(timeout=90) == 0
     assert read_servers_file(state) is None
     assert all(nats_info(node["port"]) is None for node in nodes)
+
+
+def test_up_reuses_a_running_cluster_refuses_another_node_count_and_down_stops_every_node(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    stack = LocalStack.up(state, nats_nodes=3)
+    try:
+        assert stack.started == {"nats", "nats-2", "nats-3", "postgres"}
+        again = LocalStack.up(state, nats_nodes=3)  # `pamledger up` in another terminal
+        assert again.started == frozenset() and again.nats_url == stack.nats_url
+        with pytest.raises(NodesChanged):
+            LocalStack.up(state, nats_nodes=1)
+        (state / "servers.json").unlink()  # even unrecorded, the nodes holding the stores are found
+        stop_from_file(state)
+        assert all(nats_info(node.port) is None for node in stack.nats_nodes)
+    finally:
+        clean(state)

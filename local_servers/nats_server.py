@@ -29,6 +29,7 @@ READY_TIMEOUT_SECONDS = 20.0
 STOP_TIMEOUT_SECONDS = 10.0
 LOCK_FILE = "nats.lock"
 CONFIG_FILE = "nats.conf"  # users, permissions, TLS (authz.nats_auth): passed with -c when present
+NODE_CONFIG_FILE = "node.conf"  # a cluster node's name and routes, including the shared CONFIG_FILE
 HOLDER_READ_SECONDS = 2.0
 
 
@@ -42,10 +43,18 @@ class ClusterRoute:
     port: int
     peers: tuple[int, ...]
 
-    def argv(self) -> list[str]:
-        routes = ",".join(f"nats://127.0.0.1:{port}" for port in self.peers)
-        return ["--cluster_name", self.cluster_name, "-n", self.server_name,
-                "--cluster", f"nats://127.0.0.1:{self.port}", "--routes", routes]
+    def config(self, data_dir: Path, shared: Path | None) -> str:
+        """The node's configuration file: its name and routes, then the shared one (users, TLS) included.
+
+        Why a file and not flags: a reload (SIGHUP, when users change) re-reads the file and refuses one
+        without `server_name` and `cluster.name` on a clustered JetStream server, flags or not."""
+        routes = ", ".join(json.dumps(f"nats://127.0.0.1:{port}") for port in self.peers)
+        lines = [f"server_name: {json.dumps(self.server_name)}",
+                 f"cluster {{ name: {json.dumps(self.cluster_name)}, listen: \"127.0.0.1:{self.port}\","
+                 f" routes: [{routes}] }}"]
+        if shared is not None and shared.is_file():  # include paths are relative to the including file
+            lines.append(f"include {json.dumps(os.path.relpath(shared, data_dir))}")
+        return "\n".join(lines) + "\n"
 
 
 class StoreInUse(RuntimeError):
@@ -257,10 +266,12 @@ def _spawn(data_dir: Path, port: int, cluster: ClusterRoute | None = None,
     argv = [str(find_nats_server()), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
     argv += ["-l", str(data_dir / "nats-server.log")]
     config = config_file or data_dir / CONFIG_FILE
-    if config.is_file():
-        argv += ["-c", str(config)]
     if cluster is not None:
-        argv += cluster.argv()
+        node_config = data_dir / NODE_CONFIG_FILE
+        node_config.write_text(cluster.config(data_dir, config))
+        argv += ["-c", str(node_config)]
+    elif config.is_file():
+        argv += ["-c", str(config)]
     fd = _lock_store(data_dir)
     try:
         # The child inherits the locked open file: the lock is released only when nats-server exits.

@@ -21,7 +21,12 @@ from authz.nats_auth import read_service_login
 from infra.nats_servers import server_urls
 from local_servers.launch import LocalStack, NodesChanged, clean, read_servers_file, stop_from_file
 from local_servers.nats_server import nats_info
+from authz.bootstrap import read_token
+from memory_client.admin import issue_token, parse_grant, put_actor, revoke_token
+from memory_client.client import MemoryClient
 from tests.conftest import pamledger_run, wait_for
+from tests.integration.test_nats_auth_run import PLANNER, _client, _writes
+from tests.integration.test_nats_auth_run import SCOPE as LOCKED_SCOPE
 from tests.integration.test_run_restarts_servers import _events, _write
 
 
@@ -61,6 +66,36 @@ async def _stream_replicas(url: str, state: Path) -> int:
         await nc.close()
 
 
+async def _issued_tokens_log_in_and_revoked_ones_are_refused_on_every_node(url: str, state: Path,
+                                                                          nodes: list[dict[str, Any]]) -> None:
+    """A token issued while the cluster runs reaches every node's users (one file, reloaded on each); revoked,
+    it is refused on every node."""
+    admin_token = read_token(state / "admin.token")
+    assert admin_token is not None
+    admin = await MemoryClient.connect(url, "pamledger", timeout=5.0, token=admin_token)
+    try:
+        await admin.create_scope(LOCKED_SCOPE)
+        await put_actor(admin, PLANNER["actor_id"], "agent", [parse_grant("workspace:*=create,read,query")])
+        issued = await issue_token(admin, PLANNER["actor_id"])
+        for node in nodes:
+            await wait_for(lambda node=node: _writes(f"nats://127.0.0.1:{node['port']}", issued["token"], "issued"),
+                           timeout=30, interval=0.3)
+        await revoke_token(admin, issued["token_id"])
+        for node in nodes:
+            await wait_for(lambda node=node: _locked_out(f"nats://127.0.0.1:{node['port']}", issued["token"]),
+                           timeout=15, interval=0.3)
+    finally:
+        await admin.close()
+
+
+async def _locked_out(url: str, token: str) -> bool:
+    client = await _client(url, token)
+    if client is None:
+        return True
+    await client.close()
+    return False
+
+
 async def test_run_starts_a_three_node_cluster_and_restarts_a_killed_node_in_place(
         run: tuple[subprocess.Popen[bytes], Path, Path]) -> None:
     proc, state, log_path = run
@@ -73,6 +108,7 @@ async def test_run_starts_a_three_node_cluster_and_restarts_a_killed_node_in_pla
         assert await _refuses_anonymous(f"nats://127.0.0.1:{node['port']}")
         assert await _write(f"nats://127.0.0.1:{node['port']}", f"via-{node['name']}", state)
     assert await _stream_replicas(first["nats_url"], state) == 3
+    await _issued_tokens_log_in_and_revoked_ones_are_refused_on_every_node(first["nats_url"], state, nodes)
 
     killed = _node(state, "nats-2")
     os.kill(killed["pid"], signal.SIGKILL)

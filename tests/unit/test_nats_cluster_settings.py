@@ -59,7 +59,7 @@ def test_each_node_routes_to_every_other_under_a_stable_name_and_reads_node_ones
     found = routes(state, [7001, 7002, 7003])
     assert [r.server_name for r in found] == ["pamledger-nats", "pamledger-nats-2", "pamledger-nats-3"]
     assert [r.peers for r in found] == [(7002, 7003), (7001, 7003), (7001, 7002)]
-    assert "nats://127.0.0.1:7002,nats://127.0.0.1:7003" in found[0].argv()
+    assert "routes: [\"nats://127.0.0.1:7002\", \"nats://127.0.0.1:7003\"]" in found[0].config(state / "nats", None)
     assert [node_dir(state, i) for i in range(3)] == [state / "nats", state / "nats-2", state / "nats-3"]
     assert config_file(state) == state / "nats" / "nats.conf"
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import nats
 import pytest
+from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from infra.requester import request_with_retries
@@ -38,7 +39,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NatsServe
         node.stop()
 
 
-async def slow_responder(url: str) -> nats.NATS:
+async def slow_responder(url: str) -> NATS:
     """Answers `slow.echo` after ANSWER_AFTER_SECONDS: long enough for the requester's node to die first."""
     nc = await nats.connect(url)
 
@@ -51,7 +52,7 @@ async def slow_responder(url: str) -> nats.NATS:
     return nc
 
 
-async def routed(client: nats.NATS) -> bool:
+async def routed(client: NATS) -> bool:
     """The responder's subscription reached the client's node (a request there finds it)."""
     try:
         await client.request("slow.echo", b"", timeout=ANSWER_AFTER_SECONDS + 2)

@@ -4,8 +4,8 @@ One `pamledger run` (a supervisor and a process per role) against a 3-node clust
 given every node's URL; the ledger stream is R3. While creates flow and a push and a poll subscription
 read, the node that leads the stream is SIGKILLed, and after a while restarted on its port and store.
 Nothing acknowledged is lost, writes go on after a pause of seconds, no role process restarts, both
-subscriptions see every event exactly once in order, the projector catches up, and the restarted node
-catches up with the stream.
+subscriptions see every event exactly once in order, the projector and the indexer catch up, and the
+restarted node catches up with the stream.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from embedding.store import INDEX_CHECKPOINT
 from local_servers.launch import free_port
 from local_servers.nats_cluster import cluster_url, start_cluster
 from local_servers.nats_server import NatsServer
@@ -31,7 +32,7 @@ from tests.integration.test_writer import assert_stream_equals_ledger
 SCOPE = "workspace:cluster"
 TOTAL = 360  # creates; the leader's node dies after a third of them
 WORKERS = 8
-ROLES_WITH_STATUS = ("writer", "projector", "gateway")
+ROLES_WITH_STATUS = ("writer", "projector", "indexer", "gateway")
 # A command in flight to the writer when the writer's node dies is lost with it: its client retries (same
 # idempotency key) once its request timeout passes. The clients here wait 3 s (PAMLEDGER_REQUEST_TIMEOUT_SECONDS;
 # the default 10 s would pause such a command 10 s). Beyond that acknowledgements may pause only while
@@ -179,6 +180,7 @@ async def test_killing_the_stream_leaders_node_under_load_loses_nothing_and_rest
     assert polled == creates, "the poll subscription missed, repeated or reordered an event"
     head = creates[-1]
     await wait_for(lambda: projected_through(client, head), timeout=30)
+    await wait_for(lambda: indexed_through(cluster_env, head), timeout=30)
     await wait_for(lambda: caught_up_everywhere(client, cluster_env), timeout=30, interval=0.2)
     for role, pid in pids.items():
         assert await leader_pid(client, role) == pid, f"the {role} process was restarted"
@@ -192,6 +194,14 @@ async def ledger_creates(env: Env) -> list[int]:
         cur = await conn.execute("SELECT ledger_sequence FROM ledger WHERE scope_id = %s AND event_type = 'object_created'"
                                  " ORDER BY ledger_sequence", (SCOPE,))
         return [int(row[0]) for row in await cur.fetchall()]
+
+
+async def indexed_through(env: Env, sequence: int) -> bool:
+    async with await psycopg.AsyncConnection.connect(env.database_url) as conn:
+        cur = await conn.execute("SELECT ledger_sequence FROM projection_checkpoints WHERE projection = %s",
+                                 (INDEX_CHECKPOINT,))
+        row = await cur.fetchone()
+    return row is not None and int(row[0]) >= sequence
 
 
 async def projected_through(client: MemoryClient, sequence: int) -> bool:

@@ -300,13 +300,10 @@ class Gateway:
         moved = subject is not None and subject != session.deliver_subject
         if moved or credential_id != session.credential_id:
             await self._rebind(session, subject if moved else None, credential_id)
-        # After a poll still running (its answer lost with a NATS node, say): it acknowledges what it read, and
-        # would otherwise move the position past `after` again once this resume had set it.
-        async with session.poll_lock:
-            await self._stop_pump(session)
-            await session.close_reader()
-            session.reposition(after)
-            self._start(session)
+        await self._stop_pump(session)
+        await session.close_reader()
+        session.reposition(after)  # a poll still running sees the new generation and moves nothing (poll.py)
+        self._start(session)
         return {"subscription_id": session.id, "delivery_subject": session.deliver_subject,
                 "resumed_after": session.client_acked, "generation": session.generation}
 

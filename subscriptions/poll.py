@@ -33,10 +33,16 @@ async def poll(session: Session, request: PollRequest, revoked: Revoked) -> dict
     subscription's status, and is read again by the next poll: never skipped."""
     deadline = asyncio.get_running_loop().time() + request.wait_ms / 1000
     events: list[Any] = []
-    while len(events) < request.max_events and not session.closing:
+    # A resume while this poll waits (its client gave up on it: the answer was lost with a NATS node, say)
+    # repositions the subscription under a new generation: from then on this poll moves nothing, or it would
+    # acknowledge past the resume's position what its client never received.
+    generation = session.generation
+    while len(events) < request.max_events and not session.closing and session.generation == generation:
         remaining = deadline - asyncio.get_running_loop().time()
         try:
             batch, _ = await session.read(request.max_events - len(events), max(remaining, 0.05))
+            if session.generation != generation:
+                break
             for sequence, event, raw in batch:
                 if session.admit(sequence, event):
                     events.append({"ledger_sequence": sequence, "event": msgspec.Raw(raw)})
@@ -44,11 +50,13 @@ async def poll(session: Session, request: PollRequest, revoked: Revoked) -> dict
         except AccessRevoked as at:
             await revoked(session, at.sequence)
             break
-        except UNAVAILABLE as exc:  # NATS or a JetStream leader away (a node died): no event's fault
-            await session.close_reader()  # reopened by the next poll, from scanned + 1
-            log.warning("subscription.poll_unavailable", subscription_id=session.id, error=type(exc).__name__)
-            raise
         except Exception as exc:
+            if session.generation != generation:
+                break  # the resume closed the reader under this poll: nothing failed
+            if isinstance(exc, UNAVAILABLE):  # NATS or a JetStream leader away (a node died): no event's fault
+                await session.close_reader()  # reopened by the next poll, from scanned + 1
+                log.warning("subscription.poll_unavailable", subscription_id=session.id, error=type(exc).__name__)
+                raise
             await _failed(session, exc)
             raise
         session.client_acked = session.scanned  # poll acknowledges what it returns

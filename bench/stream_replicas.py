@@ -78,7 +78,8 @@ async def measure(url: str, replicas: int, events: int, run: int, singles: int) 
 
 def report(results: dict[str, dict[str, Any]]) -> str:
     base = results["r1_single"]
-    lines = [f"{'stream':<12} {'events/s':>10} {'ratio':>6} {'ack p50 ms':>11} {'ratio':>6} {'ack p99 ms':>11} {'ratio':>6}"]
+    lines = [f"{'stream':<12} {'events/s':>10} {'ratio':>6} {'ack p50 ms':>11} {'ratio':>6}"
+             f" {'ack p99 ms':>11} {'ratio':>6}"]
     for name, r in results.items():
         lines.append(f"{name:<12} {r['events_per_s']:>10.0f} {r['events_per_s'] / base['events_per_s']:>6.2f}"
                      f" {r['ack_p50_ms']:>11.3f} {r['ack_p50_ms'] / base['ack_p50_ms']:>6.2f}"

@@ -39,8 +39,8 @@ from local_servers.processes import ServerWatch
 from schemas.errors import PamledgerError
 
 __all__ = [
-    "LocalStack", "NatsServer", "NodesChanged", "PostgresServer", "ServerHandle", "ServersStillRunning", "StackStatus", "StoreInUse",
-    "clean", "free_port", "read_servers_file", "reload_nats", "start_nats", "start_postgres", "status",
+    "LocalStack", "NatsServer", "NodesChanged", "PostgresServer", "ServerHandle", "ServersStillRunning", "StackStatus",
+    "StoreInUse", "clean", "free_port", "read_servers_file", "reload_nats", "start_nats", "start_postgres", "status",
     "stop_from_file",
 ]
 

@@ -78,7 +78,8 @@ async def stream_leader(client: MemoryClient, env: Env, cluster: list[NatsServer
     info = await client.nc.jetstream().stream_info(env.settings.stream_name)
     assert info.config.num_replicas == 3, "the ledger stream of a 3-node cluster is not R3"
     assert info.cluster is not None and info.cluster.leader
-    return next(node for node in cluster if node.cluster is not None and node.cluster.server_name == info.cluster.leader)
+    return next(node for node in cluster
+                if node.cluster is not None and node.cluster.server_name == info.cluster.leader)
 
 
 async def caught_up_everywhere(client: MemoryClient, env: Env) -> bool:
@@ -191,8 +192,8 @@ async def test_killing_the_stream_leaders_node_under_load_loses_nothing_and_rest
 async def ledger_creates(env: Env) -> list[int]:
     """The ledger sequences of the scope's object_created events, in order."""
     async with await psycopg.AsyncConnection.connect(env.database_url) as conn:
-        cur = await conn.execute("SELECT ledger_sequence FROM ledger WHERE scope_id = %s AND event_type = 'object_created'"
-                                 " ORDER BY ledger_sequence", (SCOPE,))
+        cur = await conn.execute("SELECT ledger_sequence FROM ledger WHERE scope_id = %s"
+                                 " AND event_type = 'object_created' ORDER BY ledger_sequence", (SCOPE,))
         return [int(row[0]) for row in await cur.fetchall()]
 
 

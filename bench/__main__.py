@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, str] = {
     "snapshot": "query and semantic search at a sealed snapshot vs live (p50 ratios, recall@10), kept-vector storage",
     "bundle": "export rows/s vs a raw COPY of the same rows, export RSS at two sizes, import vs creates/s",
     "replica_reads": "Query p50 through the service reading a streaming replica (fenced) vs reading the primary",
+    "stream_replicas": "the relay's events/s and ack latency with an R3 stream on a 3-node cluster vs R1 on one server",
     "evaluation": "snapshot_create at 100k objects vs a create, Query at a sealed snapshot vs the same live Query",
 }
 

@@ -16,8 +16,8 @@ from nats.aio.client import Client as NATS
 import psycopg
 import structlog
 from nats.js import JetStreamContext
-from nats.js.api import PubAck, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.api import PubAck, StorageType, StreamConfig, StreamInfo
+from nats.js.errors import APIError, NotFoundError
 
 from infra import tracing
 from infra.ledger import LedgerRow
@@ -26,10 +26,12 @@ from infra.ledger_identity import (
 )
 from pamledger_client.protocol.subjects import ledger_subject, ledger_wildcard
 from pamledger_client.protocol.tasks import reraise_if_cancelled
+from infra.nats_servers import StreamReplicas
 
 log = structlog.get_logger(__name__)
 CATCH_UP_CHUNK = 2000
 RECONNECT_CHECK_SECONDS = 0.05  # how often a publish awaiting its ack looks for a reconnect
+SINGLE = StreamReplicas(1)  # one copy, and never fewer than the stream has: what a lone server keeps
 MAX_CONSUMERS = 100_000  # one durable consumer per subscription, plus the projector
 
 _LEDGER_COLUMNS = (
@@ -38,25 +40,55 @@ _LEDGER_COLUMNS = (
 )
 
 
-def ensure_stream_config(stream_name: str, prefix: str, ledger_id: str | None = None) -> StreamConfig:
+def ensure_stream_config(stream_name: str, prefix: str, ledger_id: str | None = None,
+                         replicas: int = 1) -> StreamConfig:
     """The stream's configuration; with `ledger_id`, its metadata and description name that ledger."""
     return StreamConfig(
         name=stream_name, subjects=[ledger_wildcard(prefix)], storage=StorageType.FILE,
-        duplicate_window=120.0, allow_direct=True,
+        duplicate_window=120.0, allow_direct=True, num_replicas=replicas,
         max_consumers=MAX_CONSUMERS,  # explicit: nats-server 2.15 otherwise caps a stream at 1,000 consumers
         metadata={STREAM_KEY: ledger_id} if ledger_id else None,
         description=stream_description(ledger_id) if ledger_id else None,
     )
 
 
-async def ensure_stream(js: JetStreamContext, stream_name: str, prefix: str, ledger_id: str | None = None) -> int:
-    """Create the stream (for ledger `ledger_id`) if it is missing; return its last sequence."""
+async def ensure_stream(js: JetStreamContext, stream_name: str, prefix: str, ledger_id: str | None = None,
+                        replicas: StreamReplicas = SINGLE) -> int:
+    """Create the stream (for ledger `ledger_id`, with `replicas` copies) if it is missing, or give an
+    existing one the copies `replicas` wants (JetStream copies the messages to the new peers); return its
+    last sequence. NATS refusing the replicas (more than it has servers) is logged, with the setting to change,
+    and raised: the relay retries, the writer serves on, its status says the relay is behind."""
     try:
         info = await js.stream_info(stream_name)
+        current = info.config.num_replicas or 1
+        if replicas.wanted(current) != current:
+            info = await _replicate(js, info, replicas.wanted(current))
     except NotFoundError:
-        info = await js.add_stream(ensure_stream_config(stream_name, prefix, ledger_id))
-        log.info("stream.created", stream=stream_name, ledger_id=ledger_id)
+        try:
+            info = await js.add_stream(ensure_stream_config(stream_name, prefix, ledger_id, replicas.count))
+        except APIError as exc:
+            _log_refused(stream_name, replicas.count, exc)
+            raise
+        log.info("stream.created", stream=stream_name, ledger_id=ledger_id, replicas=replicas.count)
     return int(info.state.last_seq)
+
+
+async def _replicate(js: JetStreamContext, info: StreamInfo, replicas: int) -> StreamInfo:
+    """Change the stream's replicas (R1 made before a cluster, or nats.stream_replicas changed)."""
+    previous = info.config.num_replicas or 1
+    try:
+        updated = await js.update_stream(info.config.evolve(num_replicas=replicas))
+    except APIError as exc:
+        _log_refused(info.config.name or "", replicas, exc)
+        raise
+    log.info("stream.replicas_changed", stream=info.config.name, replicas=replicas, previous=previous)
+    return updated
+
+
+def _log_refused(stream_name: str, replicas: int, exc: APIError) -> None:
+    log.error("stream.replicas_refused", stream=stream_name, replicas=replicas, error=exc.description,
+              hint="NATS needs a server per replica: set nats.stream_replicas (PAMLEDGER_NATS__STREAM_REPLICAS)"
+                   " to at most the number of servers, or give it more servers (nats.nodes)")
 
 
 class Reconnected(nats.errors.Error):
@@ -67,7 +99,7 @@ class Relay:
     """Publishes what the writer committed; falls back to reading the ledger whenever it sees a gap."""
 
     def __init__(self, nc: NATS, database_url: str, stream_name: str, prefix: str, partition: int,
-                 publish_timeout: float = 5.0):
+                 publish_timeout: float = 5.0, replicas: StreamReplicas = SINGLE):
         self.nc = nc
         self.js = nc.jetstream()
         self.database_url = database_url
@@ -75,6 +107,7 @@ class Relay:
         self.prefix = prefix
         self.partition = partition
         self.publish_timeout = publish_timeout
+        self.replicas = replicas  # the stream's num_replicas (nats.stream_replicas)
         self.published = 0
         self.queue: asyncio.Queue[list[LedgerRow]] = asyncio.Queue()
         self.caught_up = asyncio.Event()
@@ -127,7 +160,8 @@ class Relay:
                     await wait_for_agreement("relay", lambda: stream_disagreement(
                         conn, self.js, self.stream_name, self.partition), self.refusal)
                     ledger_id = await ledger_identity(conn, self.partition)
-                    self.published = await ensure_stream(self.js, self.stream_name, self.prefix, ledger_id)
+                    self.published = await ensure_stream(self.js, self.stream_name, self.prefix, ledger_id,
+                                                         self.replicas)
                     while True:
                         rows = await self.read_ledger(conn, self.published)
                         if not rows:

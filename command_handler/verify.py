@@ -24,6 +24,7 @@ from command_handler.core.chain import GENESIS_HASH, row_hash
 from infra.ledger import HEAD
 from infra.ledger_identity import IDENTITY, stream_ledger_id
 from infra.nats_log import ConnectionLog
+from infra.nats_servers import server_urls
 
 Progress = Callable[[dict[str, Any]], None]
 PROGRESS_SECONDS = 0.5
@@ -338,7 +339,7 @@ def truncation_first(database_url: str, partition: int, result: dict[str, Any],
 async def _stream_anchor(nats_url: str, stream: str, options: dict[str, Any]) -> dict[str, Any]:
     """The stream's last sequence, its ledger id and its last message (event id, bytes, row hash)."""
     # max_reconnect_attempts=0 means "forever" to nats.py: with NATS down verify would never answer.
-    nc = await nats.connect(nats_url, connect_timeout=3, max_reconnect_attempts=1, allow_reconnect=False,
+    nc = await nats.connect(server_urls(nats_url), connect_timeout=3, max_reconnect_attempts=1, allow_reconnect=False,
                             error_cb=ConnectionLog("verify").error,  # one log line, not a traceback per try
                             **options)  # the service login, where NATS has users
     try:

@@ -15,6 +15,8 @@ import nats.errors
 import structlog
 from nats.aio.client import Client
 
+from pamledger_client.protocol.requests import abandon_requests_in_flight
+
 log = structlog.get_logger(__name__)
 # What a server going away (or not being there yet) raises: expected, a state and not a bug.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -56,7 +58,9 @@ class ConnectionLog:
             log.warning("nats.disconnected", connection=self.name)
 
     async def reconnected(self) -> None:
-        log.info("nats.reconnected", connection=self.name, failed_attempts=self.failed_attempts)
+        abandoned = abandon_requests_in_flight(self.client) if self.client is not None else 0
+        log.info("nats.reconnected", connection=self.name, failed_attempts=self.failed_attempts,
+                 requests_retried=abandoned)
         self.down = False
         self.failed_attempts = 0
 

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
+from infra.nats_servers import server_urls
+
 RawHandler = Callable[[bytes, bytes, bytes, bytes | None], None]  # (subject, reply, payload, header block)
 
 
@@ -55,9 +57,9 @@ class RawClient(Client):
 
 
 async def connect_raw(url: str, **options: object) -> RawClient:
-    """`nats.connect` with a RawClient."""
+    """`nats.connect` with a RawClient; `url` may name a cluster's nodes, comma-separated."""
     nc = RawClient()
-    await nc.connect(url, **options)  # type: ignore[arg-type]
+    await nc.connect(server_urls(url), **options)  # type: ignore[arg-type]
     return nc
 
 

@@ -216,6 +216,9 @@ def to_error(exc: BaseException, what: str) -> PamledgerError:
     if isinstance(exc, psycopg.Error):
         log.warning("request.database_failed", request=what, error=type(exc).__name__)
         return map_db_error(exc)
+    if isinstance(exc, nats.js.errors.ServiceUnavailableError):  # 503: no JetStream leader yet (a cluster's
+        # election after a node died): retryable, like NATS away
+        return ServiceUnavailable(f"JetStream unavailable: {exc.description or 'no leader answered'}")
     if isinstance(exc, nats.js.errors.APIError):  # JetStream answered and refused: say what it said
         return PamledgerError(f"JetStream refused: {exc.description}", details={
             "err_code": exc.err_code, "description": exc.description})

@@ -219,6 +219,18 @@ class TracingSettings(_Group):
     endpoint: str | None = None
 
 
+class NatsSettings(_Group):
+    """NATS as one server (the default) or a JetStream cluster (docs/scaling.md, "NATS: a JetStream cluster")."""
+
+    # How many nats-server nodes `pamledger up|run --local` starts on loopback: 1, or a cluster of 3 (or 5),
+    # each with its own store and routes to the others, each supervised and restarted in place by `run`.
+    nodes: int = Field(default=1, ge=1, le=7)
+    # Copies JetStream keeps of the ledger stream (num_replicas). Unset: one per NATS server the service is
+    # given (the nodes it started, or the URLs of PAMLEDGER_NATS_URL), at most 3. An existing stream is
+    # changed to it at the relay's next start.
+    stream_replicas: int | None = Field(default=None, ge=1, le=5)
+
+
 class Settings(BaseSettings):
     """Everything a pamledger process needs; unset URLs mean 'the servers `pamledger up` started'."""
 
@@ -229,7 +241,7 @@ class Settings(BaseSettings):
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
 
-    nats_url: str | None = None
+    nats_url: str | None = None  # one URL, or every node's of a cluster, comma-separated
     database_url: str | None = None
     state_dir: Path = DEFAULT_STATE_DIR
     subject_prefix: str = DEFAULT_PREFIX
@@ -241,6 +253,7 @@ class Settings(BaseSettings):
     processes: Literal["split", "single"] = "split"
     # The credential the SDK and the CLI send (PAMLEDGER_TOKEN); unset: the state dir's admin.token, if any.
     token: str | None = None
+    nats: NatsSettings = NatsSettings()
     writer: WriterSettings = WriterSettings()
     query: QuerySettings = QuerySettings()
     database: DatabaseSettings = DatabaseSettings()

@@ -22,6 +22,9 @@ from typing import Any, Protocol
 import structlog
 
 from infra.endpoints import SERVERS_FILE, read_servers_file
+from local_servers.nats_cluster import (
+    MAX_NODES, NodesChanged, cluster_url, node_dir, node_records, recorded_nodes, revive_node, up_cluster,
+)
 from local_servers.nats_server import NatsServer, StoreInUse, is_nats_process, launch_nats, nats_info, store_holder
 from local_servers.postgres_server import (
     PostgresServer,
@@ -37,8 +40,8 @@ from local_servers.processes import ServerWatch
 from schemas.errors import PamledgerError
 
 __all__ = [
-    "LocalStack", "NatsServer", "PostgresServer", "ServerHandle", "ServersStillRunning", "StackStatus", "StoreInUse",
-    "clean", "free_port", "read_servers_file", "reload_nats", "start_nats", "start_postgres", "status",
+    "LocalStack", "NatsServer", "NodesChanged", "PostgresServer", "ServerHandle", "ServersStillRunning", "StackStatus",
+    "StoreInUse", "clean", "free_port", "read_servers_file", "reload_nats", "start_nats", "start_postgres", "status",
     "stop_from_file",
 ]
 
@@ -138,6 +141,17 @@ def _up_replica(state_dir: Path, recorded: dict[str, Any], primary: PostgresServ
     return launch_replica(primary.port, state_dir / REPLICA_DIR, port if port is not None else free_port()), True
 
 
+def _up_nats_nodes(state_dir: Path, recorded: dict[str, Any], count: int) -> tuple[list[NatsServer], set[str]]:
+    """One server as always (count 1), or the nodes of a local JetStream cluster (local_servers.nats_cluster)."""
+    if count > 1:
+        return up_cluster(state_dir, recorded, count, lambda port: _reusable_port(port) or free_port())
+    if len(recorded_nodes(recorded)) > 1 and _recorded_nats(state_dir, recorded) is not None:
+        raise NodesChanged(f"the NATS of {state_dir} runs as a cluster of {len(recorded_nodes(recorded))} nodes:"
+                           " stop it (`pamledger down`), then start again with nats.nodes 1")
+    nats, started = _up_nats(state_dir, recorded)
+    return [nats], {"nats"} if started else set()
+
+
 def _up_postgres(state_dir: Path, recorded: dict[str, Any]) -> tuple[PostgresServer, bool]:
     """Reuse the postmaster already serving our data dir, else start one; say whether we started it."""
     data_dir = state_dir / "postgres"
@@ -163,34 +177,47 @@ class LocalStack:
     """NATS + PostgreSQL (and, asked for, a streaming replica of it) under one state dir, recorded in servers.json."""
 
     state_dir: Path
-    nats: NatsServer
+    nats_nodes: list[NatsServer]  # one server by default; the nodes of a JetStream cluster with nats.nodes > 1
     postgres: PostgresServer
     started: frozenset[str]
     replica: PostgresServer | None = None
 
     @classmethod
-    def up(cls, state_dir: Path, pg_replica: bool = False) -> LocalStack:
-        """Reuse live recorded servers, start the missing ones (same data, same ports when free). `pg_replica`:
-        also a streaming read replica of the Postgres (docs/scaling.md), recorded as `database_read_urls`."""
+    def up(cls, state_dir: Path, nats_nodes: int = 1, pg_replica: bool = False) -> LocalStack:
+        """Reuse live recorded servers, start the missing ones (same data, same ports when free). `nats_nodes`:
+        one server, or a local JetStream cluster of that many nodes. `pg_replica`: also a streaming read replica
+        of the Postgres (docs/scaling.md), recorded as `database_read_urls`."""
         with _state_lock(state_dir):
             recorded = read_servers_file(state_dir) or {}
-            nats, nats_started = _up_nats(state_dir, recorded)
+            nodes, nats_started = _up_nats_nodes(state_dir, recorded, nats_nodes)
             replica, replica_started = None, False
             try:
                 postgres, pg_started = _up_postgres(state_dir, recorded)
                 if pg_replica:
                     replica, replica_started = _up_replica(state_dir, recorded, postgres)
             except BaseException:
-                if nats_started:
-                    nats.stop()
+                for node in nodes:
+                    if node.name in nats_started:
+                        node.stop()
                 raise
-            fresh = (("nats", nats_started), ("postgres", pg_started), ("replica", replica_started))
-            started = frozenset(name for name, was_started in fresh if was_started)
-            stack = cls(state_dir, nats, postgres, started, replica)
+            started = frozenset(nats_started | {name for name, was_started in (("postgres", pg_started),
+                                                                               ("replica", replica_started))
+                                                 if was_started})
+            stack = cls(state_dir, nodes, postgres, started, replica)
             stack.write_servers_file()
         log.info("stack.up", state_dir=str(state_dir), started=sorted(stack.started),
-                 nats_url=nats.url, database_url=postgres.url)
+                 nats_url=stack.nats_url, database_url=postgres.url)
         return stack
+
+    @property
+    def nats(self) -> NatsServer:
+        """Node 1: the single server when there is one."""
+        return self.nats_nodes[0]
+
+    @property
+    def nats_url(self) -> str:
+        """Every node's client URL, comma-separated (one URL for a single server)."""
+        return cluster_url(self.nats_nodes)
 
     @property
     def reused(self) -> bool:
@@ -200,8 +227,8 @@ class LocalStack:
     def write_servers_file(self) -> None:
         """Atomically record both servers in servers.json."""
         record = {
-            "nats_url": self.nats.url, "nats_port": self.nats.port, "nats_pid": self.nats.pid,
-            "nats_data_dir": str(self.nats.data_dir),
+            "nats_url": self.nats_url, "nats_port": self.nats.port, "nats_pid": self.nats.pid,
+            "nats_data_dir": str(self.nats.data_dir), "nats_nodes": node_records(self.nats_nodes),
             "database_url": self.postgres.url, "postgres_port": self.postgres.port,
             "postgres_pid": self.postgres.pid, "postgres_data_dir": str(self.postgres.data_dir),
             "postgres_run_as": self.postgres.layout.run_as, "updated_at": time.time(),
@@ -215,7 +242,7 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop every server and remove servers.json."""
-        self._stop({"nats", "postgres", "replica"})
+        self._stop({node.name for node in self.nats_nodes} | {"postgres", "replica"})
 
     def stop_started(self) -> None:
         """Stop only what this stack started (what `run --local` should undo), keeping reused servers."""
@@ -224,8 +251,9 @@ class LocalStack:
     def _stop(self, names: set[str]) -> None:
         """Stop the named servers (Postgres last, it is slower); forget servers.json once nothing runs."""
         with _state_lock(self.state_dir):
-            if "nats" in names:
-                self.nats.stop()
+            for node in self.nats_nodes:
+                if node.name in names:
+                    node.stop()
             if "replica" in names and self.replica is not None:
                 self.replica.stop()
             if "postgres" in names:
@@ -235,9 +263,18 @@ class LocalStack:
 
     def watches(self) -> list[ServerWatch]:
         """One watch per server this stack started, for the supervisor to restart it in place."""
-        alive = {"nats": lambda: self.nats.is_running(), "postgres": lambda: self.postgres.is_alive(),
-                 "replica": lambda: self.replica is None or self.replica.is_alive()}
-        return [ServerWatch(name, alive[name], functools.partial(self.revive, name)) for name in sorted(self.started)]
+        return [ServerWatch(name, functools.partial(self._alive, name), functools.partial(self.revive, name))
+                for name in sorted(self.started)]
+
+    def _alive(self, name: str) -> bool:
+        if name == "postgres":
+            return self.postgres.is_alive()
+        if name == "replica":
+            return self.replica is None or self.replica.is_alive()
+        return self._node(name).is_running()
+
+    def _node(self, name: str) -> NatsServer:
+        return next(node for node in self.nats_nodes if node.name == name)
 
     def revive(self, name: str) -> None:
         """Bring a dead server back on its data dir and port, or adopt one that already came back there.
@@ -249,14 +286,20 @@ class LocalStack:
         with _state_lock(self.state_dir):
             if not (self.state_dir / SERVERS_FILE).is_file():
                 raise ServersStopped(f"servers.json is gone from {self.state_dir}: stopped on purpose")
-            if name == "nats":
+            if name == "nats" and len(self.nats_nodes) == 1:
                 holder = store_holder(self.nats.data_dir)
                 if holder is not None and holder.port == self.nats.port and nats_info(holder.port) is not None:
-                    self.nats, self.started = holder, self.started - {"nats"}  # someone else's now
+                    self.nats_nodes, self.started = [holder], self.started - {"nats"}  # someone else's now
                 else:
-                    self.nats = launch_nats(self.nats.data_dir, self.nats.port)
+                    self.nats_nodes = [launch_nats(self.nats.data_dir, self.nats.port)]
             elif name == "replica" and self.replica is not None:
                 self._revive_replica(self.replica.port)
+            elif name != "postgres":
+                index = self.nats_nodes.index(self._node(name))
+                node = revive_node(self.nats_nodes[index])
+                self.nats_nodes[index] = node
+                if node.process is None:  # adopted: it came back by another hand
+                    self.started = self.started - {name}
             else:
                 running = attach_postgres(self.state_dir / "postgres")
                 if running is not None and running.port == self.postgres.port:
@@ -278,18 +321,31 @@ class LocalStack:
 
 def reload_nats(state_dir: Path) -> bool:
     """Have the state dir's running NATS read its configuration again; False when none runs."""
+    reloaded = [node.reload() for node in _live_nats(state_dir)]
+    return bool(reloaded) and all(reloaded)
+
+
+def _live_nats(state_dir: Path) -> list[NatsServer]:
+    """Every nats-server of the state dir that runs: the recorded node(s), or whatever holds their stores."""
     recorded = read_servers_file(state_dir) or {}
-    running = _recorded_nats(state_dir, recorded) or store_holder(state_dir / "nats")
-    return running.reload() if running is not None else False
+    found: list[NatsServer] = []
+    stores = sum(1 for index in range(1, MAX_NODES) if node_dir(state_dir, index).is_dir())  # servers.json gone
+    count = max(len(recorded_nodes(recorded)), 1 + stores)
+    candidates = [_recorded_nats(state_dir, recorded)]
+    for index, record in enumerate(recorded_nodes(recorded)):
+        port, pid = record.get("port"), record.get("pid")
+        if index and isinstance(port, int) and isinstance(pid, int) and is_nats_process(pid, port):
+            candidates.append(NatsServer(port=port, data_dir=node_dir(state_dir, index), pid=pid))
+    candidates += [store_holder(node_dir(state_dir, index)) for index in range(count)]
+    for nats in candidates:
+        if nats is not None and nats.is_running() and all(nats.pid != other.pid for other in found):
+            found.append(nats)
+    return found
 
 
 def _live_servers(state_dir: Path) -> list[Any]:
     """Every server servers.json names, or that holds the state dir's stores, and still runs."""
-    recorded = read_servers_file(state_dir) or {}
-    found: list[Any] = []
-    for nats in (_recorded_nats(state_dir, recorded), store_holder(state_dir / "nats")):
-        if nats is not None and nats.is_running() and all(nats.pid != other.pid for other in found):
-            found.append(nats)
+    found: list[Any] = list(_live_nats(state_dir))
     for directory in (REPLICA_DIR, "postgres"):  # the replica first: stopped before its primary
         postgres = claimed_postgres(state_dir / directory)
         if postgres is not None and postgres.is_alive():

@@ -29,7 +29,32 @@ READY_TIMEOUT_SECONDS = 20.0
 STOP_TIMEOUT_SECONDS = 10.0
 LOCK_FILE = "nats.lock"
 CONFIG_FILE = "nats.conf"  # users, permissions, TLS (authz.nats_auth): passed with -c when present
+NODE_CONFIG_FILE = "node.conf"  # a cluster node's name and routes, including the shared CONFIG_FILE
 HOLDER_READ_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class ClusterRoute:
+    """A node's place in a local JetStream cluster: its server name (stable, so JetStream knows it again
+    after a restart), its route port and its peers' route ports."""
+
+    cluster_name: str
+    server_name: str
+    port: int
+    peers: tuple[int, ...]
+
+    def config(self, data_dir: Path, shared: Path | None) -> str:
+        """The node's configuration file: its name and routes, then the shared one (users, TLS) included.
+
+        Why a file and not flags: a reload (SIGHUP, when users change) re-reads the file and refuses one
+        without `server_name` and `cluster.name` on a clustered JetStream server, flags or not."""
+        routes = ", ".join(json.dumps(f"nats://127.0.0.1:{port}") for port in self.peers)
+        lines = [f"server_name: {json.dumps(self.server_name)}",
+                 f"cluster {{ name: {json.dumps(self.cluster_name)}, listen: \"127.0.0.1:{self.port}\","
+                 f" routes: [{routes}] }}"]
+        if shared is not None and shared.is_file():  # include paths are relative to the including file
+            lines.append(f"include {json.dumps(os.path.relpath(shared, data_dir))}")
+        return "\n".join(lines) + "\n"
 
 
 class StoreInUse(RuntimeError):
@@ -102,6 +127,8 @@ class NatsServer:
     pid: int
     name: str = "nats"
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    cluster: ClusterRoute | None = None  # None: a single server, as `make run` starts by default
+    config_file: Path | None = None  # None: data_dir/nats.conf when present (a cluster's nodes share node 1's)
 
     @property
     def url(self) -> str:
@@ -141,7 +168,7 @@ class NatsServer:
     def restart(self) -> None:
         """Start the server again on the same port and store dir, so JetStream data is recovered."""
         self.stop()
-        self.process = _spawn(self.data_dir, self.port)
+        self.process = _spawn(self.data_dir, self.port, self.cluster, self.config_file)
         self.pid = self.process.pid
         _wait_ready(self)
         log.info("nats.restarted", pid=self.pid, port=self.port)
@@ -231,14 +258,20 @@ def store_holder(data_dir: Path) -> NatsServer | None:
     return None
 
 
-def _spawn(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+def _spawn(data_dir: Path, port: int, cluster: ClusterRoute | None = None,
+           config_file: Path | None = None) -> subprocess.Popen[bytes]:
     """Launch nats-server holding its store's lock, in its own session so Ctrl-C here does not reach it."""
     store = data_dir / "jetstream"
     store.mkdir(parents=True, exist_ok=True)
     argv = [str(find_nats_server()), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
     argv += ["-l", str(data_dir / "nats-server.log")]
-    if (data_dir / CONFIG_FILE).is_file():
-        argv += ["-c", str(data_dir / CONFIG_FILE)]
+    config = config_file or data_dir / CONFIG_FILE
+    if cluster is not None:
+        node_config = data_dir / NODE_CONFIG_FILE
+        node_config.write_text(cluster.config(data_dir, config))
+        argv += ["-c", str(node_config)]
+    elif config.is_file():
+        argv += ["-c", str(config)]
     fd = _lock_store(data_dir)
     try:
         # The child inherits the locked open file: the lock is released only when nats-server exits.
@@ -269,11 +302,14 @@ def _wait_ready(server: NatsServer, timeout: float = READY_TIMEOUT_SECONDS) -> N
     raise TimeoutError(f"nats-server not ready on port {server.port} after {timeout}s")
 
 
-def launch_nats(data_dir: Path, port: int) -> NatsServer:
-    """Start nats-server -js on 127.0.0.1:port with its store under data_dir and wait until it serves."""
+def launch_nats(data_dir: Path, port: int, cluster: ClusterRoute | None = None,
+                config_file: Path | None = None) -> NatsServer:
+    """Start nats-server -js on 127.0.0.1:port with its store under data_dir and wait until it serves;
+    with `cluster`, as a node of a local JetStream cluster (its routes to the peers)."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    process = _spawn(data_dir, port)
-    server = NatsServer(port=port, data_dir=data_dir, pid=process.pid, process=process)
+    process = _spawn(data_dir, port, cluster, config_file)
+    server = NatsServer(port=port, data_dir=data_dir, pid=process.pid, process=process, cluster=cluster,
+                        config_file=config_file)
     _wait_ready(server)
     log.info("nats.started", pid=server.pid, port=port, data_dir=str(data_dir))
     return server

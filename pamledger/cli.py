@@ -42,16 +42,25 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     from pamledger.auth import prepare_credentials
     from pamledger.nats_users import prepare_nats_config, sync_nats_users
 
+    settings = with_nats_nodes(settings, args)
     credentials = prepare_credentials(settings)  # before NATS starts: its users include the admin token
     prepare_nats_config(settings)
-    stack = LocalStack.up(settings.state_dir, pg_replica=args.pg_replica)
+    stack = LocalStack.up(settings.state_dir, settings.nats.nodes, pg_replica=args.pg_replica)
     applied = migrate(stack.postgres.url)
     asyncio.run(sync_nats_users(settings, stack.postgres.url))  # the ledger's tokens can log in to NATS now
     replica = {"database_read_urls": [stack.replica.url]} if stack.replica is not None else {}
-    _print({"nats_url": stack.nats.url, "database_url": stack.postgres.url, **replica,
+    _print({"nats_url": stack.nats_url, "database_url": stack.postgres.url, **replica,
             "started": sorted(stack.started), "migrations_applied": applied, "state_dir": str(settings.state_dir),
             **credentials})
     return 0
+
+
+def with_nats_nodes(settings: Settings, args: argparse.Namespace) -> Settings:
+    """`--nats-nodes N` wins over nats.nodes (PAMLEDGER_NATS__NODES)."""
+    nodes = getattr(args, "nats_nodes", None)
+    if nodes is None:
+        return settings
+    return settings.model_copy(update={"nats": settings.nats.model_copy(update={"nodes": nodes})})
 
 
 def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
@@ -80,6 +89,7 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     from pamledger.supervisor import child_environment, enabled_optional_roles, parse_roles, supervise
 
     roles = parse_roles(args.roles, enabled_optional_roles(settings.retention.enabled))
+    settings = with_nats_nodes(settings, args)
     stack = None
     credentials = prepare_credentials(settings)
     if not (settings.nats_url and settings.database_url):
@@ -87,8 +97,8 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         from pamledger.nats_users import prepare_nats_config
 
         prepare_nats_config(settings)  # NATS users and permissions (docs/security.md, "Transport")
-        stack = LocalStack.up(settings.state_dir, pg_replica=args.pg_replica)
-        settings = settings.model_copy(update={"nats_url": stack.nats.url, "database_url": stack.postgres.url})
+        stack = LocalStack.up(settings.state_dir, settings.nats.nodes, pg_replica=args.pg_replica)
+        settings = settings.model_copy(update={"nats_url": stack.nats_url, "database_url": stack.postgres.url})
         if stack.replica is not None and not settings.database.read_urls:
             settings = settings.model_copy(update={"database": settings.database.model_copy(
                 update={"read_urls": [stack.replica.url]})})
@@ -258,11 +268,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--local", action="store_true", help="accepted for clarity; local servers are what up starts")
     up.add_argument("--pg-replica", action="store_true",
                     help="also a streaming read replica of the local Postgres, read by the query role")
+    up.add_argument("--nats-nodes", type=_node_count, help="NATS as a JetStream cluster of N nodes (nats.nodes)")
     sub.add_parser("down", help="stop the servers `up` started")
     sub.add_parser("clean", help="stop the local servers and DELETE their data (the ledger) in the state dir")
     sub.add_parser("status", help="URLs in use, whether servers and services answer, the ledger head")
     run = sub.add_parser("run", help="serve in the foreground (starts local servers unless URLs are set)")
     run.add_argument("--local", action="store_true", help="accepted for clarity; local servers are the default")
+    run.add_argument("--nats-nodes", type=_node_count, help="local NATS as a JetStream cluster of N nodes (nats.nodes)")
     run.add_argument("--single-process", action="store_true", help="every role in one process (default: one each)")
     run.add_argument("--pg-replica", action="store_true",
                      help="with local servers: also a streaming read replica of Postgres, read by the query role")
@@ -282,6 +294,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_cursor_keys_parser(sub)
     _add_import_parser(sub)
     return parser
+
+
+def _node_count(text: str) -> int:
+    count = int(text)
+    if not 1 <= count <= 7:
+        raise argparse.ArgumentTypeError("NATS nodes: 1 to 7 (a cluster: 3 or 5)")
+    return count
 
 
 def _add_import_parser(sub: Any) -> None:

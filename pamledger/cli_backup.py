@@ -111,5 +111,5 @@ def _local_servers(settings: Settings) -> tuple[Any, Settings]:
 
     prepare_credentials(settings)
     prepare_nats_config(settings)
-    stack = LocalStack.up(settings.state_dir)
-    return stack, settings.model_copy(update={"nats_url": stack.nats.url, "database_url": stack.postgres.url})
+    stack = LocalStack.up(settings.state_dir, settings.nats.nodes)
+    return stack, settings.model_copy(update={"nats_url": stack.nats_url, "database_url": stack.postgres.url})

@@ -64,6 +64,7 @@ async def rebuild_stream(settings: Settings, nats_url: str, database_url: str, f
 
     from command_handler.relay import Relay
     from infra.ledger import ledger_head
+    from infra.nats_servers import stream_replicas
     from infra.ledger_identity import ledger_identity, stream_ledger_id, stream_reuse
     from subscriptions.store import close_foreign_subscriptions
     from pamledger_client.connection import open_nats
@@ -85,7 +86,8 @@ async def rebuild_stream(settings: Settings, nats_url: str, database_url: str, f
                 await js.delete_stream(settings.stream_name)
             except NotFoundError:
                 pass
-            relay = Relay(nc, database_url, settings.stream_name, settings.subject_prefix, settings.partition)
+            relay = Relay(nc, database_url, settings.stream_name, settings.subject_prefix, settings.partition,
+                          replicas=stream_replicas(nats_url, settings.nats.stream_replicas))
             await asyncio.wait_for(relay.catch_up(), timeout=settings.request_timeout_seconds * 30)
             closed = await close_foreign_subscriptions(conn, settings.partition)
             head = await ledger_head(conn, settings.partition)

@@ -33,6 +33,7 @@ from infra.requester import CommandRequester
 from infra.nats_log import ConnectionLog
 from infra.metrics import FOLLOWER_POSITION, FOLLOWER_STUCK, leading, leads
 from infra.nats_raw import RawClient, connect_raw
+from infra.nats_servers import StreamReplicas, stream_replicas
 from infra.probes import Probes, serving_probes
 from infra.request_shell import AllowAll, DelegationGate, DenialSink, Policy
 from infra.settings import Settings
@@ -126,8 +127,9 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             tasks.append(asyncio.create_task(watcher.run(database_url)))
             tasks.append(asyncio.create_task(index_watcher.run(database_url)))
         if "writer" in roles:
+            stream_copies = stream_replicas(nats_url, settings.nats.stream_replicas)
             tasks.append(asyncio.create_task(lead_forever(settings, await connection("writer"), database_url,
-                                                          policy)))
+                                                          policy, stream_copies)))
         for spec in FOLLOWERS:
             if spec.name in roles:
                 follower_nc = await connection(spec.name)
@@ -193,12 +195,13 @@ def probe_port(settings: Settings, roles: Sequence[str]) -> int:
     return base + PROBE_OFFSETS.get(roles[0], 0) if len(roles) == 1 else base
 
 
-async def lead_forever(settings: Settings, nc: RawClient, database_url: str, policy: Policy | None = None) -> None:
+async def lead_forever(settings: Settings, nc: RawClient, database_url: str, policy: Policy | None = None,
+                       replicas: StreamReplicas = StreamReplicas(1)) -> None:
     """Wait for the writer lock, serve as writer, and go back to waiting if the database session dies."""
     failures = role_failures(settings, "writer")
     while True:
         try:
-            await _lead_once(settings, nc, database_url, failures, policy)
+            await _lead_once(settings, nc, database_url, failures, policy, replicas)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             await asyncio.sleep(failures.failed(exc, expected=True))
         except Exception as exc:  # noqa: BLE001 - a writer bug must not leave the process serving without a writer
@@ -215,14 +218,14 @@ def role_failures(settings: Settings, role: str) -> RoleFailures:
 
 
 async def _lead_once(settings: Settings, nc: RawClient, database_url: str, failures: RoleFailures,
-                     policy: Policy | None) -> None:
+                     policy: Policy | None, replicas: StreamReplicas) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         store = PostgresLedgerStore(conn, settings.partition)
         # A retry after a failure takes the lock again: said once, by the failure, not per attempt.
         await _wait_for_lock(conn, locks.writer_key(settings.partition), settings, "writer",
                              quiet=failures.attempts > 0)
         relay = Relay(nc, database_url, settings.stream_name, settings.subject_prefix, settings.partition,
-                      settings.writer.relay_publish_timeout_seconds)
+                      settings.writer.relay_publish_timeout_seconds, replicas)
         relay_task = asyncio.create_task(relay.run())
         leads("writer", True)
         try:

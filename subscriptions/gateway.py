@@ -302,7 +302,7 @@ class Gateway:
             await self._rebind(session, subject if moved else None, credential_id)
         await self._stop_pump(session)
         await session.close_reader()
-        session.reposition(after)
+        session.reposition(after)  # a poll still running sees the new generation and moves nothing (poll.py)
         self._start(session)
         return {"subscription_id": session.id, "delivery_subject": session.deliver_subject,
                 "resumed_after": session.client_acked, "generation": session.generation}

@@ -17,6 +17,7 @@ from nats.aio.client import Client as NATS
 
 from pamledger_client.errors import PamspecError
 from pamledger_client.protocol.tokens import agent_login, tls_options
+from pamledger_client.protocol.requests import abandon_requests_in_flight
 
 log = logging.getLogger("pamledger_client")
 
@@ -57,7 +58,8 @@ async def open_nats(url: str, connect_timeout: float = 2.0, token: str | None = 
         try:
             # Bounded: nats.py retries a failing TLS handshake (an unknown certificate) without end.
             nc = await asyncio.wait_for(nats.connect(
-                url, connect_timeout=max(1, round(connect_timeout)), max_reconnect_attempts=1,
+                [server.strip() for server in url.split(",") if server.strip()],  # a cluster's nodes
+                connect_timeout=max(1, round(connect_timeout)), max_reconnect_attempts=1,
                 reconnect_time_wait=0.25, error_cb=watch.error, reconnected_cb=watch.reconnected, **options),
                 3 * max(1, connect_timeout) + 1)
         except (OSError, TimeoutError, asyncio.TimeoutError, nats.errors.Error) as exc:
@@ -72,7 +74,7 @@ async def open_nats(url: str, connect_timeout: float = 2.0, token: str | None = 
             raise PamspecError.of("service_unavailable", f"cannot reach NATS at {url}: {type(cause).__name__}"
                                   f" {cause}", {"nats_url": url}) from None
         nc.options["max_reconnect_attempts"] = -1  # read on every reconnect, not only at connect
-        watch.connected = True
+        watch.connected, watch.client = True, nc
         return nc
     raise AssertionError("unreachable")
 
@@ -85,6 +87,7 @@ class _Watch:
         self.connected = False  # before: the connect call reports the failure itself
         self.troubled = False
         self.last_error: Exception | None = None
+        self.client: NATS | None = None
 
     async def error(self, exc: Exception) -> None:
         self.last_error = exc
@@ -93,6 +96,8 @@ class _Watch:
         self.troubled = True
 
     async def reconnected(self) -> None:
+        if self.client is not None:  # replies lost with the old server: retry those requests now
+            abandon_requests_in_flight(self.client)
         if self.troubled:
             log.warning("nats %s: reconnected", self.url)
         self.troubled = False

@@ -6,6 +6,8 @@ poll of a closed subscription answered an error where PAMSPEC's conformance case
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -194,3 +196,21 @@ async def test_a_close_postgres_refuses_is_undone_and_delivery_goes_on_without_a
     got = [await asyncio.wait_for(events.__anext__(), 60) for _ in made]
     assert [e["event"]["object_id"] for e in got] == [m["object_id"] for m in made]
     await sub.close()
+
+
+async def test_a_poll_its_client_gave_up_on_moves_nothing_past_the_resume_that_followed(client: MemoryClient) -> None:
+    """A poll client whose answer was lost (its NATS node died) resumes after the last event it received
+    and polls on: the poll it gave up on, still waiting at the gateway, must neither hold the resume up nor
+    acknowledge past its position what it reads once the resume is done."""
+    start = (await make(client, 1))[0]["ledger_sequence"]
+    subscription_id = await open_poll(client, start)
+    await poll(client, subscription_id, wait_ms=0)  # past the subscription_opened entry
+    given_up = asyncio.create_task(poll(client, subscription_id, wait_ms=4000))
+    await asyncio.sleep(0.5)  # it waits at the gateway for a first event
+    began = time.monotonic()
+    await client.subscription_request("resume", {"subscription_id": subscription_id, "after_sequence": start})
+    assert time.monotonic() - began < 2.0, "the resume waited for the poll its client gave up on"
+    made = await make(client, 2)
+    await given_up  # its answer goes nowhere: the client resumed instead
+    got = await poll(client, subscription_id)
+    assert [e["event"]["object_id"] for e in got["events"]] == [m["object_id"] for m in made]

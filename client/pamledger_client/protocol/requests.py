@@ -43,3 +43,15 @@ async def request_with_retries(nc: NATS, subject: str, payload: bytes, headers: 
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
     return reply
+
+
+def abandon_requests_in_flight(nc: NATS) -> int:
+    """Fail every request still awaiting its reply as timed out; call it when the connection has just been
+    re-established. Why: a reply sent toward a NATS node that died with the connection is lost, and a
+    request waiting it out would stall its caller for the whole timeout (10 s by default) while a JetStream
+    cluster fails over in about one. request_with_retries retries a timeout at once, with the same payload
+    and idempotency key, as after any timeout. Returns how many it failed."""
+    pending = [future for future in getattr(nc, "_resp_map", {}).values() if not future.done()]
+    for future in pending:
+        future.set_exception(NatsTimeout())
+    return len(pending)

@@ -24,7 +24,7 @@ from infra.ledger import LedgerRow
 from infra.ledger_identity import (
     STREAM_KEY, Refusal, ledger_identity, stream_description, stream_disagreement, wait_for_agreement,
 )
-from infra.subjects import ledger_subject, ledger_wildcard
+from infra.subjects import ledger_subject, ledger_wildcard, partition_wildcard
 from infra.tasks import reraise_if_cancelled
 
 log = structlog.get_logger(__name__)
@@ -38,10 +38,14 @@ _LEDGER_COLUMNS = (
 )
 
 
-def ensure_stream_config(stream_name: str, prefix: str, ledger_id: str | None = None) -> StreamConfig:
-    """The stream's configuration; with `ledger_id`, its metadata and description name that ledger."""
+def ensure_stream_config(stream_name: str, prefix: str, ledger_id: str | None = None,
+                         partition: int | None = None) -> StreamConfig:
+    """The stream's configuration; with `ledger_id`, its metadata and description name that ledger. With
+    `partition` (a ledger of several partitions: infra.partitions) it holds that partition's subjects only,
+    else every ledger subject."""
+    subjects = ledger_wildcard(prefix) if partition is None else partition_wildcard(prefix, partition)
     return StreamConfig(
-        name=stream_name, subjects=[ledger_wildcard(prefix)], storage=StorageType.FILE,
+        name=stream_name, subjects=[subjects], storage=StorageType.FILE,
         duplicate_window=120.0, allow_direct=True,
         max_consumers=MAX_CONSUMERS,  # explicit: nats-server 2.15 otherwise caps a stream at 1,000 consumers
         metadata={STREAM_KEY: ledger_id} if ledger_id else None,
@@ -49,12 +53,14 @@ def ensure_stream_config(stream_name: str, prefix: str, ledger_id: str | None = 
     )
 
 
-async def ensure_stream(js: JetStreamContext, stream_name: str, prefix: str, ledger_id: str | None = None) -> int:
-    """Create the stream (for ledger `ledger_id`) if it is missing; return its last sequence."""
+async def ensure_stream(js: JetStreamContext, stream_name: str, prefix: str, ledger_id: str | None = None,
+                        partition: int | None = None) -> int:
+    """Create the stream (for ledger `ledger_id`, of one `partition` or of all) if it is missing; return its
+    last sequence."""
     try:
         info = await js.stream_info(stream_name)
     except NotFoundError:
-        info = await js.add_stream(ensure_stream_config(stream_name, prefix, ledger_id))
+        info = await js.add_stream(ensure_stream_config(stream_name, prefix, ledger_id, partition))
         log.info("stream.created", stream=stream_name, ledger_id=ledger_id)
     return int(info.state.last_seq)
 
@@ -67,13 +73,14 @@ class Relay:
     """Publishes what the writer committed; falls back to reading the ledger whenever it sees a gap."""
 
     def __init__(self, nc: NATS, database_url: str, stream_name: str, prefix: str, partition: int,
-                 publish_timeout: float = 5.0):
+                 publish_timeout: float = 5.0, partitioned: bool = False):
         self.nc = nc
         self.js = nc.jetstream()
         self.database_url = database_url
         self.stream_name = stream_name
         self.prefix = prefix
         self.partition = partition
+        self.partitioned = partitioned  # a stream of this partition's subjects only (infra.partitions)
         self.publish_timeout = publish_timeout
         self.published = 0
         self.queue: asyncio.Queue[list[LedgerRow]] = asyncio.Queue()
@@ -127,7 +134,8 @@ class Relay:
                     await wait_for_agreement("relay", lambda: stream_disagreement(
                         conn, self.js, self.stream_name, self.partition), self.refusal)
                     ledger_id = await ledger_identity(conn, self.partition)
-                    self.published = await ensure_stream(self.js, self.stream_name, self.prefix, ledger_id)
+                    self.published = await ensure_stream(self.js, self.stream_name, self.prefix, ledger_id,
+                                                        self.partition if self.partitioned else None)
                     while True:
                         rows = await self.read_ledger(conn, self.published)
                         if not rows:

@@ -216,6 +216,9 @@ class Settings(BaseSettings):
     subject_prefix: str = "pamledger"
     stream_name: str = "PAMLEDGER"
     partition: int = Field(default=0, ge=0, lt=MAX_PARTITIONS)  # infra.locks: each role's lock key per partition
+    # How many partitions the ledger is split into (infra.partitions): recorded with the ledger when it is made
+    # and refused at start when changed. Each writer process leads whichever partitions are free.
+    partitions: int = Field(default=1, ge=1, le=MAX_PARTITIONS)
     log_format: Literal["auto", "json", "console"] = "auto"  # auto: console on a terminal, else JSON lines
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     request_timeout_seconds: float = 10.0

@@ -52,6 +52,7 @@ TABLES: dict[str, Table] = {
         "query.snapshots": "what a snapshot lost since its seal: only objects with entries after its watermark",
         "query.plan": "at a snapshot, objects with entries after its watermark are read from their versions",
         "retention.evaluator": "an object's age is its first version's commit time",
+        "infra.partitions": "a ledger that holds rows before its partition count was recorded had one",
     }),
     "memory_versions": Table("command_handler.store", {
         **_WRITER_READS, **_VERSION_STORE,
@@ -78,6 +79,7 @@ TABLES: dict[str, Table] = {
         "infra.scopes": "the kernel's scope reads: whether a scope exists, its record, policies by key",
     }),
     "ledger_identity": Table("infra.ledger_identity"),
+    "ledger_layout": Table("infra.partitions"),
     "projection_checkpoints": Table("infra.projections", {
         "infra.ledger_identity": "a follower's checkpoint must be this ledger's",
         "projector.replay": "replay --swap moves the checkpoint with the tables",

@@ -90,6 +90,9 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     single = args.single_process or settings.processes == "single"
     try:
         migrate(settings.database_url)
+        if (refused := partition_count_refused(settings.database_url, settings.partitions)) is not None:
+            print(f"pamledger run: {refused}", file=sys.stderr)
+            return 2
         if stack is not None:
             from pamledger.nats_users import sync_nats_users
 
@@ -119,6 +122,21 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         os.nice(settings.indexer.nice)  # the embedder yields the CPU to the writer (`run`: a process per role)
     asyncio.run(_serve(settings, roles))
     return 0
+
+
+def partition_count_refused(database_url: str, partitions: int) -> str | None:
+    """Why this ledger refuses the `partitions` setting (infra.partitions), None when it agrees. Recorded on
+    the first start; a ledger of another count is never re-hashed."""
+    import psycopg
+
+    from infra.partitions import PartitionCountChanged, recorded_partitions
+
+    try:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            recorded_partitions(conn, partitions)
+    except PartitionCountChanged as exc:
+        return str(exc)
+    return None
 
 
 async def _serve(settings: Settings, roles: tuple[str, ...]) -> None:

@@ -21,9 +21,6 @@ import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from command_handler.store import PostgresLedgerStore
-from command_handler.writer import Writer
-from command_handler.relay import Relay
 from embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from indexer.role import run_beside_follower
 from indexer.step import INDEXER, indexer_spec
@@ -43,6 +40,8 @@ from infra.subjects import status_subject
 from infra.tasks import stop_task
 from pamledger.auth import auth_for, delegated_reads
 from pamledger.followers import FOLLOWERS
+from pamledger.leadership import role_failures, wait_for_lock
+from pamledger.writer_role import lead_forever
 from pamledger.nats_users import nats_is_ours, nats_users, operator_nats_options
 from pamledger.supervisor import ROLES
 from query.cursor_keys import CursorSigner, cursor_keys_path
@@ -186,46 +185,6 @@ def probe_port(settings: Settings, roles: Sequence[str]) -> int:
     return base + PROBE_OFFSETS.get(roles[0], 0) if len(roles) == 1 else base
 
 
-async def lead_forever(settings: Settings, nc: RawClient, database_url: str, policy: Policy | None = None) -> None:
-    """Wait for the writer lock, serve as writer, and go back to waiting if the database session dies."""
-    failures = role_failures(settings, "writer")
-    while True:
-        try:
-            await _lead_once(settings, nc, database_url, failures, policy)
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            await asyncio.sleep(failures.failed(exc, expected=True))
-        except Exception as exc:  # noqa: BLE001 - a writer bug must not leave the process serving without a writer
-            await asyncio.sleep(failures.failed(exc, expected=False))
-        else:
-            await asyncio.sleep(settings.writer.lock_poll_seconds)
-
-
-def role_failures(settings: Settings, role: str) -> RoleFailures:
-    """A role loop's failure log and backoff: from the lock poll interval up to 10x it, afresh once a run
-    has lasted `role_healthy_seconds`."""
-    poll = settings.writer.lock_poll_seconds
-    return RoleFailures(role, poll, 10 * poll, settings.writer.role_healthy_seconds)
-
-
-async def _lead_once(settings: Settings, nc: RawClient, database_url: str, failures: RoleFailures,
-                     policy: Policy | None) -> None:
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        store = PostgresLedgerStore(conn, settings.partition)
-        # A retry after a failure takes the lock again: said once, by the failure, not per attempt.
-        await _wait_for_lock(conn, locks.writer_key(settings.partition), settings, "writer",
-                             quiet=failures.attempts > 0)
-        relay = Relay(nc, database_url, settings.stream_name, settings.subject_prefix, settings.partition,
-                      settings.writer.relay_publish_timeout_seconds)
-        relay_task = asyncio.create_task(relay.run())
-        leads("writer", True)
-        try:
-            with failures.running():
-                await Writer(settings, nc, store, relay.submit, relay.status, policy=policy).serve()
-        finally:
-            leads("writer", False)
-            await stop_task(relay_task)
-
-
 async def follow_forever(settings: Settings, nc: RawClient, database_url: str, spec: FollowerSpec,
                          probes: Probes | None = None, policy: Policy | None = None) -> None:
     """Lead the partition's `spec` follower (its own advisory lock), reconnecting when the database goes
@@ -244,7 +203,7 @@ async def follow_forever(settings: Settings, nc: RawClient, database_url: str, s
                 # (and must not compete with the writer's).
                 await conn.execute("SET synchronous_commit = off")
                 # A retry of a stuck event takes the lock again: said once, when the state changed.
-                await _wait_for_lock(conn, spec.lock_key(settings.partition), settings, spec.name,
+                await wait_for_lock(conn, spec.lock_key(settings.partition), settings, spec.name,
                                      quiet=stuck.current is not None or failures.attempts > 0)
                 async with answering_status(nc, settings, spec.name, lambda: {"stuck": stuck.report()}, policy,
                                             lambda: stuck.current is None):
@@ -272,21 +231,6 @@ async def follow_forever(settings: Settings, nc: RawClient, database_url: str, s
             await asyncio.sleep(settings.writer.lock_poll_seconds)
 
 
-async def _wait_for_lock(conn: psycopg.AsyncConnection[Any], key: int, settings: Settings, role: str,
-                         quiet: bool = False) -> None:
-    announced = False
-    while True:
-        cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
-        row = await cur.fetchone()
-        if row and row[0]:
-            (log.debug if quiet else log.info)("leadership.acquired", role=role, partition=settings.partition)
-            return
-        if not announced:
-            log.info("leadership.waiting", role=role, partition=settings.partition)
-            announced = True
-        await asyncio.sleep(settings.writer.lock_poll_seconds)
-
-
 async def gateway_forever(settings: Settings, nc: NATS, database_url: str, authorizer: Authorizer,
                           policy: Policy | None = None, denials: DenialSink | None = None,
                           service_token: str | None = None, delegations: DelegationGate | None = None) -> None:
@@ -297,7 +241,7 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
                 key = locks.gateway_key(settings.partition)
-                await _wait_for_lock(conn, key, settings, "gateway", quiet=failures.attempts > 0)
+                await wait_for_lock(conn, key, settings, "gateway", quiet=failures.attempts > 0)
                 store = SubscriptionStore(conn, database_url, key, settings.partition,
                                           settings.writer.lock_poll_seconds)
                 try:
@@ -329,7 +273,7 @@ async def retention_forever(settings: Settings, nc: RawClient, database_url: str
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-                await _wait_for_lock(conn, locks.retention_key(settings.partition), settings, "retention",
+                await wait_for_lock(conn, locks.retention_key(settings.partition), settings, "retention",
                                      quiet=failures.attempts > 0)
                 async with answering_status(nc, settings, "retention", lambda: {"last_round": dict(last)}, policy):
                     with failures.running():

@@ -116,8 +116,8 @@ class Writer:
             self._subs.append(await self.nc.subscribe_raw(command_subject(prefix, "*"), self._on_command,
                                                           queue="pamledger-writer"))
         else:
-            self._subs.append(await self.nc.subscribe_raw(
-                partition_command_subject(prefix, partition, "*"), self._on_routed, queue=f"pamledger-writer-p{partition}"))
+            self._subs.append(await self.nc.subscribe_raw(partition_command_subject(prefix, partition, "*"),
+                                                          self._on_routed, queue=f"pamledger-writer-p{partition}"))
             self._subs.append(await self.nc.subscribe(status_subject(prefix, f"writer.p{partition}"), cb=self._status))
         self._subs.append(await self.nc.subscribe(status_subject(prefix, "writer"), cb=self._status))
         await self.nc.flush()

@@ -120,6 +120,14 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     roles = parse_roles(args.roles, enabled_optional_roles(settings.retention.enabled))
     if roles == ("indexer",) and settings.indexer.nice:
         os.nice(settings.indexer.nice)  # the embedder yields the CPU to the writer (`run`: a process per role)
+    if "writer" in roles and settings.database_url:
+        try:
+            refused = partition_count_refused(settings.database_url, settings.partitions)
+        except Exception:  # noqa: BLE001 - the database away: the writer checks again before it appends
+            refused = None
+        if refused is not None:
+            print(f"pamledger serve: {refused}", file=sys.stderr)
+            return 2
     asyncio.run(_serve(settings, roles))
     return 0
 

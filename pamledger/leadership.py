@@ -7,6 +7,8 @@ the same way, and a process leading several partitions takes one lock per partit
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -16,6 +18,7 @@ from infra.role_failures import RoleFailures
 from infra.settings import Settings
 
 log = structlog.get_logger(__name__)
+TAKEOVER_POLLS = 5  # a partition free this many polls in a row is taken past a process's share
 
 
 def role_failures(settings: Settings, role: str) -> RoleFailures:
@@ -41,3 +44,33 @@ async def wait_for_lock(conn: psycopg.AsyncConnection[Any], key: int, settings: 
             log.info("leadership.waiting", role=role, partition=partition)
             announced = True
         await asyncio.sleep(settings.writer.lock_poll_seconds)
+
+
+async def wait_for_partition_lock(conn: psycopg.AsyncConnection[Any], key: int, settings: Settings, role: str,
+                                  partition: int, held: set[int], quiet: bool = False) -> None:
+    """wait_for_lock for one of several partitions, `held` those this process leads (the partition is added
+    when its lock is taken). Within writer.partition_share (0: no share) a free partition is taken at once;
+    past it, only once it has been free for TAKEOVER_POLLS polls in a row (the lock is taken and given back
+    meanwhile), so a process started beside this one takes its share first, and the partitions of a process
+    that died are taken over all the same."""
+    share = settings.writer.partition_share
+    poll = settings.writer.lock_poll_seconds
+    free_since: float | None = None
+    announced = False
+    while True:
+        row = await (await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))).fetchone()
+        if row and row[0]:
+            now = time.monotonic()
+            free_since = now if free_since is None else free_since
+            if share <= 0 or len(held) < share or now - free_since >= TAKEOVER_POLLS * poll:
+                held.add(partition)  # no await since the check: the share is kept across this process's tasks
+                (log.debug if quiet else log.info)("leadership.acquired", role=role, partition=partition,
+                                                   leading=len(held))
+                return
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        else:
+            free_since = None
+        if not announced:
+            log.info("leadership.waiting", role=role, partition=partition)
+            announced = True
+        await asyncio.sleep(poll)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
@@ -26,9 +27,18 @@ from infra.request_shell import Policy
 from infra.role_failures import RoleFailures
 from infra.settings import Settings
 from infra.tasks import stop_task
-from pamledger.leadership import role_failures, wait_for_lock
+from pamledger.leadership import role_failures, wait_for_lock, wait_for_partition_lock
 
 LocalWriters = dict[int, Callable[[Command], None]]
+
+
+class Partitions:
+    """What this process's writer leadership shares across its partitions: the partitions whose lock it holds
+    (its share, pamledger.leadership) and the writers serving, by partition (the router's local hand-off)."""
+
+    def __init__(self) -> None:
+        self.held: set[int] = set()
+        self.local: LocalWriters = {}
 
 
 async def lead_forever(settings: Settings, nc: RawClient, database_url: str, policy: Policy | None = None) -> None:
@@ -36,19 +46,19 @@ async def lead_forever(settings: Settings, nc: RawClient, database_url: str, pol
     if settings.partitions == 1:
         await lead_partition_forever(settings, nc, database_url, settings.partition, policy, None)
         return
-    local: LocalWriters = {}
-    await asyncio.gather(*(lead_partition_forever(settings, nc, database_url, partition, policy, local)
+    shared = Partitions()
+    await asyncio.gather(*(lead_partition_forever(settings, nc, database_url, partition, policy, shared)
                            for partition in range(settings.partitions)))
 
 
 async def lead_partition_forever(settings: Settings, nc: RawClient, database_url: str, partition: int,
-                                 policy: Policy | None, local: LocalWriters | None) -> None:
+                                 policy: Policy | None, shared: Partitions | None) -> None:
     """Wait for the partition's writer lock, serve as its writer, and go back to waiting if the database
     session dies."""
     failures = role_failures(settings, leadership_name(settings, partition))
     while True:
         try:
-            await _lead_once(settings, nc, database_url, partition, failures, policy, local)
+            await _lead_once(settings, nc, database_url, partition, failures, policy, shared)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             await asyncio.sleep(failures.failed(exc, expected=True))
         except Exception as exc:  # noqa: BLE001 - a writer bug must not leave the process serving without a writer
@@ -63,27 +73,40 @@ def leadership_name(settings: Settings, partition: int) -> str:
 
 
 async def _lead_once(settings: Settings, nc: RawClient, database_url: str, partition: int, failures: RoleFailures,
-                     policy: Policy | None, local: LocalWriters | None) -> None:
+                     policy: Policy | None, shared: Partitions | None) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        store = PostgresLedgerStore(conn, partition)
-        # A retry after a failure takes the lock again: said once, by the failure, not per attempt.
-        await wait_for_lock(conn, locks.writer_key(partition), settings, "writer", quiet=failures.attempts > 0,
-                            partition=partition)
-        await recorded_partitions_async(conn, settings.partitions)  # never append under a changed count
-        relay = Relay(nc, database_url, partition_stream(settings.stream_name, partition), settings.subject_prefix,
-                      partition, settings.writer.relay_publish_timeout_seconds, partitioned=settings.partitions > 1)
-        side_tasks = [asyncio.create_task(relay.run())]
-        name = leadership_name(settings, partition)
-        leads(name, True)
         try:
-            if partition == 0 and local is not None:
-                side_tasks.append(asyncio.create_task(_route_forever(settings, nc, database_url, local)))
-            with failures.running():
-                await Writer(settings, nc, store, relay.submit, relay.status, policy=policy, local=local).serve()
+            await _lead_locked(settings, nc, conn, database_url, partition, failures, policy, shared)
         finally:
-            leads(name, False)
-            for task in side_tasks:
-                await stop_task(task)
+            if shared is not None:
+                shared.held.discard(partition)  # the session ends with this block: so does the lock
+
+
+async def _lead_locked(settings: Settings, nc: RawClient, conn: psycopg.AsyncConnection[Any], database_url: str,
+                       partition: int, failures: RoleFailures, policy: Policy | None, shared: Partitions | None) -> None:
+    store = PostgresLedgerStore(conn, partition)
+    # A retry after a failure takes the lock again: said once, by the failure, not per attempt.
+    key, quiet = locks.writer_key(partition), failures.attempts > 0
+    if shared is None:
+        await wait_for_lock(conn, key, settings, "writer", quiet=quiet, partition=partition)
+    else:
+        await wait_for_partition_lock(conn, key, settings, "writer", partition, shared.held, quiet)
+    await recorded_partitions_async(conn, settings.partitions)  # never append under a changed count
+    relay = Relay(nc, database_url, partition_stream(settings.stream_name, partition), settings.subject_prefix,
+                  partition, settings.writer.relay_publish_timeout_seconds, partitioned=settings.partitions > 1)
+    side_tasks = [asyncio.create_task(relay.run())]
+    name = leadership_name(settings, partition)
+    leads(name, True)
+    try:
+        local = shared.local if shared is not None else None
+        if partition == 0 and local is not None:
+            side_tasks.append(asyncio.create_task(_route_forever(settings, nc, database_url, local)))
+        with failures.running():
+            await Writer(settings, nc, store, relay.submit, relay.status, policy=policy, local=local).serve()
+    finally:
+        leads(name, False)
+        for task in side_tasks:
+            await stop_task(task)
 
 
 async def _route_forever(settings: Settings, nc: RawClient, database_url: str, local: LocalWriters) -> None:

@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, str] = {
     "snapshot": "query and semantic search at a sealed snapshot vs live (p50 ratios, recall@10), kept-vector storage",
     "bundle": "export rows/s vs a raw COPY of the same rows, export RSS at two sizes, import vs creates/s",
     "evaluation": "snapshot_create at 100k objects vs a create, Query at a sealed snapshot vs the same live Query",
+    "partitions": "creates/s and CPU per create with 1, 2 and 4 partitions (a writer process each), over many scopes",
 }
 
 

@@ -14,6 +14,7 @@ so the partition's writer answers the client directly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -75,7 +76,8 @@ class Router:
                     batch.append(self.queue.get_nowait())
                 await self._route(batch)
         finally:
-            await self.nc.unsubscribe_raw(sub)
+            with contextlib.suppress(Exception):  # stopping with NATS gone: nothing to unsubscribe from
+                await self.nc.unsubscribe_raw(sub)
 
     def _on_command(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         self.queue.put_nowait(Command(subject.decode(), reply.decode(), data, parse_headers(headers)))

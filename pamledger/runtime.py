@@ -32,6 +32,7 @@ from infra.metrics import FOLLOWER_POSITION, FOLLOWER_STUCK, leading, leads
 from infra.nats_raw import RawClient, connect_raw
 from infra.probes import Probes, serving_probes
 from infra.request_shell import AllowAll, DelegationGate, DenialSink, Policy
+from infra.partitions import partition_stream
 from infra.settings import Settings
 from infra.role_failures import RoleFailures
 from infra.status import status_reply
@@ -46,6 +47,7 @@ from pamledger.nats_users import nats_is_ours, nats_users, operator_nats_options
 from pamledger.supervisor import ROLES
 from query.cursor_keys import CursorSigner, cursor_keys_path
 from query.search import CheckpointWatcher
+from query.partitions import ScopePositions
 from query.service import QueryService
 from retention.evaluator import run_rounds
 from subscriptions.filters import Authorizer
@@ -108,17 +110,21 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             pool = AsyncConnectionPool(database_url, min_size=1, max_size=4, open=False,
                                        kwargs={"autocommit": True}, check=AsyncConnectionPool.check_connection)
             await pool.open()
-            watcher = CheckpointWatcher()
-            index_watcher = CheckpointWatcher(INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL)  # search's min_sequence
+            # Each partition's projection and index checkpoints (query min_sequence, search's on the index).
+            positions = ScopePositions.single(settings.partition, CheckpointWatcher(), CheckpointWatcher(
+                INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL)) if settings.partitions == 1 \
+                else ScopePositions.partitioned(settings.partitions)
+            first = next(iter(positions.positions.values()))
+            watcher, index_watcher = first.watcher, first.index_watcher
             query_nc = await connection("query")
             query = QueryService(query_nc, pool, settings.subject_prefix, watcher, settings.query,
                                  settings.partition, policy, index_watcher,
                                  auth.denials(query_nc, settings.subject_prefix),
                                  delegated_reads(auth, query_nc, settings.subject_prefix),
-                                 cursor_signer(settings))
+                                 cursor_signer(settings), positions)
             await query.start()
-            tasks.append(asyncio.create_task(watcher.run(database_url)))
-            tasks.append(asyncio.create_task(index_watcher.run(database_url)))
+            for each in positions.watchers():
+                tasks.append(asyncio.create_task(each.run(database_url)))
         if "writer" in roles:
             tasks.append(asyncio.create_task(lead_forever(settings, await connection("writer"), database_url,
                                                           policy)))
@@ -187,13 +193,25 @@ def probe_port(settings: Settings, roles: Sequence[str]) -> int:
 
 async def follow_forever(settings: Settings, nc: RawClient, database_url: str, spec: FollowerSpec,
                          probes: Probes | None = None, policy: Policy | None = None) -> None:
+    """Lead the `spec` follower of the settings' partition, or (several partitions) of every partition whose
+    lock this process can take: each partition's follower has its own lock, checkpoint and stream."""
+    if settings.partitions == 1:
+        await follow_partition_forever(settings, nc, database_url, spec, settings.partition, probes, policy)
+        return
+    await asyncio.gather(*(follow_partition_forever(settings, nc, database_url, spec, partition, probes, policy)
+                           for partition in range(settings.partitions)))
+
+
+async def follow_partition_forever(settings: Settings, nc: RawClient, database_url: str, spec: FollowerSpec,
+                                   partition: int, probes: Probes | None = None, policy: Policy | None = None) -> None:
     """Lead the partition's `spec` follower (its own advisory lock), reconnecting when the database goes
     away. Its stuck state outlives reconnects, so status keeps saying since when an event has been failing."""
     stuck = StuckState(settings.follower.retry_first_seconds, settings.follower.retry_max_seconds)
-    failures = role_failures(settings, spec.name)
-    FOLLOWER_STUCK.labels(spec.name).set_function(lambda: 1 if stuck.current is not None else 0)
+    name = spec.name if partition == 0 else f"{spec.name}.p{partition}"  # status subject, metrics, probes
+    failures = role_failures(settings, name)
+    FOLLOWER_STUCK.labels(name).set_function(lambda: 1 if stuck.current is not None else 0)
     if probes is not None:
-        probes.add(f"{spec.name}.stuck", lambda: None if stuck.current is None else
+        probes.add(f"{name}.stuck", lambda: None if stuck.current is None else
                    f"stuck at ledger sequence {stuck.current.sequence}")
     while True:
         try:
@@ -203,22 +221,22 @@ async def follow_forever(settings: Settings, nc: RawClient, database_url: str, s
                 # (and must not compete with the writer's).
                 await conn.execute("SET synchronous_commit = off")
                 # A retry of a stuck event takes the lock again: said once, when the state changed.
-                await wait_for_lock(conn, spec.lock_key(settings.partition), settings, spec.name,
-                                     quiet=stuck.current is not None or failures.attempts > 0)
-                async with answering_status(nc, settings, spec.name, lambda: {"stuck": stuck.report()}, policy,
-                                            lambda: stuck.current is None):
+                await wait_for_lock(conn, spec.lock_key(partition), settings, spec.name,
+                                    quiet=stuck.current is not None or failures.attempts > 0, partition=partition)
+                async with answering_status(nc, settings, name, lambda: {"stuck": stuck.report()}, policy,
+                                            lambda: stuck.current is None, partition):
                     try:
                         with failures.running():
                             follower = Follower(
-                                spec, nc, conn, settings.stream_name, settings.subject_prefix, settings.partition,
-                                settings.follower, stuck=stuck,
+                                spec, nc, conn, partition_stream(settings.stream_name, partition),
+                                settings.subject_prefix, partition, settings.follower, stuck=stuck,
                                 connect=lambda: psycopg.AsyncConnection.connect(database_url, autocommit=True))
-                            FOLLOWER_POSITION.labels(spec.name).set_function(_position_of(follower))
-                            leads(spec.name, True)
+                            FOLLOWER_POSITION.labels(name).set_function(_position_of(follower))
+                            leads(name, True)
                             try:
                                 await follower.run()
                             finally:
-                                leads(spec.name, False)
+                                leads(name, False)
                                 await follower.close()
                     except EventFailed:  # logged once per state change; wait (still leading), then retry
                         await asyncio.sleep(stuck.delay())
@@ -287,7 +305,7 @@ async def retention_forever(settings: Settings, nc: RawClient, database_url: str
 @contextlib.asynccontextmanager
 async def answering_status(nc: NATS, settings: Settings, role: str,
                            details: Callable[[], dict[str, Any]] | None = None, policy: Policy | None = None,
-                           ok: Callable[[], bool] | None = None) -> AsyncIterator[None]:
+                           ok: Callable[[], bool] | None = None, partition: int | None = None) -> AsyncIterator[None]:
     """While this process leads `role`, `{prefix}.status.{role}` answers with its pid (operators and the
     crash tests use it to find the process to stop) and the role's `details` (a follower's `stuck`); with
     auth enforced (`policy`), the pid and details to an administrator only, health to any caller (infra.status)."""
@@ -296,7 +314,8 @@ async def answering_status(nc: NATS, settings: Settings, role: str,
     async def respond(msg: Msg) -> None:
         health = {"role": role, "leader": True, "ok": ok() if ok is not None else True}
         await msg.respond(status_reply(answering, msg.subject, msg.headers, health, lambda: {
-            "partition": settings.partition, "pid": os.getpid(), **(details() if details is not None else {})}))
+            "partition": settings.partition if partition is None else partition, "pid": os.getpid(),
+            **(details() if details is not None else {})}))
 
     sub = await nc.subscribe(status_subject(settings.subject_prefix, role), cb=respond)
     try:

@@ -26,7 +26,7 @@ from infra.partitions import partition_stream, recorded_partitions_async
 from infra.request_shell import Policy
 from infra.role_failures import RoleFailures
 from infra.settings import Settings
-from infra.tasks import stop_task
+from infra.tasks import reraise_if_cancelled, stop_task
 from pamledger.leadership import role_failures, wait_for_lock, wait_for_partition_lock
 
 LocalWriters = dict[int, Callable[[Command], None]]
@@ -119,6 +119,8 @@ async def _route_forever(settings: Settings, nc: RawClient, database_url: str, l
                 with failures.running():
                     await Router(nc, conn, settings.subject_prefix, settings.partitions, local).serve()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            reraise_if_cancelled()
             await asyncio.sleep(failures.failed(exc, expected=True))
         except Exception as exc:  # noqa: BLE001 - a router bug: route again after the backoff (clients retry)
+            reraise_if_cancelled()
             await asyncio.sleep(failures.failed(exc, expected=False))

@@ -195,3 +195,34 @@ def test_a_ledger_with_rows_before_partitions_counts_one(servers: Servers) -> No
         with pytest.raises(PartitionCountChanged):
             recorded_partitions(conn, 4)
         assert recorded_partitions(conn, 1) == 1
+
+
+async def test_each_partition_is_projected_on_its_own_checkpoint_and_queries_see_their_own_writes(
+        servers: Servers) -> None:
+    from tests.conftest import serving
+
+    env = Env(servers, fresh_database(servers, "partquery"), fresh_settings("partquery", partitions=PARTITIONS))
+    scopes = scopes_in_every_partition(1)
+    async with serving(env, ("writer", "query", "projector"), roles=("writer", "query", "projector")) as client:
+        client.retries = 3
+        for scope_id in scopes:
+            await client.create_scope(scope_id)
+        written: dict[str, list[str]] = {s: [] for s in scopes}
+        for round_ in range(3):
+            for scope_id in scopes:  # each write, then at once a query of the scope: it sees the write
+                created = await client.create(scope_id, "claim", {"round": round_}, ACTOR, PROVENANCE)
+                written[scope_id].append(created["object_id"])
+                found = await client.query(scope_id, wait_ms=10_000, validation_states=["unverified"])
+                assert found["min_sequence_reached"], found
+                assert sorted(i["envelope"]["object_id"] for i in found["items"]) == sorted(written[scope_id]), \
+                    (round_, scope_id, partition_of(scope_id, PARTITIONS), created, found)
+                assert found["as_of_sequence"] >= created["ledger_sequence"]
+    async with await psycopg.AsyncConnection.connect(env.database_url) as conn:
+        cur = await conn.execute("SELECT partition, max(ledger_sequence) FROM ledger GROUP BY partition")
+        heads = dict(await cur.fetchall())
+        cur = await conn.execute("SELECT projection, ledger_sequence FROM projection_checkpoints")
+        checkpoints = dict(await cur.fetchall())
+    assert sorted(heads) == list(range(PARTITIONS))
+    # Each partition's checkpoint is its own: partition 0's keeps the one-partition name.
+    assert checkpoints == {("current_objects" if p == 0 else f"current_objects.p{p}"): heads[p]
+                           for p in range(PARTITIONS)}

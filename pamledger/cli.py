@@ -209,6 +209,8 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
             out["postgres"] = {"answers": True, "ledger_sequence": head, "projection_checkpoint": projected,
                                "projection_behind": head - projected}
             out["postgres"].update(await _index_position(conn, settings.partition))
+            if settings.partitions > 1:
+                out["postgres"]["partitions"] = await _partition_positions(conn, settings.partitions)
     except psycopg.Error as exc:
         out["postgres"] = {"answers": False, "error": type(exc).__name__}
     from memory_client.connection import find_token, open_nats
@@ -236,6 +238,20 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
     out.update(zip(components, await asyncio.gather(*(ask(c) for c in components))))
     out["caller"] = await _caller(client)
     await client.close()
+    return out
+
+
+async def _partition_positions(conn: Any, partitions: int) -> dict[str, dict[str, int]]:
+    """Each partition's ledger head and projection checkpoint (the lines above are partition 0's)."""
+    from infra.ledger import ledger_head
+    from infra.projections import PROJECTION, checkpoint, partition_checkpoint
+
+    out = {}
+    for partition in range(partitions):
+        head = await ledger_head(conn, partition)
+        projected = await checkpoint(conn, partition_checkpoint(PROJECTION, partition))
+        out[str(partition)] = {"ledger_sequence": head, "projection_checkpoint": projected,
+                               "projection_behind": head - projected}
     return out
 
 

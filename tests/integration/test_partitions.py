@@ -136,6 +136,12 @@ async def test_a_killed_writer_process_s_partitions_are_taken_over_gapless_and_v
     finally:
         await client.close()
     await assert_partitions_whole(part_env, acked, scopes)
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "pamledger", "verify"], cwd=ROOT, capture_output=True, text=True,
+        timeout=120, env=service_environment(part_env, PAMLEDGER_PARTITIONS=str(PARTITIONS)))
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["ok"], done.stdout + done.stderr
+    assert sorted(report["partitions"]) == [str(p) for p in range(PARTITIONS)]
 
 
 async def _all_led_by_both(nc: Any, env: Env, pids: set[int]) -> dict[int, int] | None:

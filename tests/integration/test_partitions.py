@@ -23,7 +23,7 @@ import pytest
 
 from command_handler.verify import verify_ledger
 from infra.partitions import PartitionCountChanged, partition_of, partition_stream, recorded_partitions
-from memory_client.client import MemoryClient
+from memory_client.client import MemoryClient, PamspecError
 from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, service_environment, \
     wait_for
 
@@ -209,10 +209,18 @@ async def test_each_partition_is_projected_on_its_own_checkpoint_and_queries_see
 
     env = Env(servers, fresh_database(servers, "partquery"), fresh_settings("partquery", partitions=PARTITIONS))
     scopes = scopes_in_every_partition(1)
-    async with serving(env, ("writer", "query", "projector"), roles=("writer", "query", "projector")) as client:
+    roles = ("writer", "query", "projector", "gateway")
+    async with serving(env, roles, roles=roles) as client:
         client.retries = 3
         for scope_id in scopes:
             await client.create_scope(scope_id)
+        # Subscribe follows partition 0 only (a gateway per partition is not built): another partition's scope
+        # is refused, not left with a silent subscription.
+        with pytest.raises(PamspecError) as refused:
+            await client.subscribe(scopes[1], ACTOR)
+        assert refused.value.code == "invalid_request" and "partition" in str(refused.value)
+        subscription = await client.subscribe(scopes[0], ACTOR)
+        await subscription.close()
         written: dict[str, list[str]] = {s: [] for s in scopes}
         for round_ in range(3):
             for scope_id in scopes:  # each write, then at once a query of the scope: it sees the write

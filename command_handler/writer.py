@@ -38,8 +38,8 @@ from infra import tracing
 from infra.db_errors import map_db_error
 from infra.ledger import IdempotencyRow, LedgerRow, fetch_replay
 from infra.lru import LRU
-from infra.metrics import BATCH_SIZE, COMMIT_SECONDS, DENIALS_TOTAL, LEDGER_HEAD, RELAY_LAG, REPLY_SECONDS, \
-    count_commands, rule_label
+from infra.metrics import BATCH_SIZE, COMMIT_SECONDS, DENIALS_TOTAL, LEDGER_HEAD, PARTITION_HEAD, PARTITION_RELAY_LAG, \
+    RELAY_LAG, REPLY_SECONDS, count_commands, rule_label
 from infra.nats_raw import RawClient, parse_headers
 from infra.request_shell import AllowAll, Policy, error_body, to_error
 from infra.settings import Settings
@@ -105,8 +105,14 @@ class Writer:
         self.tail = await self.store.tail()
         self.runs = {run.scope_id: run for run in (run_of(*row) for row in await self.store.evaluation_runs())}
         await self._journal_catch_up()
-        LEDGER_HEAD.set_function(lambda: float(self.tail[0]))
-        RELAY_LAG.set_function(lambda: float(self.tail[0] - int(self.relay_status().get("relayed_sequence", 0))))
+        head = lambda: float(self.tail[0])  # noqa: E731
+        lag = lambda: float(self.tail[0] - int(self.relay_status().get("relayed_sequence", 0)))  # noqa: E731
+        if self.store.partition == self.settings.partition:  # with several partitions: partition 0's (and below)
+            LEDGER_HEAD.set_function(head)
+            RELAY_LAG.set_function(lag)
+        if self.settings.partitions > 1:
+            PARTITION_HEAD.labels(str(self.store.partition)).set_function(head)
+            PARTITION_RELAY_LAG.labels(str(self.store.partition)).set_function(lag)
         prefix = self.settings.subject_prefix
         partition = self.store.partition
         # One wildcard subscription: unknown command names get an invalid_request, not silence. Raw

@@ -142,6 +142,25 @@ async def test_a_killed_writer_process_s_partitions_are_taken_over_gapless_and_v
     report = json.loads(done.stdout)
     assert done.returncode == 0 and report["ok"], done.stdout + done.stderr
     assert sorted(report["partitions"]) == [str(p) for p in range(PARTITIONS)]
+    # audit reads the scope at its own partition's head; replay and stream rebuild refuse (not built for several)
+    in_scope = sum(1 for scope_id, _ in acked.values() if scope_id == scopes[3])  # a partition-1 scope
+    audited = await asyncio.to_thread(pamledger, part_env, "audit", "--scope", scopes[3])
+    assert audited.returncode == 0, audited.stderr
+    async with await psycopg.AsyncConnection.connect(part_env.database_url) as conn:
+        heads = dict(await (await conn.execute(
+            "SELECT partition, max(ledger_sequence) FROM ledger GROUP BY partition")).fetchall())
+    assert heads[0] != heads[1]  # partition 0 took one more create (after the takeover)
+    assert json.loads(audited.stdout)["object_count"] == in_scope
+    assert json.loads(audited.stdout)["at_sequence"] == heads[1]
+    for refused in (("replay",), ("stream", "rebuild")):
+        done = await asyncio.to_thread(pamledger, part_env, *refused)
+        assert done.returncode != 0 and "several partitions" in done.stdout + done.stderr, refused
+
+
+def pamledger(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m pamledger ARGS` against the module's ledger of PARTITIONS partitions."""
+    return subprocess.run([sys.executable, "-m", "pamledger", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=service_environment(env, PAMLEDGER_PARTITIONS=str(PARTITIONS)))
 
 
 async def _all_led_by_both(nc: Any, env: Env, pids: set[int]) -> dict[int, int] | None:

@@ -147,7 +147,7 @@ async def test_a_killed_writer_process_s_partitions_are_taken_over_gapless_and_v
     audited = await asyncio.to_thread(pamledger, part_env, "audit", "--scope", scopes[3])
     assert audited.returncode == 0, audited.stderr
     async with await psycopg.AsyncConnection.connect(part_env.database_url) as conn:
-        heads = dict(await (await conn.execute(
+        heads: dict[int, int] = dict(await (await conn.execute(
             "SELECT partition, max(ledger_sequence) FROM ledger GROUP BY partition")).fetchall())
     assert heads[0] != heads[1]  # partition 0 took one more create (after the takeover)
     assert json.loads(audited.stdout)["object_count"] == in_scope
@@ -179,7 +179,7 @@ async def assert_partitions_whole(env: Env, acked: dict[str, tuple[str, str]], s
                                  " FROM ledger GROUP BY partition ORDER BY partition")
         per_partition = await cur.fetchall()
         cur = await conn.execute("SELECT scope_id, partition FROM scopes WHERE scope_id = ANY(%s)", (scopes,))
-        recorded = dict(await cur.fetchall())
+        recorded: dict[str, int] = dict(await cur.fetchall())
         cur = await conn.execute("SELECT l.scope_id, l.partition FROM ledger l WHERE l.scope_id = ANY(%s)"
                                  " GROUP BY l.scope_id, l.partition", (scopes,))
         written = await cur.fetchall()
@@ -252,9 +252,9 @@ async def test_each_partition_is_projected_on_its_own_checkpoint_and_queries_see
                 assert found["as_of_sequence"] >= created["ledger_sequence"]
     async with await psycopg.AsyncConnection.connect(env.database_url) as conn:
         cur = await conn.execute("SELECT partition, max(ledger_sequence) FROM ledger GROUP BY partition")
-        heads = dict(await cur.fetchall())
+        heads: dict[int, int] = dict(await cur.fetchall())
         cur = await conn.execute("SELECT projection, ledger_sequence FROM projection_checkpoints")
-        checkpoints = dict(await cur.fetchall())
+        checkpoints: dict[str, int] = dict(await cur.fetchall())
     assert sorted(heads) == list(range(PARTITIONS))
     # Each partition's checkpoint is its own: partition 0's keeps the one-partition name.
     assert checkpoints == {("current_objects" if p == 0 else f"current_objects.p{p}"): heads[p]

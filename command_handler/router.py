@@ -28,6 +28,8 @@ from infra.nats_raw import RawClient, parse_headers
 from infra.partitions import partition_of
 from infra.scopes import scope_partitions
 from infra.subjects import command_subject, partition_command_subject
+from schemas.errors import ServiceUnavailable
+from schemas.replies import OPERATION_HEADER, error_reply
 
 log = structlog.get_logger(__name__)
 CACHE_SIZE = 100_000  # scopes whose partition is remembered (a scope's partition never changes)
@@ -86,7 +88,12 @@ class Router:
         """Look up, in one query, the scopes of the batch not remembered, then hand each command on in order."""
         scopes = [scope_of(c.data) for c in batch]
         missing = sorted({s for s in scopes if s is not None and s not in self.known})
-        for scope_id, partition in (await scope_partitions(self.conn, missing)).items():
+        try:
+            found = await scope_partitions(self.conn, missing) if missing else {}
+        except psycopg.Error:
+            await self._unavailable(batch)  # answered, not dropped; the router reconnects (writer_role)
+            raise
+        for scope_id, partition in found.items():
             self.known.put(scope_id, partition)
         for command, scope in zip(batch, scopes):
             partition = self._partition(scope)
@@ -98,6 +105,15 @@ class Router:
                 await self.nc.publish(partition_command_subject(self.prefix, partition, name), command.data,
                                       reply=command.reply, headers=command.headers)
             self.routed += 1
+
+    async def _unavailable(self, batch: list[Command]) -> None:
+        """Answer every command of the batch service_unavailable (retryable): nothing of it was routed."""
+        error = ServiceUnavailable("the command router cannot read the scope registry; retry")
+        for command in batch:
+            if command.reply:
+                with contextlib.suppress(Exception):
+                    await self.nc.publish(command.reply, error_reply(
+                        error, (command.headers or {}).get(OPERATION_HEADER)))
 
     def _partition(self, scope_id: str | None) -> int:
         if scope_id is None:

@@ -7,6 +7,7 @@ The writers run as real subprocesses (`python -m pamledger serve --roles writer`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -259,3 +260,42 @@ async def test_each_partition_is_projected_on_its_own_checkpoint_and_queries_see
     # Each partition's checkpoint is its own: partition 0's keeps the one-partition name.
     assert checkpoints == {("current_objects" if p == 0 else f"current_objects.p{p}"): heads[p]
                            for p in range(PARTITIONS)}
+
+
+async def test_a_router_that_cannot_read_the_scopes_answers_service_unavailable(part_env: Env, nc: Any) -> None:
+    """Its connection gone, the router answers the batch it could not route (retryable), never drops it."""
+    from command_handler.router import Router
+
+    prefix = f"{part_env.settings.subject_prefix}_router"
+    router_nc = await nats_raw_connect(part_env.nats_url)
+    conn = await psycopg.AsyncConnection.connect(part_env.database_url, autocommit=True)
+    await conn.close()  # what a database that went away leaves: every statement fails
+    router = Router(router_nc, conn, prefix, PARTITIONS, {})
+    task = asyncio.create_task(router.serve())
+    try:
+        reply = await wait_for(lambda: _answer(nc, f"{prefix}.cmd.create", b'{"scope_id": "workspace:nowhere"}',
+                                               {"Pam-Operation-Id": "op:router-test"}), timeout=20)
+        body = json.loads(reply.data)
+        assert body["error"]["code"] == "service_unavailable" and body["error"]["retryable"] is True
+        assert body["error"]["operation_id"] == "op:router-test"
+        with pytest.raises(psycopg.OperationalError):
+            await asyncio.wait_for(task, timeout=10)
+    finally:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        await router_nc.close()
+
+
+async def nats_raw_connect(url: str) -> Any:
+    from infra.nats_raw import connect_raw
+
+    return await connect_raw(url)
+
+
+async def _answer(nc: Any, subject: str, data: bytes, headers: dict[str, str]) -> Any:
+    """The reply, None while nobody listens on the subject yet."""
+    try:
+        return await nc.request(subject, data, timeout=10, headers=headers)
+    except nats.errors.NoRespondersError:
+        return None

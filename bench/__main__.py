@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, str] = {
     "replica_reads": "Query p50 through the service reading a streaming replica (fenced) vs reading the primary",
     "stream_replicas": "the relay's events/s and ack latency with an R3 stream on a 3-node cluster vs R1 on one server",
     "evaluation": "snapshot_create at 100k objects vs a create, Query at a sealed snapshot vs the same live Query",
+    "partitions": "creates/s and CPU per create with 1, 2 and 4 partitions (a writer process each), over many scopes",
 }
 
 

@@ -20,6 +20,7 @@ import structlog
 from nats.aio.client import Client
 
 from command_handler.store import PostgresLedgerStore
+from infra.partitions import partition_stream
 from infra.ledger_identity import REBUILD_STREAM, Disagreement, stream_reuse
 from infra.settings import Settings
 from pamledger_client.protocol.tasks import reraise_if_cancelled
@@ -60,7 +61,8 @@ class AppendGuard:
         timeout = self.settings.writer.stream_check_seconds
         try:
             refused = await stream_reuse(self.store.conn, self.nc.jetstream(timeout=timeout),
-                                         self.settings.stream_name, self.store.partition)
+                                         partition_stream(self.settings.stream_name, self.store.partition),
+                                         self.store.partition)
         except (nats.errors.Error, asyncio.TimeoutError) as exc:
             reraise_if_cancelled()
             if self.stream_unchecked is None:

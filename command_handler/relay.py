@@ -24,7 +24,7 @@ from infra.ledger import LedgerRow
 from infra.ledger_identity import (
     STREAM_KEY, Refusal, ledger_identity, stream_description, stream_disagreement, wait_for_agreement,
 )
-from pamledger_client.protocol.subjects import ledger_subject, ledger_wildcard
+from pamledger_client.protocol.subjects import ledger_subject, ledger_wildcard, partition_wildcard
 from pamledger_client.protocol.tasks import reraise_if_cancelled
 from infra.nats_servers import StreamReplicas
 
@@ -41,10 +41,13 @@ _LEDGER_COLUMNS = (
 
 
 def ensure_stream_config(stream_name: str, prefix: str, ledger_id: str | None = None,
-                         replicas: int = 1) -> StreamConfig:
-    """The stream's configuration; with `ledger_id`, its metadata and description name that ledger."""
+                         replicas: int = 1, partition: int | None = None) -> StreamConfig:
+    """The stream's configuration; with `ledger_id`, its metadata and description name that ledger. With
+    `partition` (a ledger of several partitions: infra.partitions) it holds that partition's subjects only,
+    else every ledger subject."""
+    subjects = ledger_wildcard(prefix) if partition is None else partition_wildcard(prefix, partition)
     return StreamConfig(
-        name=stream_name, subjects=[ledger_wildcard(prefix)], storage=StorageType.FILE,
+        name=stream_name, subjects=[subjects], storage=StorageType.FILE,
         duplicate_window=120.0, allow_direct=True, num_replicas=replicas,
         max_consumers=MAX_CONSUMERS,  # explicit: nats-server 2.15 otherwise caps a stream at 1,000 consumers
         metadata={STREAM_KEY: ledger_id} if ledger_id else None,
@@ -53,11 +56,12 @@ def ensure_stream_config(stream_name: str, prefix: str, ledger_id: str | None = 
 
 
 async def ensure_stream(js: JetStreamContext, stream_name: str, prefix: str, ledger_id: str | None = None,
-                        replicas: StreamReplicas = SINGLE) -> int:
-    """Create the stream (for ledger `ledger_id`, with `replicas` copies) if it is missing, or give an
-    existing one the copies `replicas` wants (JetStream copies the messages to the new peers); return its
-    last sequence. NATS refusing the replicas (more than it has servers) is logged, with the setting to change,
-    and raised: the relay retries, the writer serves on, its status says the relay is behind."""
+                        replicas: StreamReplicas = SINGLE, partition: int | None = None) -> int:
+    """Create the stream (for ledger `ledger_id`, of one `partition` or of all, with `replicas` copies) if it
+    is missing, or give an existing one the copies `replicas` wants (JetStream copies the messages to the new
+    peers); return its last sequence. NATS refusing the replicas (more than it has servers) is logged, with
+    the setting to change, and raised: the relay retries, the writer serves on, its status says the relay is
+    behind."""
     try:
         info = await js.stream_info(stream_name)
         current = info.config.num_replicas or 1
@@ -65,7 +69,7 @@ async def ensure_stream(js: JetStreamContext, stream_name: str, prefix: str, led
             info = await _replicate(js, info, replicas.wanted(current))
     except NotFoundError:
         try:
-            info = await js.add_stream(ensure_stream_config(stream_name, prefix, ledger_id, replicas.count))
+            info = await js.add_stream(ensure_stream_config(stream_name, prefix, ledger_id, replicas.count, partition))
         except APIError as exc:
             _log_refused(stream_name, replicas.count, exc)
             raise
@@ -99,13 +103,14 @@ class Relay:
     """Publishes what the writer committed; falls back to reading the ledger whenever it sees a gap."""
 
     def __init__(self, nc: NATS, database_url: str, stream_name: str, prefix: str, partition: int,
-                 publish_timeout: float = 5.0, replicas: StreamReplicas = SINGLE):
+                 publish_timeout: float = 5.0, replicas: StreamReplicas = SINGLE, partitioned: bool = False):
         self.nc = nc
         self.js = nc.jetstream()
         self.database_url = database_url
         self.stream_name = stream_name
         self.prefix = prefix
         self.partition = partition
+        self.partitioned = partitioned  # a stream of this partition's subjects only (infra.partitions)
         self.publish_timeout = publish_timeout
         self.replicas = replicas  # the stream's num_replicas (nats.stream_replicas)
         self.published = 0
@@ -161,7 +166,7 @@ class Relay:
                         conn, self.js, self.stream_name, self.partition), self.refusal)
                     ledger_id = await ledger_identity(conn, self.partition)
                     self.published = await ensure_stream(self.js, self.stream_name, self.prefix, ledger_id,
-                                                         self.replicas)
+                                                         self.replicas, self.partition if self.partitioned else None)
                     while True:
                         rows = await self.read_ledger(conn, self.published)
                         if not rows:

@@ -28,8 +28,8 @@ _batch_json = msgspec.json.Encoder()
 # of the statement (a create batch has no scopes and erases nothing).
 _APPEND_PARTS = {
     "scopes": """new_scopes AS (
-  INSERT INTO scopes (scope_id, scope_kind, parent_scope_id, policy)
-  SELECT s.scope_id, s.scope_kind, s.parent_scope_id, s.policy::jsonb
+  INSERT INTO scopes (scope_id, scope_kind, parent_scope_id, policy, partition)
+  SELECT s.scope_id, s.scope_kind, s.parent_scope_id, s.policy::jsonb, %(partition)s
   FROM json_to_recordset(%(scopes)s::json) AS s(scope_id text, scope_kind text, parent_scope_id text, policy text)
   ON CONFLICT (scope_id) DO NOTHING)""",
     "ledger": """new_ledger AS (
@@ -158,7 +158,7 @@ class PostgresLedgerStore(LedgerReads):
         params: dict[str, Any] = {part: _batch_json.encode(rows[part]).decode() for part in parts if rows[part]}
         if not params:
             return
-        if "ledger" in params:
+        if "ledger" in params or "scopes" in params:  # a scope is created in the partition of its writer
             params["partition"] = self.partition
         await self.conn.execute(append_statement(tuple(part for part in _APPEND_PARTS if part in params)), params)
 

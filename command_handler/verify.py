@@ -64,11 +64,22 @@ LEFT JOIN memory_versions v ON v.version_id = l.version_id
 LEFT JOIN content_store c ON c.content_digest = v.content_digest
      AND l.event_type IN """ + _NEW_CONTENT + """
 WHERE l.partition = %s ORDER BY l.ledger_sequence"""
+
+
+def _own(rows: str) -> str:
+    """SQL: `rows` (a SELECT of a table with a scope_id, aliased o) narrowed to the partition verified
+    (`%(p)s`): those of the scopes created there (infra.partitions; rows of a scope without a row of its own,
+    as the system scope's, are partition 0's)."""
+    return ("(" + rows + " WHERE coalesce((SELECT ps.partition FROM scopes ps WHERE ps.scope_id = o.scope_id), 0)"
+            " = %(p)s)")
+
+
 # Rows of the other tables that no ledger row accounts for (checked after the pass, which vouches for
 # every ledger column they are compared with). Each: (check, SQL returning (ledger_sequence, what)).
 _ORPHAN_CHECKS = (
     ("memory_versions.ledger_row",
-     "SELECT v.ledger_sequence, v.version_id FROM memory_versions v WHERE NOT EXISTS (SELECT 1 FROM ledger l"
+     "SELECT v.ledger_sequence, v.version_id FROM " + _own("SELECT o.* FROM memory_versions o") +
+     " v WHERE NOT EXISTS (SELECT 1 FROM ledger l"
      " WHERE l.partition = %(p)s AND l.ledger_sequence = v.ledger_sequence AND l.version_id = v.version_id)"
      " ORDER BY v.ledger_sequence LIMIT 1"),
     ("content_store.version",
@@ -76,7 +87,8 @@ _ORPHAN_CHECKS = (
      " memory_versions v WHERE v.content_digest = c.content_digest AND v.scope_id = c.scope_id"
      " AND v.object_id = c.object_id) LIMIT 1"),
     ("idempotency_records.ledger_row",
-     "SELECT r.ledger_sequence, r.idempotency_key FROM idempotency_records r LEFT JOIN ledger l"
+     "SELECT r.ledger_sequence, r.idempotency_key FROM " + _own("SELECT o.* FROM idempotency_records o") +
+     " r LEFT JOIN ledger l"
      " ON l.partition = %(p)s AND l.ledger_sequence = r.ledger_sequence"
      " WHERE l.event_id IS NULL OR l.scope_id <> r.scope_id OR l.object_id IS DISTINCT FROM r.object_id"
      " OR l.version_id IS DISTINCT FROM r.version_id ORDER BY r.ledger_sequence LIMIT 1"),
@@ -89,7 +101,8 @@ _DELEGATION_EVENTS = """(SELECT l.ledger_sequence, l.event_type, convert_from(l.
    AND l.event_type IN ('delegation_granted', 'delegation_exercised', 'delegation_revoked'))"""
 _DELEGATION_CHECKS = (
     ("delegations.ledger_entries",
-     "SELECT NULL::bigint, d.delegation_id FROM delegations d LEFT JOIN LATERAL (SELECT"
+     "SELECT NULL::bigint, d.delegation_id FROM " + _own("SELECT o.* FROM delegations o") +
+     " d LEFT JOIN LATERAL (SELECT"
      " count(*) FILTER (WHERE e.event_type = 'delegation_exercised') AS uses,"
      " coalesce(bool_or(e.event_type = 'delegation_revoked'), false) AS revoked,"
      " (array_agg(e.p -> 'delegation') FILTER (WHERE e.event_type = 'delegation_granted'))[1] AS granted"
@@ -103,19 +116,21 @@ _DELEGATION_CHECKS = (
      " WHERE d.delegation_id = e.p -> 'delegation' ->> 'delegation_id') ORDER BY e.ledger_sequence LIMIT 1"),
 )
 # Each sealed snapshot's row is its snapshot_sealed entry's descriptor, at the entry's sequence and scope, and
-# every such entry has its row. (One partition is wired: rows carry no partition of their own.)
+# every such entry has its row (rows carry no partition of their own: their scope's, _own).
 _SNAPSHOT_ENTRIES = """(SELECT l.ledger_sequence, l.scope_id, convert_from(l.event, 'UTF8')::jsonb -> 'payload' AS p
    FROM ledger l WHERE l.partition = %(p)s AND l.event_type = 'index_rebuilt'
    AND convert_from(l.event, 'UTF8')::jsonb #>> '{payload,action}' = 'snapshot_sealed')"""
 _SNAPSHOT_CHECKS = (
     ("evaluation_snapshots.ledger_entry",
-     "SELECT s.ledger_sequence, s.snapshot_id FROM evaluation_snapshots s LEFT JOIN " + _SNAPSHOT_ENTRIES +
+     "SELECT s.ledger_sequence, s.snapshot_id FROM " + _own("SELECT o.* FROM evaluation_snapshots o") +
+     " s LEFT JOIN " + _SNAPSHOT_ENTRIES +
      " e ON e.ledger_sequence = s.ledger_sequence WHERE e.p IS NULL OR e.scope_id <> s.scope_id"
      " OR e.p -> 'snapshot' <> convert_from(s.descriptor, 'UTF8')::jsonb ORDER BY s.ledger_sequence LIMIT 1",
      "its row is not its ledger entry's descriptor"),
     ("evaluation_snapshots.row",
      "SELECT e.ledger_sequence, e.p -> 'snapshot' ->> 'snapshot_id' FROM " + _SNAPSHOT_ENTRIES + " e"
-     " WHERE NOT EXISTS (SELECT 1 FROM evaluation_snapshots s WHERE s.ledger_sequence = e.ledger_sequence)"
+     " WHERE NOT EXISTS (SELECT 1 FROM evaluation_snapshots s WHERE s.ledger_sequence = e.ledger_sequence"
+     " AND s.scope_id = e.scope_id)"
      " ORDER BY e.ledger_sequence LIMIT 1", "it is sealed in the ledger but has no row"),
 )
 # Each evaluation run's row is its evaluation_started entry (scope, run id, the record's snapshot, base and
@@ -125,7 +140,7 @@ _RUN_ENTRIES = """(SELECT l.ledger_sequence, l.scope_id, convert_from(l.event, '
    AND convert_from(l.event, 'UTF8')::jsonb #>> '{payload,action}' = '{action}')"""
 _RUN_CHECKS = (
     ("evaluation_runs.started_entry",
-     "SELECT r.started_sequence, r.evaluation_run_id FROM evaluation_runs r LEFT JOIN "
+     "SELECT r.started_sequence, r.evaluation_run_id FROM " + _own("SELECT o.* FROM evaluation_runs o") + " r LEFT JOIN "
      + _RUN_ENTRIES.replace("{action}", "evaluation_started") + " e ON e.ledger_sequence = r.started_sequence"
      " CROSS JOIN LATERAL (SELECT convert_from(r.record, 'UTF8')::jsonb AS rec) x"
      " WHERE e.p IS NULL OR e.scope_id <> r.scope_id OR e.p ->> 'evaluation_run_id' <> r.evaluation_run_id"
@@ -134,7 +149,9 @@ _RUN_CHECKS = (
      " OR (x.rec ->> 'watermark')::bigint <> (e.p ->> 'ledger_sequence_high_watermark')::bigint"
      " ORDER BY r.started_sequence LIMIT 1", "its row is not its evaluation_started entry"),
     ("evaluation_runs.ended_entry",
-     "SELECT coalesce(r.ended_sequence, e.ledger_sequence), r.evaluation_run_id FROM evaluation_runs r FULL JOIN "
+     "SELECT coalesce(r.ended_sequence, e.ledger_sequence), r.evaluation_run_id FROM "
+     + _own("SELECT o.* FROM evaluation_runs o") +
+     " r FULL JOIN "
      + _RUN_ENTRIES.replace("{action}", "evaluation_ended") + " e ON e.ledger_sequence = r.ended_sequence"
      " WHERE (r.ended_sequence IS NOT NULL OR e.ledger_sequence IS NOT NULL)"
      " AND (r.scope_id IS NULL OR e.scope_id IS NULL OR e.scope_id <> r.scope_id)"
@@ -142,7 +159,8 @@ _RUN_CHECKS = (
     ("evaluation_runs.row",
      "SELECT e.ledger_sequence, e.p ->> 'evaluation_run_id' FROM "
      + _RUN_ENTRIES.replace("{action}", "evaluation_started") + " e"
-     " WHERE NOT EXISTS (SELECT 1 FROM evaluation_runs r WHERE r.started_sequence = e.ledger_sequence)"
+     " WHERE NOT EXISTS (SELECT 1 FROM evaluation_runs r WHERE r.started_sequence = e.ledger_sequence"
+     " AND r.scope_id = e.scope_id)"
      " ORDER BY e.ledger_sequence LIMIT 1", "it is started in the ledger but has no row"),
 )
 _LEDGER_COLUMNS = ("event_id", "operation_id", "scope_id", "object_id", "version_id", "event_type")

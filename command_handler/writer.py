@@ -38,13 +38,13 @@ from infra import tracing
 from infra.db_errors import map_db_error
 from infra.ledger import IdempotencyRow, LedgerRow, fetch_replay
 from infra.lru import LRU
-from infra.metrics import BATCH_SIZE, COMMIT_SECONDS, DENIALS_TOTAL, LEDGER_HEAD, RELAY_LAG, REPLY_SECONDS, \
-    count_commands, rule_label
+from infra.metrics import BATCH_SIZE, COMMIT_SECONDS, DENIALS_TOTAL, LEDGER_HEAD, PARTITION_HEAD, PARTITION_RELAY_LAG, \
+    RELAY_LAG, REPLY_SECONDS, count_commands, rule_label
 from infra.nats_raw import RawClient, parse_headers
 from infra.request_shell import AllowAll, Policy, error_body, to_error
 from infra.settings import Settings
 from infra.status import status_reply
-from pamledger_client.protocol.subjects import command_subject, status_subject
+from pamledger_client.protocol.subjects import command_subject, partition_command_subject, status_subject
 from schemas.canonical import canonical_bytes
 from schemas.common import SYSTEM_SCOPE
 from schemas.snapshots import CreateSnapshot
@@ -66,6 +66,7 @@ class Writer:
         self, settings: Settings, nc: RawClient, store: PostgresLedgerStore,
         committed: Callable[[list[LedgerRow]], None], relay_status: Callable[[], dict[str, Any]],
         registry: TypeRegistry | None = None, policy: Policy | None = None,
+        local: dict[int, Callable[[Command], None]] | None = None,
     ):
         self.settings = settings
         self.nc = nc
@@ -94,6 +95,9 @@ class Writer:
         self.runs: dict[str, EvaluationRun] = {}
         self._subs: list[Any] = []
         self._decided_ns = 0  # when the batch being committed was decided (only while tracing is on)
+        # The writers this process leads, by partition: the router (command_handler.router) hands them their
+        # commands without a hop through NATS. This writer is in it while it serves.
+        self.local = local
 
     async def serve(self) -> None:
         """Subscribe and run group commits until cancelled."""
@@ -101,15 +105,30 @@ class Writer:
         self.tail = await self.store.tail()
         self.runs = {run.scope_id: run for run in (run_of(*row) for row in await self.store.evaluation_runs())}
         await self._journal_catch_up()
-        LEDGER_HEAD.set_function(lambda: float(self.tail[0]))
-        RELAY_LAG.set_function(lambda: float(self.tail[0] - int(self.relay_status().get("relayed_sequence", 0))))
+        head = lambda: float(self.tail[0])  # noqa: E731
+        lag = lambda: float(self.tail[0] - int(self.relay_status().get("relayed_sequence", 0)))  # noqa: E731
+        if self.store.partition == self.settings.partition:  # with several partitions: partition 0's (and below)
+            LEDGER_HEAD.set_function(head)
+            RELAY_LAG.set_function(lag)
+        if self.settings.partitions > 1:
+            PARTITION_HEAD.labels(str(self.store.partition)).set_function(head)
+            PARTITION_RELAY_LAG.labels(str(self.store.partition)).set_function(lag)
         prefix = self.settings.subject_prefix
+        partition = self.store.partition
         # One wildcard subscription: unknown command names get an invalid_request, not silence. Raw
-        # deliveries go straight into the inbox from the client's read loop (no Msg, no task hop).
-        self._subs.append(await self.nc.subscribe_raw(command_subject(prefix, "*"), self._on_command,
-                                                      queue="pamledger-writer"))
+        # deliveries go straight into the inbox from the client's read loop (no Msg, no task hop). With
+        # several partitions the router sends this partition's commands to a subject of its own.
+        if self.settings.partitions == 1:
+            self._subs.append(await self.nc.subscribe_raw(command_subject(prefix, "*"), self._on_command,
+                                                          queue="pamledger-writer"))
+        else:
+            self._subs.append(await self.nc.subscribe_raw(partition_command_subject(prefix, partition, "*"),
+                                                          self._on_routed, queue=f"pamledger-writer-p{partition}"))
+            self._subs.append(await self.nc.subscribe(status_subject(prefix, f"writer.p{partition}"), cb=self._status))
         self._subs.append(await self.nc.subscribe(status_subject(prefix, "writer"), cb=self._status))
         await self.nc.flush()
+        if self.local is not None:
+            self.local[partition] = self.inbox.put_nowait
         log.info("writer.serving", ledger_sequence=self.tail[0], partition=self.store.partition)
         try:
             while True:
@@ -119,11 +138,20 @@ class Writer:
                     batch.append(self.inbox.get_nowait())
                 await self._commit_batch(batch)
         finally:
+            if self.local is not None and self.local.get(partition) == self.inbox.put_nowait:
+                del self.local[partition]
             for sub in self._subs:
                 await self.nc.unsubscribe_raw(sub)
 
     def _on_command(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         self.inbox.put_nowait(Command(subject.decode(), reply.decode(), data, parse_headers(headers)))
+
+    def _on_routed(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        """A command the router sent to this partition: from here on it is the command as its client sent it
+        (`{prefix}.cmd.<name>`), so policy, logs and metrics see the same subject whatever the partition."""
+        name = subject.rsplit(b".", 1)[-1].decode()
+        self.inbox.put_nowait(Command(command_subject(self.settings.subject_prefix, name), reply.decode(), data,
+                                      parse_headers(headers)))
 
     async def _status(self, msg: Msg) -> None:
         health = {"role": "writer", "leader": True, "ok": self.guard.refusal() is None}

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Protocol, cast
 
@@ -44,7 +44,8 @@ from infra.ledger_identity import REBUILD_PROJECTION, follower_disagreement, wai
 from infra.nats_raw import RawClient, stream_sequence
 from infra.pg_pipeline import pipelined_transaction
 from infra.prepare_ahead import Ahead, Connect, PreparingStep
-from infra.projections import advance_checkpoint, checkpoint, notify_checkpoint
+from infra.projections import advance_checkpoint, checkpoint, notify_checkpoint, partition_channel, \
+    partition_checkpoint
 from pamledger_client.protocol.subjects import partition_wildcard
 from infra.settings import FollowerSettings
 from infra.stuck import StuckState, describe, traceback_text
@@ -83,6 +84,15 @@ class FollowerSpec:
     def durable(self, partition: int) -> str:
         return f"pamledger-{self.name}-p{partition}"
 
+    def in_partition(self, partition: int) -> FollowerSpec:
+        """The spec following `partition`: partition 0's checkpoint row and notify channel keep the names
+        they had with one partition; another partition's carry it (partition_checkpoint, partition_channel),
+        so each partition has its own position and its own read-your-writes wake-ups."""
+        if partition == 0:
+            return self
+        return replace(self, checkpoint=partition_checkpoint(self.checkpoint, partition),
+                       notify_channel=partition_channel(self.notify_channel, partition))
+
     def lock_key(self, partition: int) -> int:
         return locks.partition_key(self.lock_base, partition)
 
@@ -111,11 +121,7 @@ class Follower:
     def __init__(self, spec: FollowerSpec, nc: RawClient, conn: psycopg.AsyncConnection[Any], stream: str,
                  prefix: str, partition: int, settings: FollowerSettings, batch: int | None = None,
                  stuck: StuckState | None = None, connect: Connect | None = None):
-        if partition != 0:
-            # The checkpoint row and the notify channel are keyed by the follower's name alone (migration
-            # 002): a second partition would share partition 0's position. Refuse it loudly until they are
-            # keyed by (name, partition).
-            raise ValueError(f"follower {spec.name}: only partition 0 is supported (checkpoints are per name)")
+        spec = spec.in_partition(partition)  # its own checkpoint row and notify channel
         self.spec = spec
         self.step = spec.step()
         self.nc = nc

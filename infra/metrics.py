@@ -28,6 +28,11 @@ REPLY_SECONDS = Histogram("pamledger_writer_reply_seconds", "From a batch's star
                           buckets=_LATENCY)
 LEDGER_HEAD = Gauge("pamledger_ledger_head", "The ledger sequence the writer last committed")
 RELAY_LAG = Gauge("pamledger_relay_lag_events", "Committed ledger entries the relay has not yet published")
+# With several partitions (infra.partitions) the two above are partition 0's; these are each partition's.
+PARTITION_HEAD = Gauge("pamledger_partition_ledger_head", "The ledger sequence a partition's writer last committed",
+                       ["partition"])
+PARTITION_RELAY_LAG = Gauge("pamledger_partition_relay_lag_events",
+                            "Committed entries of a partition its relay has not yet published", ["partition"])
 FOLLOWER_POSITION = Gauge("pamledger_follower_applied_sequence", "The ledger sequence a follower has applied",
                           ["follower"])
 FOLLOWER_STUCK = Gauge("pamledger_follower_stuck", "1 while a follower retries an event it cannot apply",

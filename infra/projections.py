@@ -25,6 +25,17 @@ SEARCH_EXPRESSION = (
 )
 
 
+def partition_checkpoint(name: str, partition: int) -> str:
+    """The checkpoint row of a follower (or projection) `name` in `partition`: its name in partition 0 (as with
+    one partition), `name.p<partition>` in the others."""
+    return name if partition == 0 else f"{name}.p{partition}"
+
+
+def partition_channel(channel: str, partition: int) -> str:
+    """The notify channel a follower's commits in `partition` send on (partition_checkpoint's counterpart)."""
+    return channel if partition == 0 else f"{channel}_p{partition}"
+
+
 async def advance_checkpoint(conn: psycopg.AsyncConnection[Any], projection: str, through: int) -> None:
     """Create, lock and advance `projection`'s checkpoint row (never backwards), before any row it covers
     is touched: a concurrent `replay --swap` and the follower never interleave."""

@@ -41,3 +41,11 @@ async def scopes_with_policy(conn: psycopg.AsyncConnection[Any], key: str, syste
     the answer to that scope."""
     cur = await conn.execute(_POLICIES_SQL, {"key": key, "system": system_scope, "scope": scope_id})
     return [(str(r[0]), r[1]) for r in await cur.fetchall()]
+
+
+async def scope_partitions(conn: psycopg.AsyncConnection[Any], scope_ids: list[str]) -> dict[str, int]:
+    """The partition each of these scopes was created in (infra.partitions); scopes not created are absent."""
+    if not scope_ids:
+        return {}
+    cur = await conn.execute("SELECT scope_id, partition FROM scopes WHERE scope_id = ANY(%s)", (scope_ids,))
+    return {str(r[0]): int(r[1]) for r in await cur.fetchall()}

@@ -30,6 +30,10 @@ class WriterSettings(_Group):
     # Every leading role (writer, projector, gateway): a run that fails is retried after a wait doubling from
     # lock_poll_seconds up to 10x it; only a run that lasts this long counts as serving again (backoff afresh).
     role_healthy_seconds: float = Field(default=30.0, gt=0)
+    # With several partitions: how many a writer process takes at once (0: every free one). Past its share it
+    # takes a partition only once it stayed free for TAKEOVER_POLLS polls (pamledger.leadership), so writer
+    # processes started together split the partitions, and a dead one's are still taken over.
+    partition_share: int = Field(default=0, ge=0)
     # The relay's wait for JetStream to acknowledge a run; past it (or on a reconnect) it resyncs.
     relay_publish_timeout_seconds: float = Field(default=5.0, gt=0)
     # The chain rows it checks link and recompute before it appends (on start, and while broken).
@@ -247,6 +251,9 @@ class Settings(BaseSettings):
     subject_prefix: str = DEFAULT_PREFIX
     stream_name: str = "PAMLEDGER"
     partition: int = Field(default=0, ge=0, lt=MAX_PARTITIONS)  # infra.locks: each role's lock key per partition
+    # How many partitions the ledger is split into (infra.partitions): recorded with the ledger when it is made
+    # and refused at start when changed. Each writer process leads whichever partitions are free.
+    partitions: int = Field(default=1, ge=1, le=MAX_PARTITIONS)
     log_format: Literal["auto", "json", "console"] = "auto"  # auto: console on a terminal, else JSON lines
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     request_timeout_seconds: float = 10.0

@@ -52,6 +52,7 @@ TABLES: dict[str, Table] = {
         "query.snapshots": "what a snapshot lost since its seal: only objects with entries after its watermark",
         "query.plan": "at a snapshot, objects with entries after its watermark are read from their versions",
         "retention.evaluator": "an object's age is its first version's commit time",
+        "infra.partitions": "a ledger that holds rows before its partition count was recorded had one",
     }),
     "memory_versions": Table("command_handler.store", {
         **_WRITER_READS, **_VERSION_STORE,
@@ -75,9 +76,11 @@ TABLES: dict[str, Table] = {
     }),
     "scopes": Table("command_handler.store", {
         "command_handler.store_reads": _WRITER_READS["command_handler.store_reads"],
+        "command_handler.verify": "a partition's rows of the other tables are those of the scopes created in it",
         "infra.scopes": "the kernel's scope reads: whether a scope exists, its record, policies by key",
     }),
     "ledger_identity": Table("infra.ledger_identity"),
+    "ledger_layout": Table("infra.partitions"),
     "projection_checkpoints": Table("infra.projections", {
         "infra.ledger_identity": "a follower's checkpoint must be this ledger's",
         "projector.replay": "replay --swap moves the checkpoint with the tables",

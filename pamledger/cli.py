@@ -106,6 +106,9 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     single = args.single_process or settings.processes == "single"
     try:
         migrate(settings.database_url)
+        if (refused := partition_count_refused(settings.database_url, settings.partitions)) is not None:
+            print(f"pamledger run: {refused}", file=sys.stderr)
+            return 2
         if stack is not None:
             from pamledger.nats_users import sync_nats_users
 
@@ -136,8 +139,31 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     roles = parse_roles(args.roles, enabled_optional_roles(settings.retention.enabled))
     if roles == ("indexer",) and settings.indexer.nice:
         os.nice(settings.indexer.nice)  # the embedder yields the CPU to the writer (`run`: a process per role)
+    if "writer" in roles and settings.database_url:
+        try:
+            refused = partition_count_refused(settings.database_url, settings.partitions)
+        except Exception:  # noqa: BLE001 - the database away: the writer checks again before it appends
+            refused = None
+        if refused is not None:
+            print(f"pamledger serve: {refused}", file=sys.stderr)
+            return 2
     asyncio.run(_serve(settings, roles))
     return 0
+
+
+def partition_count_refused(database_url: str, partitions: int) -> str | None:
+    """Why this ledger refuses the `partitions` setting (infra.partitions), None when it agrees. Recorded on
+    the first start; a ledger of another count is never re-hashed."""
+    import psycopg
+
+    from infra.partitions import PartitionCountChanged, recorded_partitions
+
+    try:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            recorded_partitions(conn, partitions)
+    except PartitionCountChanged as exc:
+        return str(exc)
+    return None
 
 
 async def _serve(settings: Settings, roles: tuple[str, ...]) -> None:
@@ -202,6 +228,8 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
             out["postgres"] = {"answers": True, "ledger_sequence": head, "projection_checkpoint": projected,
                                "projection_behind": head - projected}
             out["postgres"].update(await _index_position(conn, settings.partition))
+            if settings.partitions > 1:
+                out["postgres"]["partitions"] = await _partition_positions(conn, settings.partitions)
     except psycopg.Error as exc:
         out["postgres"] = {"answers": False, "error": type(exc).__name__}
     from pamledger.cli_dispatch import client_config
@@ -230,6 +258,20 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
     out.update(zip(components, await asyncio.gather(*(ask(c) for c in components))))
     out["caller"] = await _caller(client)
     await client.close()
+    return out
+
+
+async def _partition_positions(conn: Any, partitions: int) -> dict[str, dict[str, int]]:
+    """Each partition's ledger head and projection checkpoint (the lines above are partition 0's)."""
+    from infra.ledger import ledger_head
+    from infra.projections import PROJECTION, checkpoint, partition_checkpoint
+
+    out = {}
+    for partition in range(partitions):
+        head = await ledger_head(conn, partition)
+        projected = await checkpoint(conn, partition_checkpoint(PROJECTION, partition))
+        out[str(partition)] = {"ledger_sequence": head, "projection_checkpoint": projected,
+                               "projection_behind": head - projected}
     return out
 
 

@@ -21,9 +21,6 @@ import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from command_handler.store import PostgresLedgerStore
-from command_handler.writer import Writer
-from command_handler.relay import Relay
 from embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from indexer.role import run_beside_follower
 from indexer.step import INDEXER, indexer_spec
@@ -33,9 +30,10 @@ from infra.requester import CommandRequester
 from infra.nats_log import ConnectionLog
 from infra.metrics import FOLLOWER_POSITION, FOLLOWER_STUCK, leading, leads
 from infra.nats_raw import RawClient, connect_raw
-from infra.nats_servers import StreamReplicas, stream_replicas
+from infra.nats_servers import stream_replicas
 from infra.probes import Probes, serving_probes
 from infra.request_shell import AllowAll, DelegationGate, DenialSink, Policy
+from infra.partitions import partition_stream
 from infra.settings import Settings
 from infra.role_failures import RoleFailures
 from infra.status import status_reply
@@ -44,11 +42,14 @@ from pamledger_client.protocol.subjects import status_subject
 from pamledger_client.protocol.tasks import stop_task
 from pamledger.auth import auth_for, delegated_reads
 from pamledger.followers import FOLLOWERS
+from pamledger.leadership import role_failures, wait_for_lock
+from pamledger.writer_role import lead_forever
 from pamledger.nats_users import nats_is_ours, nats_users, operator_nats_options
 from pamledger.supervisor import ROLES
 from query.cursor_keys import CursorSigner, cursor_keys_path
 from query.replicas import ReplicaReads
 from query.search import CheckpointWatcher
+from query.partitions import ScopePositions
 from query.service import QueryService
 from retention.evaluator import run_rounds
 from subscriptions.filters import Authorizer
@@ -115,17 +116,21 @@ async def run_service(settings: Settings, nats_url: str, database_url: str, stop
             if settings.database.read_urls:  # scans on streaming replicas, fenced (docs/scaling.md)
                 replicas = ReplicaReads(pool, settings.database)
                 await replicas.start()
-            watcher = CheckpointWatcher()
-            index_watcher = CheckpointWatcher(INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL)  # search's min_sequence
+            # Each partition's projection and index checkpoints (query min_sequence, search's on the index).
+            positions = ScopePositions.single(settings.partition, CheckpointWatcher(), CheckpointWatcher(
+                INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL)) if settings.partitions == 1 \
+                else ScopePositions.partitioned(settings.partitions)
+            first = next(iter(positions.positions.values()))
+            watcher, index_watcher = first.watcher, first.index_watcher
             query_nc = await connection("query")
             query = QueryService(query_nc, pool, settings.subject_prefix, watcher, settings.query,
                                  settings.partition, policy, index_watcher,
                                  auth.denials(query_nc, settings.subject_prefix),
                                  delegated_reads(auth, query_nc, settings.subject_prefix),
-                                 cursor_signer(settings), replicas)
+                                 cursor_signer(settings), replicas, positions)
             await query.start()
-            tasks.append(asyncio.create_task(watcher.run(database_url)))
-            tasks.append(asyncio.create_task(index_watcher.run(database_url)))
+            for each in positions.watchers():
+                tasks.append(asyncio.create_task(each.run(database_url)))
         if "writer" in roles:
             stream_copies = stream_replicas(nats_url, settings.nats.stream_replicas)
             tasks.append(asyncio.create_task(lead_forever(settings, await connection("writer"), database_url,
@@ -195,56 +200,27 @@ def probe_port(settings: Settings, roles: Sequence[str]) -> int:
     return base + PROBE_OFFSETS.get(roles[0], 0) if len(roles) == 1 else base
 
 
-async def lead_forever(settings: Settings, nc: RawClient, database_url: str, policy: Policy | None = None,
-                       replicas: StreamReplicas = StreamReplicas(1)) -> None:
-    """Wait for the writer lock, serve as writer, and go back to waiting if the database session dies."""
-    failures = role_failures(settings, "writer")
-    while True:
-        try:
-            await _lead_once(settings, nc, database_url, failures, policy, replicas)
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            await asyncio.sleep(failures.failed(exc, expected=True))
-        except Exception as exc:  # noqa: BLE001 - a writer bug must not leave the process serving without a writer
-            await asyncio.sleep(failures.failed(exc, expected=False))
-        else:
-            await asyncio.sleep(settings.writer.lock_poll_seconds)
-
-
-def role_failures(settings: Settings, role: str) -> RoleFailures:
-    """A role loop's failure log and backoff: from the lock poll interval up to 10x it, afresh once a run
-    has lasted `role_healthy_seconds`."""
-    poll = settings.writer.lock_poll_seconds
-    return RoleFailures(role, poll, 10 * poll, settings.writer.role_healthy_seconds)
-
-
-async def _lead_once(settings: Settings, nc: RawClient, database_url: str, failures: RoleFailures,
-                     policy: Policy | None, replicas: StreamReplicas) -> None:
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        store = PostgresLedgerStore(conn, settings.partition)
-        # A retry after a failure takes the lock again: said once, by the failure, not per attempt.
-        await _wait_for_lock(conn, locks.writer_key(settings.partition), settings, "writer",
-                             quiet=failures.attempts > 0)
-        relay = Relay(nc, database_url, settings.stream_name, settings.subject_prefix, settings.partition,
-                      settings.writer.relay_publish_timeout_seconds, replicas)
-        relay_task = asyncio.create_task(relay.run())
-        leads("writer", True)
-        try:
-            with failures.running():
-                await Writer(settings, nc, store, relay.submit, relay.status, policy=policy).serve()
-        finally:
-            leads("writer", False)
-            await stop_task(relay_task)
-
-
 async def follow_forever(settings: Settings, nc: RawClient, database_url: str, spec: FollowerSpec,
                          probes: Probes | None = None, policy: Policy | None = None) -> None:
+    """Lead the `spec` follower of the settings' partition, or (several partitions) of every partition whose
+    lock this process can take: each partition's follower has its own lock, checkpoint and stream."""
+    if settings.partitions == 1:
+        await follow_partition_forever(settings, nc, database_url, spec, settings.partition, probes, policy)
+        return
+    await asyncio.gather(*(follow_partition_forever(settings, nc, database_url, spec, partition, probes, policy)
+                           for partition in range(settings.partitions)))
+
+
+async def follow_partition_forever(settings: Settings, nc: RawClient, database_url: str, spec: FollowerSpec,
+                                   partition: int, probes: Probes | None = None, policy: Policy | None = None) -> None:
     """Lead the partition's `spec` follower (its own advisory lock), reconnecting when the database goes
     away. Its stuck state outlives reconnects, so status keeps saying since when an event has been failing."""
     stuck = StuckState(settings.follower.retry_first_seconds, settings.follower.retry_max_seconds)
-    failures = role_failures(settings, spec.name)
-    FOLLOWER_STUCK.labels(spec.name).set_function(lambda: 1 if stuck.current is not None else 0)
+    name = spec.name if partition == 0 else f"{spec.name}.p{partition}"  # status subject, metrics, probes
+    failures = role_failures(settings, name)
+    FOLLOWER_STUCK.labels(name).set_function(lambda: 1 if stuck.current is not None else 0)
     if probes is not None:
-        probes.add(f"{spec.name}.stuck", lambda: None if stuck.current is None else
+        probes.add(f"{name}.stuck", lambda: None if stuck.current is None else
                    f"stuck at ledger sequence {stuck.current.sequence}")
     while True:
         try:
@@ -254,22 +230,22 @@ async def follow_forever(settings: Settings, nc: RawClient, database_url: str, s
                 # (and must not compete with the writer's).
                 await conn.execute("SET synchronous_commit = off")
                 # A retry of a stuck event takes the lock again: said once, when the state changed.
-                await _wait_for_lock(conn, spec.lock_key(settings.partition), settings, spec.name,
-                                     quiet=stuck.current is not None or failures.attempts > 0)
-                async with answering_status(nc, settings, spec.name, lambda: {"stuck": stuck.report()}, policy,
-                                            lambda: stuck.current is None):
+                await wait_for_lock(conn, spec.lock_key(partition), settings, spec.name,
+                                    quiet=stuck.current is not None or failures.attempts > 0, partition=partition)
+                async with answering_status(nc, settings, name, lambda: {"stuck": stuck.report()}, policy,
+                                            lambda: stuck.current is None, partition):
                     try:
                         with failures.running():
                             follower = Follower(
-                                spec, nc, conn, settings.stream_name, settings.subject_prefix, settings.partition,
-                                settings.follower, stuck=stuck,
+                                spec, nc, conn, partition_stream(settings.stream_name, partition),
+                                settings.subject_prefix, partition, settings.follower, stuck=stuck,
                                 connect=lambda: psycopg.AsyncConnection.connect(database_url, autocommit=True))
-                            FOLLOWER_POSITION.labels(spec.name).set_function(_position_of(follower))
-                            leads(spec.name, True)
+                            FOLLOWER_POSITION.labels(name).set_function(_position_of(follower))
+                            leads(name, True)
                             try:
                                 await follower.run()
                             finally:
-                                leads(spec.name, False)
+                                leads(name, False)
                                 await follower.close()
                     except EventFailed:  # logged once per state change; wait (still leading), then retry
                         await asyncio.sleep(stuck.delay())
@@ -282,21 +258,6 @@ async def follow_forever(settings: Settings, nc: RawClient, database_url: str, s
             await asyncio.sleep(settings.writer.lock_poll_seconds)
 
 
-async def _wait_for_lock(conn: psycopg.AsyncConnection[Any], key: int, settings: Settings, role: str,
-                         quiet: bool = False) -> None:
-    announced = False
-    while True:
-        cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
-        row = await cur.fetchone()
-        if row and row[0]:
-            (log.debug if quiet else log.info)("leadership.acquired", role=role, partition=settings.partition)
-            return
-        if not announced:
-            log.info("leadership.waiting", role=role, partition=settings.partition)
-            announced = True
-        await asyncio.sleep(settings.writer.lock_poll_seconds)
-
-
 async def gateway_forever(settings: Settings, nc: NATS, database_url: str, authorizer: Authorizer,
                           policy: Policy | None = None, denials: DenialSink | None = None,
                           service_token: str | None = None, delegations: DelegationGate | None = None) -> None:
@@ -307,7 +268,7 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
                 key = locks.gateway_key(settings.partition)
-                await _wait_for_lock(conn, key, settings, "gateway", quiet=failures.attempts > 0)
+                await wait_for_lock(conn, key, settings, "gateway", quiet=failures.attempts > 0)
                 store = SubscriptionStore(conn, database_url, key, settings.partition,
                                           settings.writer.lock_poll_seconds)
                 try:
@@ -339,7 +300,7 @@ async def retention_forever(settings: Settings, nc: RawClient, database_url: str
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-                await _wait_for_lock(conn, locks.retention_key(settings.partition), settings, "retention",
+                await wait_for_lock(conn, locks.retention_key(settings.partition), settings, "retention",
                                      quiet=failures.attempts > 0)
                 async with answering_status(nc, settings, "retention", lambda: {"last_round": dict(last)}, policy):
                     with failures.running():
@@ -353,7 +314,7 @@ async def retention_forever(settings: Settings, nc: RawClient, database_url: str
 @contextlib.asynccontextmanager
 async def answering_status(nc: NATS, settings: Settings, role: str,
                            details: Callable[[], dict[str, Any]] | None = None, policy: Policy | None = None,
-                           ok: Callable[[], bool] | None = None) -> AsyncIterator[None]:
+                           ok: Callable[[], bool] | None = None, partition: int | None = None) -> AsyncIterator[None]:
     """While this process leads `role`, `{prefix}.status.{role}` answers with its pid (operators and the
     crash tests use it to find the process to stop) and the role's `details` (a follower's `stuck`); with
     auth enforced (`policy`), the pid and details to an administrator only, health to any caller (infra.status)."""
@@ -362,7 +323,8 @@ async def answering_status(nc: NATS, settings: Settings, role: str,
     async def respond(msg: Msg) -> None:
         health = {"role": role, "leader": True, "ok": ok() if ok is not None else True}
         await msg.respond(status_reply(answering, msg.subject, msg.headers, health, lambda: {
-            "partition": settings.partition, "pid": os.getpid(), **(details() if details is not None else {})}))
+            "partition": settings.partition if partition is None else partition, "pid": os.getpid(),
+            **(details() if details is not None else {})}))
 
     sub = await nc.subscribe(status_subject(settings.subject_prefix, role), cb=respond)
     try:

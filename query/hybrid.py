@@ -20,8 +20,8 @@ from typing import Any
 import msgspec
 from psycopg import sql
 
-from embedding.store import INDEX_CHECKPOINT, SPACE_STATE, SpaceRow
-from infra.projections import CHECKPOINT, PROJECTION
+from embedding.store import SPACE_STATE, SpaceRow
+from infra.projections import CHECKPOINT
 from infra.scopes import SCOPE_EXISTS
 from infra.settings import QuerySettings
 from query.connections import Connections
@@ -82,7 +82,7 @@ async def run_search(pool: Connections, projection: CheckpointWatcher, index: Ch
             found = await probe(conn, request)
     space_id = found.space.embedding_space_id if found.space else None
     async with pool.connection() as conn, snapshot(conn):
-        cur = await conn.execute(_STATE, (request.scope_id, PROJECTION, INDEX_CHECKPOINT, space_id))
+        cur = await conn.execute(_STATE, (request.scope_id, projection.checkpoint_name, index.checkpoint_name, space_id))
         known, projected, indexed, space_state = await cur.fetchone() or (False, 0, 0, None)
         semantic: list[Any] = []
         plan = None

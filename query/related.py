@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 import psycopg
 
-from infra.projections import CHECKPOINT, PROJECTION, checkpoint
+from infra.projections import CHECKPOINT, checkpoint
 from infra.scopes import SCOPE_EXISTS
 from query.connections import Connections
 from query.search import CheckpointWatcher
@@ -100,7 +100,7 @@ async def run_related(pool: Connections, watcher: CheckpointWatcher, request: Re
     origin = (request.scope_id, request.from_object_id)
     walk = Walk(request, may_read)
     async with pool.connection() as conn, snapshot(conn):
-        cur = await conn.execute(_START, (request.scope_id, PROJECTION))
+        cur = await conn.execute(_START, (request.scope_id, watcher.checkpoint_name))
         known, as_of = await cur.fetchone() or (False, 0)
         if not known:
             raise ScopeNotFound("scope not found", details={"scope_id": request.scope_id})

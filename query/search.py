@@ -102,7 +102,7 @@ async def run_query(pool: Connections, watcher: CheckpointWatcher, request: Quer
         # count of its erased versions); pipelined, so the whole transaction costs one round trip. Rows of an
         # unknown scope are empty and never returned.
         async with pipelined_transaction(conn, BEGIN_SNAPSHOT):
-            state = await conn.execute(_STATE, (request.scope_id, PROJECTION, partition))
+            state = await conn.execute(_STATE, (request.scope_id, watcher.checkpoint_name, partition))
             found = await conn.execute(statement, params)
             lost = await conn.execute(*lost_statement(pin)) if pin is not None else None
         known, projected, head = await state.fetchone() or (False, 0, 0)

@@ -39,6 +39,7 @@ from query.related_snapshot import run_related_at_snapshot
 from query.connections import Connections
 from query.cursor_keys import CursorSigner, caller_tag
 from query.replicas import ReplicaReads
+from query.partitions import ScopePositions
 from query.search import CheckpointWatcher, run_query
 from schemas.queries import RelatedRequest, decode_query, decode_related, decode_request
 from schemas.search import SearchRequest, decode_search
@@ -101,7 +102,7 @@ class QueryService:
                  settings: QuerySettings, partition: int, policy: Policy | None = None,
                  index_watcher: CheckpointWatcher | None = None, denials: DenialSink | None = None,
                  delegations: DelegationGate | None = None, signer: CursorSigner | None = None,
-                 replicas: ReplicaReads | None = None):
+                 replicas: ReplicaReads | None = None, positions: ScopePositions | None = None):
         """`watcher` follows the projection (Query, lexical search), `index_watcher` the indexer (semantic
         search); without one, a search's min_sequence on the index is never reached and says so. `replicas`:
         where scans read when read replicas are configured (query.replicas); read and history, lookups by
@@ -118,6 +119,8 @@ class QueryService:
         self.prefix = prefix
         self.watcher = watcher
         self.index_watcher = index_watcher or CheckpointWatcher(INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL)
+        # Each scope's partition and its checkpoints' watchers (query.partitions); one partition: the above.
+        self.positions = positions or ScopePositions.single(partition, self.watcher, self.index_watcher)
         self._subs: list[Any] = []
         self._in_flight: set[asyncio.Task[None]] = set()
         # Signs query cursors (query.cursor_keys); the composition root gives the state dir's keys.
@@ -266,31 +269,33 @@ class QueryService:
                     if fork is None:
                         raise
                     return await history(conn, fork[0], request.object_id, fork[1].watermark)
+        where = await self.positions.of(self.pool, request.scope_id)  # its partition and that one's checkpoints
+        request = await self.positions.reachable(self.pool, where, request)
         if isinstance(request, EventsRequest):
             async with self.scans.connection() as conn:
-                return await scope_events(conn, request.scope_id, self.partition, request.after_sequence,
+                return await scope_events(conn, request.scope_id, where.partition, request.after_sequence,
                                           request.limit, request.event_classes)
         if isinstance(request, ExportRequest):
             async with self.scans.connection() as conn:
                 if request.part == "header":
-                    return await export_header(conn, request, self.partition)
-                return await export_entries(conn, request, self.partition)
+                    return await export_header(conn, request, where.partition)
+                return await export_entries(conn, request, where.partition)
         if isinstance(request, SearchRequest) and request.snapshot_id is not None:
-            return await run_search_at_snapshot(self.scans, self.watcher, self.index_watcher, request, self.sealed)
+            return await run_search_at_snapshot(self.scans, where.watcher, where.index_watcher, request, self.sealed)
         if isinstance(request, SearchRequest):
             forked = await self.forks.of(self.scans, request.scope_id)  # an evaluation scope reads its snapshot too
-            return await run_search(self.scans, self.watcher, self.index_watcher, request, self.settings, forked)
+            return await run_search(self.scans, where.watcher, where.index_watcher, request, self.settings, forked)
         if isinstance(request, RelatedRequest) and request.snapshot_id is not None:
             return await run_related_at_snapshot(self.scans, request, lambda scope: self._may_read(context, scope),
                                                  self.sealed)
         if isinstance(request, RelatedRequest):
-            return await run_related(self.scans, self.watcher, request, lambda scope: self._may_read(context, scope))
+            return await run_related(self.scans, where.watcher, request, lambda scope: self._may_read(context, scope))
         principal = context.principal
         caller = caller_tag(principal.actor_id, principal.delegation_id)
         source = None
         if request.snapshot_id is None and request.as_of_sequence is None:  # an evaluation scope reads its fork
             source = await self.forks.of(self.scans, request.scope_id)
-        return await run_query(self.scans, self.watcher, request, self.partition, self.signer, caller, source,
+        return await run_query(self.scans, where.watcher, request, where.partition, self.signer, caller, source,
                                self.sealed)
 
     async def _at_snapshot(self, request: ReadRequest | HistoryRequest) -> bytes:

@@ -28,6 +28,7 @@ from nats.aio.msg import Msg
 
 from authz.tokens import BadCredential, bearer_token, token_id_of
 from infra.ledger_identity import Disagreement, stream_disagreement, wait_for_agreement
+from infra.scopes import scope_partitions
 from infra.request_shell import DelegationGate, DenialSink, Deny, Policy, RequestContext, RequestShell
 from infra.requester import CommandRequester
 from infra.settings import Settings
@@ -488,7 +489,18 @@ class Gateway:
         known, head = await self.store.head_of(scope_id)
         if not known:
             raise ScopeNotFound("scope not found", details={"scope_id": scope_id})
+        if self.settings.partitions > 1:
+            await self._in_own_partition(scope_id)
         return head
+
+    async def _in_own_partition(self, scope_id: str) -> None:
+        """With several partitions this gateway follows its own partition's stream only ([X1]: a gateway per
+        partition, with Subscribe requests routed to it, is not built yet): a scope of another partition is
+        refused, never subscribed to a feed that would stay silent."""
+        partition = (await scope_partitions(self.store.conn, [scope_id])).get(scope_id, self.settings.partition)
+        if partition != self.settings.partition:
+            raise InvalidRequest(f"Subscribe is served for partition {self.settings.partition} only; this scope is"
+                                 f" in partition {partition}", details={"scope_id": scope_id, "partition": partition})
 
     async def _open_rows(self) -> list[tuple[str, SubscribeRequest, int, str | None]]:
         """Open subscriptions, the position each resumes from (acknowledged, else where it started) and the

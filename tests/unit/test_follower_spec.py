@@ -36,13 +36,15 @@ def test_no_follower_lock_collides_with_the_writer_or_gateway_lock_of_any_partit
         taken |= {spec.lock_key(p) for p in partitions}
 
 
-def test_a_follower_of_another_partition_is_refused_until_checkpoints_are_keyed_by_partition() -> None:
-    """The checkpoint row and channel are per follower name: a partition-1 follower would share partition
-    0's position and skip or repeat events, so building one fails loudly."""
-    import pytest
-
+def test_a_follower_of_another_partition_has_a_checkpoint_and_channel_of_its_own() -> None:
+    """Partition 0 keeps the one-partition names (an existing ledger's checkpoint is found where it was);
+    another partition's follower never shares partition 0's position."""
     from infra.follower import Follower
     from infra.settings import Settings
 
-    with pytest.raises(ValueError, match="partition 0"):
-        Follower(PROJECTOR, None, None, "STREAM", "pam", 1, Settings().follower)  # type: ignore[arg-type]
+    first = Follower(PROJECTOR, None, None, "STREAM", "pam", 0, Settings().follower)  # type: ignore[arg-type]
+    other = Follower(PROJECTOR, None, None, "STREAM_P1", "pam", 1, Settings().follower)  # type: ignore[arg-type]
+    assert (first.spec.checkpoint, first.spec.notify_channel) == (PROJECTOR.checkpoint, PROJECTOR.notify_channel)
+    assert other.spec.checkpoint == f"{PROJECTOR.checkpoint}.p1"
+    assert other.spec.notify_channel == f"{PROJECTOR.notify_channel}_p1"
+    assert (other.durable, other.subject) == ("pamledger-projector-p1", "pam.ledger.p1.>")

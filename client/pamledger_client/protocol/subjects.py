@@ -30,6 +30,11 @@ def command_subject(prefix: str, command: str) -> str:
     return f"{prefix}.cmd.{command}"
 
 
+def partition_command_subject(prefix: str, partition: int, command: str) -> str:
+    """Where the router sends a command of a scope in `partition` (a ledger of several: infra.partitions)."""
+    return f"{prefix}.cmd.p{partition}.{command}"
+
+
 def query_subject(prefix: str, query: str) -> str:
     return f"{prefix}.query.{query}"
 

@@ -1,0 +1,71 @@
+"""How the ledger is split into partitions: which partition a scope starts in, each partition's stream, and
+the ledger's recorded partition count.
+
+Why: one writer appends to one partition (its own gapless sequence, hash chain and stream), so several
+writers can append at once. A scope lives in one partition for good, so its order, idempotency and
+read-your-writes stay those of one writer. Its partition is recorded on its row when it is created; the
+count is recorded once in `ledger_layout` and never changes under an existing ledger (a changed setting is
+refused at start: a silent re-hash would send a scope's commands to a writer that does not hold its head).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import psycopg
+
+from schemas.common import SYSTEM_SCOPE
+
+
+class PartitionCountChanged(Exception):
+    """The `partitions` setting disagrees with the count this ledger was made with."""
+
+    def __init__(self, recorded: int, wanted: int):
+        self.recorded = recorded
+        self.wanted = wanted
+        super().__init__(
+            f"this ledger was made with partitions={recorded}, the settings ask for partitions={wanted};"
+            f" the count of an existing ledger cannot change (its scopes are assigned to partitions for good):"
+            f" set PAMLEDGER_PARTITIONS={recorded}, or start a new ledger and `pamledger import` an export into it")
+
+
+def partition_of(scope_id: str, partitions: int) -> int:
+    """The partition a new scope is assigned: the system scope's is 0, any other's a stable hash of its id
+    (the first 8 bytes of its SHA-256) modulo the count. Pure: the same on every machine and release."""
+    if partitions <= 1 or scope_id == SYSTEM_SCOPE:
+        return 0
+    return int.from_bytes(hashlib.sha256(scope_id.encode()).digest()[:8], "big") % partitions
+
+
+def partition_stream(stream_name: str, partition: int) -> str:
+    """The JetStream stream of one partition: partition 0's is the configured name (as with one partition),
+    partition p's the name with `_P{p}` added (a stream's sequence is its partition's ledger sequence)."""
+    return stream_name if partition == 0 else f"{stream_name}_P{partition}"
+
+
+_RECORD_SQL = (
+    "INSERT INTO ledger_layout (partitions) SELECT CASE WHEN EXISTS (SELECT 1 FROM ledger) THEN 1 ELSE %s END"
+    " ON CONFLICT DO NOTHING")
+
+
+def recorded_partitions(conn: psycopg.Connection[Any], wanted: int) -> int:
+    """The ledger's partition count, recorded now if it has none: `wanted` for an empty ledger, 1 for one that
+    already holds rows (every ledger before partitions had one). Raises PartitionCountChanged when `wanted`
+    differs from it."""
+    conn.execute(_RECORD_SQL, (wanted,))
+    row = conn.execute("SELECT partitions FROM ledger_layout").fetchone()
+    assert row is not None
+    if int(row[0]) != wanted:
+        raise PartitionCountChanged(int(row[0]), wanted)
+    return int(row[0])
+
+
+async def recorded_partitions_async(conn: psycopg.AsyncConnection[Any], wanted: int) -> int:
+    """recorded_partitions on an async connection."""
+    await conn.execute(_RECORD_SQL, (wanted,))
+    row = await (await conn.execute("SELECT partitions FROM ledger_layout")).fetchone()
+    assert row is not None
+    if int(row[0]) != wanted:
+        raise PartitionCountChanged(int(row[0]), wanted)
+    return int(row[0])

@@ -87,16 +87,23 @@ def _log_tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-def _initdb(layout: PostgresLayout) -> None:
-    """Create the cluster once (trust on loopback, UTF8), into a staging dir renamed when complete."""
-    if (layout.pgdata / "PG_VERSION").is_file():
-        return
+def _fresh_staging(layout: PostgresLayout) -> Path:
+    """An empty dir beside PGDATA, owned by the server's user, to build a cluster in before it is renamed to
+    PGDATA (a crash half-way leaves no PGDATA that looks whole)."""
     staging = layout.pgdata.with_name(layout.pgdata.name + ".init")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(mode=0o700, parents=True)
     if layout.run_as is not None:
         user = pwd.getpwnam(layout.run_as)
         os.chown(staging, user.pw_uid, user.pw_gid)
+    return staging
+
+
+def _initdb(layout: PostgresLayout) -> None:
+    """Create the cluster once (trust on loopback, UTF8), into a staging dir renamed when complete."""
+    if (layout.pgdata / "PG_VERSION").is_file():
+        return
+    staging = _fresh_staging(layout)
     _run_checked(layout, [str(layout.bin_dir / "initdb"), "-D", str(staging), "-U", SUPERUSER,
                           "--auth=trust", "--encoding=UTF8", "--locale=C"])
     with (staging / "postgresql.conf").open("a") as conf:
@@ -208,12 +215,7 @@ def _base_backup(layout: PostgresLayout, primary_port: int) -> None:
     replicate over loopback (trust), and wal_level `replica` is the default: the primary needs no change."""
     if (layout.pgdata / "PG_VERSION").is_file():
         return
-    staging = layout.pgdata.with_name(layout.pgdata.name + ".init")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(mode=0o700, parents=True)
-    if layout.run_as is not None:
-        user = pwd.getpwnam(layout.run_as)
-        os.chown(staging, user.pw_uid, user.pw_gid)
+    staging = _fresh_staging(layout)
     _run_checked(layout, [str(layout.bin_dir / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary_port),
                           "-U", SUPERUSER, "-D", str(staging), "-R", "-X", "stream", "-c", "fast"])
     shutil.rmtree(layout.pgdata, ignore_errors=True)

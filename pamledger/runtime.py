@@ -25,6 +25,7 @@ from embedding.store import INDEX_CHECKPOINT, INDEX_NOTIFY_CHANNEL
 from indexer.role import run_beside_follower
 from indexer.step import INDEXER, indexer_spec
 from infra import locks, tracing
+from infra.cleanup import run_to_end
 from infra.follower import EventFailed, Follower, FollowerSpec
 from infra.requester import CommandRequester
 from infra.nats_log import ConnectionLog
@@ -261,29 +262,46 @@ async def follow_partition_forever(settings: Settings, nc: RawClient, database_u
 async def gateway_forever(settings: Settings, nc: NATS, database_url: str, authorizer: Authorizer,
                           policy: Policy | None = None, denials: DenialSink | None = None,
                           service_token: str | None = None, delegations: DelegationGate | None = None) -> None:
-    """Lead the partition's Subscribe gateway (its own advisory lock); `delegations`: subscriptions opened
-    under a delegation have it exercised (where auth is on)."""
-    failures = role_failures(settings, "gateway")
+    """Lead the settings' partition's Subscribe gateway, or (several partitions) the gateway of every
+    partition whose lock this process can take: each has its own lock, feed, stream and subscriptions, and
+    partition 0's routes the others' requests to them (subscriptions.routing). `delegations`: subscriptions
+    opened under a delegation have it exercised (where auth is on)."""
+    if settings.partitions == 1:
+        await gateway_partition_forever(settings, nc, database_url, authorizer, settings.partition, policy, denials,
+                                        service_token, delegations)
+        return
+    await asyncio.gather(*(gateway_partition_forever(settings, nc, database_url, authorizer, partition, policy,
+                                                     denials, service_token, delegations)
+                           for partition in range(settings.partitions)))
+
+
+async def gateway_partition_forever(settings: Settings, nc: NATS, database_url: str, authorizer: Authorizer,
+                                    partition: int, policy: Policy | None = None, denials: DenialSink | None = None,
+                                    service_token: str | None = None,
+                                    delegations: DelegationGate | None = None) -> None:
+    """Lead one partition's Subscribe gateway (its own advisory lock), taking its subscriptions over again
+    after a failure or a lost lock."""
+    name = "gateway" if settings.partitions == 1 or partition == 0 else f"gateway.p{partition}"  # as Gateway.role
+    failures = role_failures(settings, name)
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-                key = locks.gateway_key(settings.partition)
-                await wait_for_lock(conn, key, settings, "gateway", quiet=failures.attempts > 0)
-                store = SubscriptionStore(conn, database_url, key, settings.partition,
-                                          settings.writer.lock_poll_seconds)
+                key = locks.gateway_key(partition)
+                await wait_for_lock(conn, key, settings, "gateway", quiet=failures.attempts > 0, partition=partition)
+                store = SubscriptionStore(conn, database_url, key, partition, settings.writer.lock_poll_seconds)
                 try:
                     with failures.running():
-                        leads("gateway", True)  # answers status.gateway once serving
+                        leads(name, True)  # answers status.gateway (status.gateway.p<p>) once serving
                         await Gateway(settings, nc, store, authorizer, policy, denials, service_token,
-                                      delegations).serve()
+                                      delegations, partition).serve()
                 finally:
-                    leads("gateway", False)
-                    await store.close()
+                    leads(name, False)
+                    await run_to_end(store.close())  # a session it reconnected holds the lock: closed for sure
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             await asyncio.sleep(failures.failed(exc, expected=True))
             continue
         except LeadershipLost as exc:
-            log.warning("gateway.leadership_lost", reason=str(exc))
+            log.warning("gateway.leadership_lost", reason=str(exc), partition=partition)
         except Exception as exc:  # noqa: BLE001 - restart and take the subscriptions over again
             await asyncio.sleep(failures.failed(exc, expected=False))
             continue

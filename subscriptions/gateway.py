@@ -7,7 +7,9 @@ and offers it to the subscriptions of its scope; a subscription that is behind r
 consumer until it can join (subscriptions.session); each push subscription has a pump
 (subscriptions.pump). The subscriptions table and the leader's session: subscriptions.store.
 Subjects (queue group `pamledger-subscriptions`): {prefix}.sub.open | ack | poll | resume | close |
-status | list; pushed events go to {prefix}.sub.deliver.<token>.
+status | list; pushed events go to {prefix}.sub.deliver.<token>. With several partitions each partition
+has its own gateway (lock, feed, stream, subscriptions); partition 0's takes the public subjects and routes
+the other partitions' requests to `{prefix}.sub.p<partition>.<call>` (subscriptions.routing).
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from authz.tokens import BadCredential, bearer_token, token_id_of
+from infra.cleanup import run_to_end
 from infra.ledger_identity import Disagreement, stream_disagreement, wait_for_agreement
 from infra.scopes import scope_partitions
+from infra.partitions import partition_stream
 from infra.request_shell import DelegationGate, DenialSink, Deny, Policy, RequestContext, RequestShell
 from infra.requester import CommandRequester
 from infra.settings import Settings
@@ -37,6 +41,7 @@ from infra.status import status_reply
 from pamledger_client.protocol.subjects import status_subject, subscription_subject
 from pamledger_client.protocol.tasks import stop_task
 from schemas.errors import DuplicateOperation, InvalidRequest, ScopeNotFound, ServiceUnavailable
+from schemas.replies import OPERATION_HEADER, error_reply
 from schemas.subscriptions import (
     AckRequest, CloseRequest, ListRequest, PollRequest, ResumeRequest, SubscribeRequest, SubscriptionRef, descriptor,
 )
@@ -46,6 +51,7 @@ from subscriptions.filters import Authorizer
 from subscriptions.poll import poll
 from subscriptions.pump import pump
 from subscriptions.requests import DECODERS, decode_request, decode_stored, result_body
+from subscriptions.routing import RequestRoutes, partition_subscription_subject
 from subscriptions.session import Session
 from subscriptions.store import LOST_CONNECTION, SubscriptionStore, subscriptions_disagreement
 
@@ -68,8 +74,17 @@ def _credential_of(context: RequestContext) -> str | None:
 class Gateway:
     def __init__(self, settings: Settings, nc: NATS, store: SubscriptionStore, authorizer: Authorizer,
                  policy: Policy | None = None, denials: DenialSink | None = None, service_token: str | None = None,
-                 delegations: DelegationGate | None = None):
+                 delegations: DelegationGate | None = None, partition: int | None = None):
+        """`partition`: the one this gateway leads (None: the settings' own, as with one partition)."""
         self.settings = settings
+        self.partition = settings.partition if partition is None else partition
+        several = settings.partitions > 1
+        self.stream = partition_stream(settings.stream_name, self.partition) if several else settings.stream_name
+        # Partition 0's gateway of several takes the public subjects and routes; another partition's gateway
+        # takes only what is routed to it.
+        self.public = not several or self.partition == 0
+        self.routes = RequestRoutes(store, settings.partitions, self._leads) if several and self.public else None
+        self.role = "gateway" if self.public else f"gateway.p{self.partition}"
         # Per request; the authorizer decides per delivered event. `denials` records refusals (auth on).
         self.shell = RequestShell(policy, denials=denials, delegations=delegations)
         self.nc = nc
@@ -78,7 +93,7 @@ class Gateway:
         self.prefix = settings.subject_prefix
         self.sessions: dict[str, Session] = {}
         self.writer = CommandRequester(nc, self.prefix, timeout=10.0, token=service_token)
-        self.feed = PartitionFeed(nc, settings.stream_name, self.prefix, settings.partition, self._revoked,
+        self.feed = PartitionFeed(nc, self.stream, self.prefix, self.partition, self._revoked,
                                   settings.gateway, self._stuck_state())
         self._subs: list[Any] = []
         self._background: set[asyncio.Task[Any]] = set()
@@ -88,8 +103,8 @@ class Gateway:
 
     async def _disagreement(self) -> Disagreement | None:
         """What the gateway checks before it serves: the stream, then the subscriptions' positions."""
-        conn, partition = self.store.conn, self.settings.partition
-        return (await stream_disagreement(conn, self.nc.jetstream(), self.settings.stream_name, partition)
+        conn, partition = self.store.conn, self.partition
+        return (await stream_disagreement(conn, self.nc.jetstream(), self.stream, partition)
                 or await subscriptions_disagreement(conn, partition))
 
     async def serve(self) -> None:
@@ -109,10 +124,12 @@ class Gateway:
                 # wait_ms would hold up every other subscription's poll, so each poll gets its own task
                 # (polls of one subscription still take turns: Session.poll_lock).
                 handle = self._handle_in_task if name == "poll" else self._handle
-                self._subs.append(await self.nc.subscribe(subscription_subject(self.prefix, name),
-                                                          queue="pamledger-subscriptions", cb=handle))
-            # Last: `status.gateway` answering means requests are served.
-            self._subs.append(await self.nc.subscribe(status_subject(self.prefix, "gateway"), cb=self._leader_status))
+                subject = subscription_subject(self.prefix, name) if self.public \
+                    else partition_subscription_subject(self.prefix, self.partition, name)
+                self._subs.append(await self.nc.subscribe(subject, queue="pamledger-subscriptions", cb=handle))
+            # Last: `status.gateway` (partition p of several: `status.gateway.p<p>`) answering means requests are
+            # served.
+            self._subs.append(await self.nc.subscribe(status_subject(self.prefix, self.role), cb=self._leader_status))
             await self.nc.flush()
             log.info("gateway.serving", open_subscriptions=len(self.sessions))
             # Both run forever: if either ends it failed, and the gateway restarts (and takes over again).
@@ -121,21 +138,25 @@ class Gateway:
                 task.result()
             raise RuntimeError("the gateway's feed or position flusher stopped")
         finally:
-            for sub in self._subs:
-                with contextlib.suppress(nats.errors.Error):
-                    await sub.unsubscribe()
-            for task in (feed_task, flusher, sweeper, *self._background,
-                         *(s.pump_task for s in self.sessions.values() if s.pump_task)):
-                await stop_task(task)
-            for session in list(self.sessions.values()):
-                await session.close_reader()
-            with contextlib.suppress(psycopg.Error):
-                await self._flush_positions()
+            await run_to_end(self._stop(feed_task, flusher, sweeper))
+
+    async def _stop(self, *tasks: asyncio.Task[Any]) -> None:
+        """Stop serving: no more requests, every task stopped (none left to take the lock again), the
+        positions stored."""
+        for sub in self._subs:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+        for task in (*tasks, *self._background, *(s.pump_task for s in self.sessions.values() if s.pump_task)):
+            await stop_task(task)
+        for session in list(self.sessions.values()):
+            await session.close_reader()
+        with contextlib.suppress(psycopg.Error):
+            await self._flush_positions()
 
     async def _leader_status(self, msg: Msg) -> None:
         def details() -> dict[str, Any]:
             live = sum(1 for s in self.sessions.values() if s.live)
-            return {"partition": self.settings.partition, "pid": os.getpid(),
+            return {"partition": self.partition, "pid": os.getpid(),
                     "open_subscriptions": len(self.sessions), "live_subscriptions": live,
                     "feed_sequence": self.feed.position, "feed_following": self.feed.following.is_set(),
                     "stuck": self.feed.stuck.report(), **self.closes.report(),
@@ -154,10 +175,34 @@ class Gateway:
 
     async def _handle(self, msg: Msg) -> None:
         name = msg.subject.rsplit(".", 1)[-1]
+        if self.routes is not None and await self._routed_elsewhere(name, msg):
+            return
         body = await self.shell.answer(f"sub.{name}", msg.subject, msg.data, msg.headers,
                                        lambda data: decode_request(name, data),
                                        lambda request, context: self._dispatch(name, request, context))
         await self._answer(msg, body)
+
+    def _leads(self, subscription_id: str) -> bool:
+        return subscription_id in self.sessions
+
+    async def _routed_elsewhere(self, name: str, msg: Msg) -> bool:
+        """Hand a request of another partition to that partition's gateway, reply subject and headers (the
+        credential) unchanged: it checks and answers as it would have. True once handed on or answered."""
+        assert self.routes is not None
+        try:
+            partition = await self.routes.partition_for(name, msg.data)
+        except psycopg.Error:  # answered, retryable, not dropped; the flusher finds the lost session
+            if msg.reply:
+                with contextlib.suppress(nats.errors.Error):
+                    await msg.respond(error_reply(ServiceUnavailable(
+                        "the Subscribe gateway cannot read which partition this request is of; retry"),
+                        (msg.headers or {}).get(OPERATION_HEADER)))
+            return True
+        if partition is None or partition == self.partition:
+            return False
+        await self.nc.publish(partition_subscription_subject(self.prefix, partition, name), msg.data,
+                              reply=msg.reply, headers=msg.headers)
+        return True
 
     async def _dispatch(self, name: str, request: Any, context: RequestContext) -> bytes:
         if name == "list":
@@ -455,8 +500,8 @@ class Gateway:
     # -- bookkeeping ----------------------------------------------------------------------------
 
     def _session(self, subscription_id: str, request: SubscribeRequest, start: int) -> Session:
-        session = Session(subscription_id, request, start, self.nc, self.settings.stream_name, self.prefix,
-                          self.settings.partition, self.authorizer, self.settings.gateway)
+        session = Session(subscription_id, request, start, self.nc, self.stream, self.prefix,
+                          self.partition, self.authorizer, self.settings.gateway)
         session.stuck = self._stuck_state()
         self.sessions[subscription_id] = session
         return session
@@ -494,12 +539,12 @@ class Gateway:
         return head
 
     async def _in_own_partition(self, scope_id: str) -> None:
-        """With several partitions this gateway follows its own partition's stream only ([X1]: a gateway per
-        partition, with Subscribe requests routed to it, is not built yet): a scope of another partition is
-        refused, never subscribed to a feed that would stay silent."""
-        partition = (await scope_partitions(self.store.conn, [scope_id])).get(scope_id, self.settings.partition)
-        if partition != self.settings.partition:
-            raise InvalidRequest(f"Subscribe is served for partition {self.settings.partition} only; this scope is"
+        """With several partitions this gateway follows its own partition's stream only, and opens are routed
+        to their scope's partition (subscriptions.routing): a scope of another partition that still reaches it
+        (sent to `sub.p<p>.open` straight) is refused, never subscribed to a feed that would stay silent."""
+        partition = (await scope_partitions(self.store.conn, [scope_id])).get(scope_id, self.partition)
+        if partition != self.partition:
+            raise InvalidRequest(f"this is the Subscribe gateway of partition {self.partition}; this scope is"
                                  f" in partition {partition}", details={"scope_id": scope_id, "partition": partition})
 
     async def _open_rows(self) -> list[tuple[str, SubscribeRequest, int, str | None]]:

@@ -23,9 +23,10 @@ from infra.scopes import SCOPE_EXISTS
 log = structlog.get_logger(__name__)
 LOST_CONNECTION = (psycopg.OperationalError, psycopg.InterfaceError)
 
+# A subscription carries its partition and that partition's ledger id (the column's default is partition 0's).
 INSERT_SQL = (
     "INSERT INTO subscriptions (subscription_id, scope_id, request, start_sequence, acked_sequence, operation_id,"
-    " credential_id) VALUES (%s, %s, %s, %s, %s, %s, %s)")
+    " credential_id, partition, ledger_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, pamledger_ledger_id(%s))")
 REBIND_SQL = "UPDATE subscriptions SET request = %s, credential_id = %s WHERE subscription_id = %s AND status = 'open'"
 OPENED_BY_SQL = "SELECT subscription_id, request, start_sequence FROM subscriptions WHERE operation_id = %s"
 HEAD_OF_SQL = f"SELECT {SCOPE_EXISTS}, {HEAD}"
@@ -39,10 +40,11 @@ CLOSING_SQL = (
 CLOSED_SQL = "UPDATE subscriptions SET status = 'closed' WHERE subscription_id = %s AND status = 'closing'"
 OPEN_ROWS_SQL = (
     "SELECT subscription_id, request, coalesce(acked_sequence, start_sequence), credential_id FROM subscriptions"
-    " WHERE status = 'open'")
+    " WHERE status = 'open' AND partition = %s")
 CLOSING_ROWS_SQL = (
     "SELECT subscription_id, request, close_reason, last_delivered_sequence FROM subscriptions"
-    " WHERE status = 'closing'")
+    " WHERE status = 'closing' AND partition = %s")
+PARTITION_OF_SQL = "SELECT partition FROM subscriptions WHERE subscription_id = %s"
 ENDED_SQL = (
     "SELECT coalesce(last_delivered_sequence, acked_sequence, start_sequence) FROM subscriptions"
     " WHERE subscription_id = %s AND status IN ('closing', 'closed')")
@@ -57,7 +59,8 @@ LIST_SQL = (
     " LIMIT %(limit)s")
 LIST_COLUMNS = ("subscription_id", "scope_id", "actor_id", "status", "close_reason", "start_sequence",
                 "last_delivered_sequence", "acknowledged_sequence", "created_at", "closed_at")
-OPEN_POSITIONS_SQL = "SELECT subscription_id, acked_sequence FROM subscriptions WHERE status = 'open'"
+OPEN_POSITIONS_SQL = (
+    "SELECT subscription_id, acked_sequence FROM subscriptions WHERE status = 'open' AND partition = %s")
 # The delegations open subscriptions run under, still live: not revoked, and not past their not_after.
 LIVE_DELEGATIONS_SQL = (
     "SELECT delegation_id FROM delegations WHERE delegation_id = ANY(%s) AND NOT revoked"
@@ -83,7 +86,7 @@ class SubscriptionStore:
     async def insert(self, subscription_id: str, scope_id: str, request: bytes, start: int,
                      operation_id: str | None, credential_id: str | None = None) -> None:
         await self.conn.execute(INSERT_SQL, (subscription_id, scope_id, request, start, start, operation_id,
-                                             credential_id))
+                                             credential_id, self.partition, self.partition))
 
     async def live_delegations(self, delegation_ids: list[str]) -> set[str]:
         """Which of these delegations still hold (neither revoked nor expired)."""
@@ -119,12 +122,12 @@ class SubscriptionStore:
     async def open_rows(self) -> list[tuple[str, bytes, int, str | None]]:
         """Open subscriptions, the position each resumes from (acknowledged, else where it started) and the
         credential it is delivered under."""
-        cur = await self.conn.execute(OPEN_ROWS_SQL)
+        cur = await self.conn.execute(OPEN_ROWS_SQL, (self.partition,))
         return [(str(r[0]), bytes(r[1]), int(r[2]), r[3]) for r in await cur.fetchall()]
 
     async def closing_rows(self) -> list[tuple[str, bytes, str, int]]:
         """Closes an earlier leader decided but could not write to the ledger."""
-        cur = await self.conn.execute(CLOSING_ROWS_SQL)
+        cur = await self.conn.execute(CLOSING_ROWS_SQL, (self.partition,))
         return [(str(r[0]), bytes(r[1]), str(r[2]), int(r[3])) for r in await cur.fetchall()]
 
     async def ended_at(self, subscription_id: str) -> int | None:
@@ -139,6 +142,12 @@ class SubscriptionStore:
         cur = await self.conn.execute(LIST_SQL, {"all": everything, "actor": actor_id, "limit": limit})
         return [{k: v.isoformat() if isinstance(v, datetime) else v for k, v in zip(LIST_COLUMNS, row)}
                 for row in await cur.fetchall()]
+
+    async def partition_of(self, subscription_id: str) -> int | None:
+        """The partition a stored subscription belongs to (None: an unknown id)."""
+        cur = await self.conn.execute(PARTITION_OF_SQL, (subscription_id,))
+        row = await cur.fetchone()
+        return None if row is None else int(row[0])
 
     async def owner_of(self, subscription_id: str) -> str | None:
         """The actor_id that opened a stored subscription (open or closed); None for an unknown id."""
@@ -178,7 +187,7 @@ class SubscriptionStore:
         row = await cur.fetchone()
         if not (row and row[0]):
             raise LeadershipLost("another gateway holds the lock")
-        cur = await conn.execute(OPEN_POSITIONS_SQL)
+        cur = await conn.execute(OPEN_POSITIONS_SQL, (self.partition,))
         found = {str(r[0]): r[1] for r in await cur.fetchall()}
         moved = [s for s, position in stored.items() if found.get(s, -2) != position]
         if moved:
@@ -192,7 +201,8 @@ class SubscriptionStore:
 
 _FOREIGN_SUBSCRIPTIONS = (
     "SELECT subscription_id, coalesce(acked_sequence, start_sequence), ledger_id FROM subscriptions"
-    " WHERE status <> 'closed' AND (ledger_id <> %(id)s OR coalesce(acked_sequence, start_sequence) > %(head)s)"
+    " WHERE status <> 'closed' AND partition = %(partition)s"
+    " AND (ledger_id <> %(id)s OR coalesce(acked_sequence, start_sequence) > %(head)s)"
     " ORDER BY coalesce(acked_sequence, start_sequence) DESC")
 
 
@@ -200,9 +210,10 @@ async def subscriptions_disagreement(conn: psycopg.AsyncConnection[Any], partiti
     """None when every subscription not closed holds a position of this ledger, not ahead of its head."""
     ledger_id = await ledger_identity(conn, partition)
     head = await ledger_head(conn, partition)
-    await conn.execute("UPDATE subscriptions SET ledger_id = %s WHERE ledger_id IS NULL"
-                       " AND coalesce(acked_sequence, start_sequence) <= %s", (ledger_id, head))
-    rows = await (await conn.execute(_FOREIGN_SUBSCRIPTIONS, {"id": ledger_id, "head": head})).fetchall()
+    await conn.execute("UPDATE subscriptions SET ledger_id = %s WHERE ledger_id IS NULL AND partition = %s"
+                       " AND coalesce(acked_sequence, start_sequence) <= %s", (ledger_id, partition, head))
+    rows = await (await conn.execute(_FOREIGN_SUBSCRIPTIONS, {"id": ledger_id, "head": head,
+                                                               "partition": partition})).fetchall()
     if not rows:
         return None
     found = rows[0][2]
@@ -217,7 +228,8 @@ async def close_foreign_subscriptions(conn: psycopg.AsyncConnection[Any], partit
     """Close (reason `ledger_replaced`) every open subscription whose position is not this ledger's."""
     ledger_id = await ledger_identity(conn, partition)
     head = await ledger_head(conn, partition)
-    rows = await (await conn.execute(_FOREIGN_SUBSCRIPTIONS, {"id": ledger_id, "head": head})).fetchall()
+    rows = await (await conn.execute(_FOREIGN_SUBSCRIPTIONS, {"id": ledger_id, "head": head,
+                                                               "partition": partition})).fetchall()
     ids = [str(r[0]) for r in rows]
     if ids:
         await conn.execute("UPDATE subscriptions SET status = 'closed', close_reason = 'ledger_replaced',"

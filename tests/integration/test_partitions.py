@@ -24,7 +24,7 @@ import pytest
 
 from command_handler.verify import verify_ledger
 from infra.partitions import PartitionCountChanged, partition_of, partition_stream, recorded_partitions
-from pamledger_client.client import MemoryClient, PamspecError
+from pamledger_client.client import MemoryClient
 from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, service_environment, \
     wait_for
 

@@ -4,6 +4,7 @@ permissions, and that processes writing one file agree on it (no reload ping-pon
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -28,6 +29,8 @@ def test_an_agent_publishes_only_requests_and_receives_only_on_its_inbox() -> No
     assert "pam.cmd.create" in allowed and "pam.query.*" in allowed and "pam.sub.open" in allowed
     assert not any(s.startswith(("$JS", "_INBOX", "pam.ledger")) or s in ("pam.cmd.*", ">", "pam.>") for s in allowed)
     assert "pam.cmd.open_subscription" not in allowed and "pam.sub.deliver.*" not in allowed
+    # The gateway routes to `pam.sub.p<partition>.<call>` (subscriptions.routing): the service's own subjects.
+    assert not any(re.match(r"pam\.sub\.p\d", s) or s in ("pam.sub.*", "pam.sub.>") for s in allowed)
 
 
 def test_live_credentials_with_a_hash_are_users_and_others_are_not(tmp_path: Path) -> None:

@@ -120,8 +120,8 @@ class SubscriptionStore:
         await self.conn.execute(CLOSED_SQL, (subscription_id,))
 
     async def open_rows(self) -> list[tuple[str, bytes, int, str | None]]:
-        """Open subscriptions, the position each resumes from (acknowledged, else where it started) and the
-        credential it is delivered under."""
+        """The partition's open subscriptions, the position each resumes from (acknowledged, else where it
+        started) and the credential it is delivered under."""
         cur = await self.conn.execute(OPEN_ROWS_SQL, (self.partition,))
         return [(str(r[0]), bytes(r[1]), int(r[2]), r[3]) for r in await cur.fetchall()]
 
@@ -207,7 +207,8 @@ _FOREIGN_SUBSCRIPTIONS = (
 
 
 async def subscriptions_disagreement(conn: psycopg.AsyncConnection[Any], partition: int) -> Disagreement | None:
-    """None when every subscription not closed holds a position of this ledger, not ahead of its head."""
+    """None when every subscription of the partition not closed holds a position of the partition's ledger, not
+    ahead of its head."""
     ledger_id = await ledger_identity(conn, partition)
     head = await ledger_head(conn, partition)
     await conn.execute("UPDATE subscriptions SET ledger_id = %s WHERE ledger_id IS NULL AND partition = %s"
@@ -225,7 +226,8 @@ async def subscriptions_disagreement(conn: psycopg.AsyncConnection[Any], partiti
 
 
 async def close_foreign_subscriptions(conn: psycopg.AsyncConnection[Any], partition: int) -> list[str]:
-    """Close (reason `ledger_replaced`) every open subscription whose position is not this ledger's."""
+    """Close (reason `ledger_replaced`) every open subscription of the partition whose position is not its
+    ledger's."""
     ledger_id = await ledger_identity(conn, partition)
     head = await ledger_head(conn, partition)
     rows = await (await conn.execute(_FOREIGN_SUBSCRIPTIONS, {"id": ledger_id, "head": head,

@@ -20,6 +20,7 @@ from command_handler.router import Router
 from command_handler.store import PostgresLedgerStore
 from command_handler.writer import Command, Writer
 from infra import locks
+from infra.cleanup import run_to_end
 from infra.metrics import leads
 from infra.nats_raw import RawClient
 from infra.partitions import partition_stream, recorded_partitions_async
@@ -111,8 +112,14 @@ async def _lead_locked(settings: Settings, nc: RawClient, conn: psycopg.AsyncCon
             await Writer(settings, nc, store, relay.submit, relay.status, policy=policy, local=local).serve()
     finally:
         leads(name, False)
-        for task in side_tasks:
-            await stop_task(task)
+        # To its end even under the repeated cancels of a role's stop: a router or relay left pending would run
+        # on unowned (found as a router coroutine collected mid-query after its service had stopped).
+        await run_to_end(_stop_all(side_tasks))
+
+
+async def _stop_all(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        await stop_task(task)
 
 
 async def _route_forever(settings: Settings, nc: RawClient, database_url: str, local: LocalWriters) -> None:

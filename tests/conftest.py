@@ -331,11 +331,30 @@ def pamledger_run(tmp_path: Path, **env: str) -> Iterator[tuple[subprocess.Popen
     try:
         yield proc, state, log_path
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, signal.SIGINT, timeout=90)
         clean(state)
+
+
+def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+    """Signal a child that still runs and wait for it; kill it when it outlives `timeout`."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def take(subscription: Any, count: int, timeout: float = 60) -> list[dict[str, Any]]:
+    """The next `count` events of a subscription (its iterator), within `timeout` seconds."""
+    got: list[dict[str, Any]] = []
+
+    async def collect() -> None:
+        async for event in subscription:
+            got.append(event)
+            if len(got) >= count:
+                return
+
+    await asyncio.wait_for(collect(), timeout)
+    return got

@@ -26,7 +26,7 @@ from command_handler.verify import verify_ledger
 from infra.partitions import PartitionCountChanged, partition_of, partition_stream, recorded_partitions
 from pamledger_client.client import MemoryClient
 from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, service_environment, \
-    wait_for
+    stop_process, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
@@ -65,13 +65,7 @@ def writers(part_env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     procs = [start_writer(part_env, logs / f"writer{i}.log") for i in range(2)]
     yield procs
     for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from pamledger_client.client import MemoryClient, PamspecError
-from tests.conftest import ACTOR, PROVENANCE, Env, fresh_database, fresh_settings, running_service, wait_for
+from tests.conftest import ACTOR, PROVENANCE, Env, fresh_database, fresh_settings, running_service, take, wait_for
 
 pytestmark = pytest.mark.profile("PAMSPEC-Subscribe")  # docs/implementation-report.md
 
@@ -25,19 +25,6 @@ async def scope(client: MemoryClient) -> None:
 
 async def make(client: MemoryClient, count: int, object_type: str = "claim", scope: str = SCOPE) -> list[dict[str, Any]]:
     return [await client.create(scope, object_type, {"n": i}, ACTOR, PROVENANCE) for i in range(count)]
-
-
-async def take(subscription: Any, count: int, timeout: float = 60) -> list[dict[str, Any]]:
-    got: list[dict[str, Any]] = []
-
-    async def collect() -> None:
-        async for event in subscription:
-            got.append(event)
-            if len(got) >= count:
-                return
-
-    await asyncio.wait_for(collect(), timeout)
-    return got
 
 
 async def test_catch_up_then_live_without_gap_or_reordering(client: MemoryClient) -> None:

@@ -27,7 +27,7 @@ from infra.partitions import partition_of
 from pamledger_client.client import MemoryClient, PamspecError
 from pamledger_client.subscription import Subscription
 from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, service_environment, \
-    serving, wait_for
+    serving, stop_process, take, wait_for
 
 pytestmark = pytest.mark.profile("PAMSPEC-Subscribe")
 
@@ -50,17 +50,6 @@ async def make(client: MemoryClient, scope_id: str, count: int) -> list[Any]:
     return [await client.create(scope_id, "claim", {"n": i}, ACTOR, PROVENANCE) for i in range(count)]
 
 
-async def take(subscription: Subscription, count: int, timeout: float = 30) -> list[dict[str, Any]]:
-    got: list[dict[str, Any]] = []
-
-    async def collect() -> None:
-        async for event in subscription:
-            got.append(event)
-            if len(got) >= count:
-                return
-
-    await asyncio.wait_for(collect(), timeout)
-    return got
 
 
 def created(events: list[dict[str, Any]]) -> list[str]:
@@ -151,13 +140,7 @@ def gateways(env: Env, tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]
     procs: list[subprocess.Popen[bytes]] = []
     yield procs
     for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc)
 
 
 async def test_a_killed_gateway_process_s_partitions_are_taken_over_and_delivery_goes_on(

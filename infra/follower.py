@@ -278,7 +278,7 @@ class Follower:
             if ahead:
                 self.ahead.start(*self._next_events(through), prepared)
         async with pipelined_transaction(self.conn):
-            await advance_checkpoint(self.conn, self.spec.checkpoint, through)
+            await advance_checkpoint(self.conn, self.spec.checkpoint, through, self.partition)
             if self.ahead is not None:
                 await cast(PreparingStep, self.step).apply_prepared(self.conn, events, prepared)
             else:

@@ -36,14 +36,16 @@ def partition_channel(channel: str, partition: int) -> str:
     return channel if partition == 0 else f"{channel}_p{partition}"
 
 
-async def advance_checkpoint(conn: psycopg.AsyncConnection[Any], projection: str, through: int) -> None:
+async def advance_checkpoint(conn: psycopg.AsyncConnection[Any], projection: str, through: int,
+                             partition: int = 0) -> None:
     """Create, lock and advance `projection`'s checkpoint row (never backwards), before any row it covers
-    is touched: a concurrent `replay --swap` and the follower never interleave."""
+    is touched: a concurrent `replay --swap` and the follower never interleave. A new row carries the ledger
+    id of the partition it follows (the column's default is partition 0's: migration 007 predates partitions)."""
     await conn.execute(
-        b"INSERT INTO projection_checkpoints (projection, ledger_sequence) VALUES (%s, %s)"
-        b" ON CONFLICT (projection) DO UPDATE"
+        b"INSERT INTO projection_checkpoints (projection, ledger_sequence, ledger_id)"
+        b" VALUES (%s, %s, pamledger_ledger_id(%s)) ON CONFLICT (projection) DO UPDATE"
         b" SET ledger_sequence = greatest(projection_checkpoints.ledger_sequence, excluded.ledger_sequence)",
-        (projection, through))
+        (projection, through, partition))
 
 
 async def notify_checkpoint(conn: psycopg.AsyncConnection[Any], channel: str, through: int) -> None:

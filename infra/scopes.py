@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 # An SQL expression (one parameter: the scope id): true when the scope exists. For statements that read it
 # in the same round trip as other positions.
@@ -49,3 +50,8 @@ async def scope_partitions(conn: psycopg.AsyncConnection[Any], scope_ids: list[s
         return {}
     cur = await conn.execute("SELECT scope_id, partition FROM scopes WHERE scope_id = ANY(%s)", (scope_ids,))
     return {str(r[0]): int(r[1]) for r in await cur.fetchall()}
+
+
+def scopes_in_partitions(partitions: list[int]) -> sql.Composed:
+    """A subquery: the ids of the scopes created in these partitions (for `scope_id IN (...)`)."""
+    return sql.SQL("SELECT scope_id FROM scopes WHERE partition = ANY({})").format(sql.Literal(partitions))

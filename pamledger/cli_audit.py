@@ -12,7 +12,7 @@ import psycopg
 from authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.ledger import ledger_head
-from infra.scopes import scope_exists, scope_partitions
+from infra.scopes import scope_partitions
 from infra.settings import Settings
 from pamledger_client.cli_common import invalid, pam_id, progress_for, sequence
 
@@ -24,6 +24,9 @@ def add_audit_parsers(sub: Any) -> None:
     r.add_argument("--verify", action="store_true", help="compare with the live projection, list differences")
     r.add_argument("--swap", action="store_true", help="replace the live projection by the rebuild")
     r.add_argument("--keep", action="store_true", help="keep the rebuilt table (its name is printed)")
+    r.add_argument("--partition", type=int, default=None,
+                   help="several partitions: rebuild this one's scopes only (default: every partition; --scope:"
+                        " the scope's own)")
     a = sub.add_parser("audit", help="a scope's objects, versions and states as of a ledger sequence")
     a.add_argument("--scope", dest="scope_id", type=pam_id, required=True, help="an existing scope")
     a.add_argument("--at", type=sequence, default=None,
@@ -33,14 +36,12 @@ def add_audit_parsers(sub: Any) -> None:
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     from projector.replay import ReplayOptions, replay
 
-    if settings.partitions > 1:  # replay rebuilds one partition's projection: not built for several yet ([X1])
-        raise invalid("replay is not built for a ledger of several partitions yet (docs/architecture.md,"
-                      " \"Partitions\")", partitions=settings.partitions)
-    options = ReplayOptions(scope_id=args.scope_id, to_sequence=args.to_sequence, verify=args.verify,
-                            swap=args.swap, keep=args.keep, partition=settings.partition)
     database_url = resolve(settings).database_url
     asyncio.run(require_operator(settings, database_url))
-    asyncio.run(_check_replay_arguments(database_url, settings.partition, args.scope_id, args.to_sequence))
+    partitions = asyncio.run(_replay_partitions(database_url, settings, args))
+    options = ReplayOptions(scope_id=args.scope_id, to_sequence=args.to_sequence, verify=args.verify,
+                            swap=args.swap, keep=args.keep, partitions=partitions,
+                            ledger_partitions=settings.partitions)
     progress = progress_for(args, "replay", "done", "total", "events")
     try:
         report = asyncio.run(replay(database_url, options, progress))
@@ -67,14 +68,28 @@ def cmd_audit(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _check_replay_arguments(database_url: str, partition: int, scope_id: str | None,
-                                  to_sequence: int | None) -> None:
-    """Refuse an unknown scope or a sequence past the ledger head, as `audit` and `query` do."""
+async def _replay_partitions(database_url: str, settings: Settings, args: argparse.Namespace) -> tuple[int, ...]:
+    """The partitions a replay rebuilds: the one named, the scope's own, or every one. Refuses an unknown scope
+    or partition and a sequence past the partition's head, as `audit` and `query` do."""
     from pamledger_client.errors import PamspecError
 
+    count = settings.partitions
+    if args.partition is not None and not 0 <= args.partition < count:
+        raise invalid(f"--partition must be one of this ledger's partitions, 0 to {count - 1}",
+                      partition=args.partition, partitions=count)
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
-        if scope_id is not None and not await scope_exists(conn, scope_id):
-            raise PamspecError.of("scope_not_found", "scope not found", {"scope_id": scope_id})
-        head = await ledger_head(conn, partition)
-        if to_sequence is not None and to_sequence > head:
-            raise invalid("--to-sequence is beyond the ledger head", to_sequence=to_sequence, ledger_head=head)
+        chosen = tuple(range(count)) if args.partition is None else (args.partition,)
+        if args.scope_id is not None:
+            found = (await scope_partitions(conn, [args.scope_id])).get(args.scope_id)
+            if found is None:
+                raise PamspecError.of("scope_not_found", "scope not found", {"scope_id": args.scope_id})
+            if found not in chosen:
+                raise invalid(f"scope {args.scope_id} is in partition {found}, not in --partition {args.partition}",
+                              scope_id=args.scope_id, partition=found)
+            chosen = (found,)
+        if args.to_sequence is not None and len(chosen) == 1:
+            head = await ledger_head(conn, chosen[0])
+            if args.to_sequence > head:
+                raise invalid("--to-sequence is beyond the ledger head", to_sequence=args.to_sequence,
+                              ledger_head=head, **({"partition": chosen[0]} if count > 1 else {}))
+    return chosen

@@ -25,11 +25,11 @@ from psycopg import sql
 
 from infra.ledger import ledger_head
 from infra.ledger_identity import ledger_identity
-from infra.projections import PROJECTION
+from infra.projections import PROJECTION, advance_checkpoint, partition_checkpoint
 from pamledger_client.protocol.tasks import stop_task
 from projector.replay_diagnosis import DATA_ERRORS, replay_failed
 from projector.replay_tables import (OBJECT_KEY, OBJECTS, RELATIONSHIP_ROWS, add_indexes, combined_digest, compare,
-                                     projection_digest, relationship_digest, row_hash, swap_in)
+                                     projection_digest, relationship_digest, row_hash, selection, swap_in)
 from projector.rows import Row, newest_projection
 from projector.store import (RELATIONSHIPS, comment_table, drop_table, merge, precompute_search, staging,
                              upsert_relationships)
@@ -48,7 +48,19 @@ class ReplayOptions(msgspec.Struct, frozen=True, kw_only=True):
     verify: bool = False
     swap: bool = False
     keep: bool = False
-    partition: int = 0  # the ledger partition whose projection is rebuilt
+    # The ledger partitions whose events are folded, and how many the ledger has: a rebuild of fewer than all
+    # holds (digests, compares) the rows of their scopes only, and cannot replace the live projection.
+    partitions: tuple[int, ...] = (0,)
+    ledger_partitions: int = 1
+
+    @property
+    def whole(self) -> bool:
+        """Every partition of the ledger is rebuilt: the rebuild can stand for the whole live projection."""
+        return set(self.partitions) == set(range(self.ledger_partitions))
+
+    def rows(self) -> sql.Composable:
+        """The WHERE clause (or nothing) that picks the rebuild's rows out of a projection table."""
+        return selection(self.scope_id, None if self.whole else self.partitions)
 
 
 async def replay(database_url: str, options: ReplayOptions, progress: Progress | None = None) -> dict[str, Any]:
@@ -57,7 +69,7 @@ async def replay(database_url: str, options: ReplayOptions, progress: Progress |
     try:
         return await _replay(database_url, options, progress)
     except DATA_ERRORS as exc:
-        raise await replay_failed(database_url, options.partition, options.scope_id, options.to_sequence, exc) from exc
+        raise await replay_failed(database_url, options.partitions, options.scope_id, options.to_sequence, exc) from exc
 
 
 async def _replay(database_url: str, options: ReplayOptions, progress: Progress | None) -> dict[str, Any]:
@@ -65,6 +77,10 @@ async def _replay(database_url: str, options: ReplayOptions, progress: Progress 
         raise ValueError("--swap rebuilds the whole projection to the head; it takes no --scope or --to-sequence")
     if options.verify and options.to_sequence:
         raise ValueError("--verify compares with the live projection, which is at the head: drop --to-sequence")
+    if options.swap and not options.whole:
+        raise ValueError("--swap replaces the whole projection: rebuild every partition (drop --partition)")
+    if options.to_sequence is not None and len(options.partitions) != 1:
+        raise ValueError("--to-sequence is a sequence of one partition: name it (--partition or --scope)")
     suffix = uuid.uuid4().hex[:8]
     table, rel_table = OBJECTS.rebuild_name(suffix), RELATIONSHIP_ROWS.rebuild_name(suffix)
     async with contextlib.AsyncExitStack() as stack:
@@ -75,7 +91,8 @@ async def _replay(database_url: str, options: ReplayOptions, progress: Progress 
         dropped = await drop_leftovers(conn)
         if dropped and progress:
             progress({"phase": "cleaning", "dropped_leftover_tables": dropped})
-        head = options.to_sequence if options.to_sequence is not None else await ledger_head(conn, options.partition)
+        heads = ({options.partitions[0]: options.to_sequence} if options.to_sequence is not None
+                 else {p: await ledger_head(conn, p) for p in options.partitions})
         started = time.perf_counter()
         owner = _OWNER_MARK.format(pid=conn.info.backend_pid)
         # A rebuild that is only digested or compared, then dropped, need not be crash-safe: UNLOGGED skips
@@ -91,23 +108,23 @@ async def _replay(database_url: str, options: ReplayOptions, progress: Progress 
             sql.Identifier(rel_table)))
         search_table = f"replay_search_{uuid.uuid4().hex[:8]}"
         # Full-text vectors depend on content only: a third connection computes them while the ledger streams.
-        vectors = asyncio.create_task(precompute_search(side, search_table, options.scope_id, owner))
+        vectors = asyncio.create_task(precompute_search(side, search_table, options.rows(), owner))
         try:
             with _gc_paused():
                 events, digest, rel_digest = await _rebuild(
-                    conn, reader, (table, rel_table), options.partition, options.scope_id, 0, head, progress,
-                    Helper(vectors, search_table))
-            report: dict[str, Any] = {"table": table, "through_sequence": head, "events": events,
-                                      "scope_id": options.scope_id}
+                    conn, reader, (table, rel_table), {p: (0, head) for p, head in heads.items()},
+                    options.scope_id, progress, Helper(vectors, search_table))
+            report: dict[str, Any] = {"table": table, **_positions(options, "through_sequence", heads),
+                                      "events": events, "scope_id": options.scope_id}
             if options.verify or options.swap:
                 await add_indexes(conn, table)
                 await add_indexes(conn, rel_table, RELATIONSHIP_ROWS, primary_key=False)
-                report.update(await _settle(conn, reader, (table, rel_table), options, head, progress))
+                report.update(await _settle(conn, reader, (table, rel_table), options, heads, progress))
             final, rel_final = (PROJECTION, RELATIONSHIPS) if options.swap else (table, rel_table)
             report["table"] = final
             if options.verify or options.swap or digest is None:  # the table may have caught up since
-                digest = await projection_digest(conn, final, options.scope_id)
-                rel_digest = await projection_digest(conn, rel_final, options.scope_id, RELATIONSHIP_ROWS)
+                digest = await projection_digest(conn, final, options.rows())
+                rel_digest = await projection_digest(conn, rel_final, options.rows(), RELATIONSHIP_ROWS)
             report["digest"], report["rows"] = digest
             assert rel_digest is not None
             report["relationships"] = {"table": rel_final, "digest": rel_digest[0], "rows": rel_digest[1]}
@@ -186,43 +203,49 @@ def _gc_paused() -> Iterator[None]:
 
 
 async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConnection[Any], tables: tuple[str, str],
-                   partition: int, scope_id: str | None, after: int, through: int, progress: Progress | None,
+                   ranges: dict[int, tuple[int, int]], scope_id: str | None, progress: Progress | None,
                    helper: Helper | None = None) -> tuple[int, tuple[str, int] | None, tuple[str, int] | None]:
-    """Fold events (after, through] into `tables` (objects, relationships): `reader` streams them newest first
-    and each object's row goes into `conn`'s COPY stage the moment its latest event is found
-    (rows.newest_projection), so Postgres takes rows while Python reads and only its key and 32-byte row hash
-    per object stay in memory; the stage is then merged with the search vectors (`helper`'s precomputed ones,
-    else computed in the insert). Relationship rows (far fewer) are kept until the COPY ends, then upserted.
-    Returns how many events were read and, for a first load (after == 0), the digests of both tables' rows."""
+    """Fold each partition's events (after, through] (`ranges`) into `tables` (objects, relationships):
+    `reader` streams them newest first and each object's row goes into `conn`'s COPY stage the moment its
+    latest event is found (rows.newest_projection), so Postgres takes rows while Python reads and only its key
+    and 32-byte row hash per object stay in memory; the stage is then merged with the search vectors
+    (`helper`'s precomputed ones, else computed in the insert). Relationship rows (far fewer) are kept until
+    the COPY ends, then upserted. An object lives in one scope and a scope in one partition, so partitions
+    are read one after the other, each along its own index. Returns how many events were read and, for a
+    first load (every `after` 0), the digests of both tables' rows."""
     table, rel_table = tables
     lines: dict[tuple[str, str], bytes] = {}  # (scope_id, id) -> row_hash (first load): objects AND relationships seen
     relationships: list[Row] = []
     query = ("SELECT ledger_sequence, scope_id, object_id, event FROM ledger WHERE partition = {partition}"
              " AND ledger_sequence > {after} AND ledger_sequence <= {through}{scope} ORDER BY ledger_sequence DESC")
     scope = sql.SQL(" AND scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
-    statement = sql.SQL(query).format(partition=sql.Literal(partition), after=sql.Literal(after), through=sql.Literal(through), scope=scope)
     a, b, c, d, e = OBJECT_KEY
-    first = after == 0
-    count, last_report = 0, time.perf_counter()
+    first = all(after == 0 for after, _ in ranges.values())
+    total = sum(through - after for after, through in ranges.values())
+    count, done, last_report = 0, 0, time.perf_counter()
     async with conn.transaction():
-        async with staging(conn) as into, reader.cursor().copy(
-                sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(statement)) as out:
-            out.set_types(["int8", "text", "text", "bytea"])
-            async for sequence, row_scope, object_id, event in out.rows():
-                count += 1
-                found = newest_projection(lines, row_scope, object_id, event, sequence)
-                if found is not None and found.relationship:
-                    relationships.append(found.row)
-                    lines[(row_scope, object_id)] = b""  # digested below, with the relationships' own columns
-                elif found is not None:  # a catch-up (after > 0) is not digested: it only needs the key
-                    row = found.row
-                    lines[(row_scope, object_id)] = row_hash(row[a], row[b], row[c], row[d], row[e]) if first else b""
-                    await into.write_row(row)
-                if progress and count % 50_000 == 0 and time.perf_counter() - last_report > 1.0:
-                    last_report = time.perf_counter()
-                    progress({"phase": "reading", "events": count, "rows": len(lines), "at_sequence": sequence,
-                              "from_sequence": through, "down_to_sequence": after,  # newest first
-                              "done": through - sequence, "total": through - after})
+        async with staging(conn) as into:
+            for partition, (after, through) in sorted(ranges.items()):
+                statement = sql.SQL(query).format(partition=sql.Literal(partition), after=sql.Literal(after),
+                                                  through=sql.Literal(through), scope=scope)
+                async with reader.cursor().copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(statement)) as out:
+                    out.set_types(["int8", "text", "text", "bytea"])
+                    async for sequence, row_scope, object_id, event in out.rows():
+                        count += 1
+                        found = newest_projection(lines, row_scope, object_id, event, sequence)
+                        if found is not None and found.relationship:
+                            relationships.append(found.row)
+                            lines[(row_scope, object_id)] = b""  # digested below, with the relationships' own columns
+                        elif found is not None:  # a catch-up (after > 0) is not digested: it only needs the key
+                            row = found.row
+                            lines[(row_scope, object_id)] = row_hash(row[a], row[b], row[c], row[d], row[e]) if first else b""
+                            await into.write_row(row)
+                        if progress and count % 50_000 == 0 and time.perf_counter() - last_report > 1.0:
+                            last_report = time.perf_counter()
+                            progress({"phase": "reading", "partition": partition, "events": count, "rows": len(lines),
+                                      "at_sequence": sequence, "from_sequence": through, "down_to_sequence": after,
+                                      "done": done + through - sequence, "total": total})  # newest first
+                done += through - after
         for key in ((row[0], row[1]) for row in relationships):
             del lines[key]  # objects only from here on: `lines` is the object digest's input
         if progress:
@@ -237,40 +260,60 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConn
         # The digest of a first load is that of these rows: sorted and hashed while Postgres merges them.
         digesting = asyncio.create_task(asyncio.to_thread(combined_digest, lines)) if first else None
         try:
-            await merge(conn, table, upsert=after > 0, search_table=search_table)
+            await merge(conn, table, upsert=not first, search_table=search_table)
         finally:
             digest = await digesting if digesting is not None else None
     return count, digest, rel_digest
 
 
 async def _settle(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConnection[Any], tables: tuple[str, str],
-                  options: ReplayOptions, head: int, progress: Progress | None) -> dict[str, Any]:
-    """Under the checkpoint lock: catch up to the live checkpoint, compare, and swap if asked (both tables:
-    the projector writes them in one transaction with that one checkpoint)."""
+                  options: ReplayOptions, heads: dict[int, int], progress: Progress | None) -> dict[str, Any]:
+    """Under the checkpoint locks of the rebuilt partitions: catch up to each live checkpoint, compare, and
+    swap if asked (both tables: the projector writes them in one transaction with its partition's one
+    checkpoint). Each partition's projector waits meanwhile; the others go on."""
     table, rel_table = tables
     async with conn.transaction():
-        cur = await conn.execute("SELECT ledger_sequence, ledger_id FROM projection_checkpoints"
-                                 " WHERE projection = %s FOR UPDATE", (PROJECTION,))
-        row = await cur.fetchone()
-        live = int(row[0]) if row else 0
-        ledger_id = await ledger_identity(conn, options.partition)
-        # A checkpoint of another ledger, or ahead of this one, has nothing to catch up with: a swap replaces
-        # it by the rebuild's own (the live projector refuses to follow it until then).
-        foreign = row is not None and (row[1] not in (None, ledger_id) or live > await ledger_head(conn, options.partition))
-        if live > head and not foreign:
-            await _rebuild(conn, reader, tables, options.partition, options.scope_id, head, live, progress)
-        outcome: dict[str, Any] = {"live_checkpoint": live}
+        live, resets, catch_up = {}, {}, {}
+        for partition in sorted(heads):  # one order for every replay: two never wait on each other
+            name = partition_checkpoint(PROJECTION, partition)
+            # The row is made (at 0) if the projector has none yet, so its first batch waits for the swap too.
+            await advance_checkpoint(conn, name, 0, partition)
+            cur = await conn.execute("SELECT ledger_sequence, ledger_id FROM projection_checkpoints"
+                                     " WHERE projection = %s FOR UPDATE", (name,))
+            row = await cur.fetchone()
+            assert row is not None
+            live[partition], found = int(row[0]), row[1]
+            ledger_id = await ledger_identity(conn, partition)
+            # A checkpoint of another ledger, or ahead of this one, has nothing to catch up with: a swap
+            # replaces it by the rebuild's own (the live projector refuses to follow it until then).
+            if found not in (None, ledger_id) or live[partition] > await ledger_head(conn, partition):
+                resets[partition] = {"from": live[partition], "from_ledger_id": found, "to": heads[partition],
+                                     "ledger_id": ledger_id}
+            elif live[partition] > heads[partition]:
+                catch_up[partition] = (heads[partition], live[partition])
+        if catch_up:
+            await _rebuild(conn, reader, tables, catch_up, options.scope_id, progress)
+        outcome: dict[str, Any] = _positions(options, "live_checkpoint", live)
         if options.verify:
-            verdict = await compare(conn, table, options.scope_id)
-            related = await compare(conn, rel_table, options.scope_id, RELATIONSHIP_ROWS)
+            verdict = await compare(conn, table, options.rows())
+            related = await compare(conn, rel_table, options.rows(), RELATIONSHIP_ROWS)
             outcome["verify"] = {**verdict, "equal": verdict["equal"] and related["equal"], "relationships": related}
         if options.swap:
             await swap_in(conn, table)
             await swap_in(conn, rel_table, RELATIONSHIP_ROWS)
             outcome["swapped"] = True
-            if foreign:
+            for partition, reset in resets.items():
                 await conn.execute("UPDATE projection_checkpoints SET ledger_sequence = %s, ledger_id = %s"
-                                   " WHERE projection = %s", (head, ledger_id, PROJECTION))
-                outcome["checkpoint_reset"] = {"from": live, "from_ledger_id": row[1] if row else None,
-                                               "to": head, "ledger_id": ledger_id}
+                                   " WHERE projection = %s",
+                                   (reset["to"], reset["ledger_id"], partition_checkpoint(PROJECTION, partition)))
+            if resets:
+                outcome.update(_positions(options, "checkpoint_reset", resets))
         return outcome
+
+
+def _positions(options: ReplayOptions, key: str, by_partition: dict[int, Any]) -> dict[str, Any]:
+    """A report's per-partition value: as it always was for a one-partition ledger (`key`: the value), keyed
+    by partition ("0", "1", ...) for a ledger of several, whichever partitions were rebuilt."""
+    if options.ledger_partitions == 1:
+        return {key: by_partition[0]} if 0 in by_partition else {}
+    return {key: {str(p): value for p, value in sorted(by_partition.items())}}

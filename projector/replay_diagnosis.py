@@ -37,20 +37,30 @@ DATA_ERRORS: tuple[type[Exception], ...] = (psycopg.DataError, psycopg.Integrity
                                             psycopg.InternalError, msgspec.MsgspecError)
 
 
-async def replay_failed(database_url: str, partition: int, scope_id: str | None, through: int | None,
+async def replay_failed(database_url: str, partitions: tuple[int, ...], scope_id: str | None, through: int | None,
                         cause: Exception) -> ReplayFailed:
-    """The error to raise for a replay that failed with `cause`: naming the first event that cannot be
-    projected (up to `through`, None: the head), or saying that no single event reproduces it."""
+    """The error to raise for a replay of `partitions` that failed with `cause`: naming the first event that
+    cannot be projected (up to `through`, None: the head), or saying that no single event reproduces it.
+    Outside a one-partition ledger's partition 0 the event's partition is named too (its sequence is that
+    partition's)."""
+    found = None
     try:
-        found = await first_unprojectable(database_url, partition, scope_id, through)
+        for partition in partitions:
+            if (found := await first_unprojectable(database_url, partition, scope_id, through)) is not None:
+                break
     except psycopg.Error:  # the search itself failed (the database went away, no projection table): say so
         found = None
     if found is None:
         return ReplayFailed(f"replay failed: {describe(cause)} (no single ledger event reproduces it)",
                             details={"reason": describe(cause)})
     sequence, reason = found
-    return ReplayFailed(f"replay cannot project ledger sequence {sequence}: {reason}",
-                        details={"ledger_sequence": sequence, "reason": reason})
+    where = {} if partitions == (0,) else {"partition": partition}
+    return ReplayFailed(f"replay cannot project ledger sequence {sequence}{_of(where)}: {reason}",
+                        details={"ledger_sequence": sequence, **where, "reason": reason})
+
+
+def _of(where: dict[str, int]) -> str:
+    return f" of partition {where['partition']}" if where else ""
 
 
 async def first_unprojectable(database_url: str, partition: int, scope_id: str | None, through: int | None,

@@ -15,6 +15,7 @@ import psycopg
 from psycopg import sql
 
 from infra.projections import PROJECTION
+from infra.scopes import scopes_in_partitions
 from projector.rows import COLUMNS, RELATIONSHIP_COLUMNS, Row
 from projector.store import RELATIONSHIPS, comment_table
 from schemas.canonical import canonical_bytes
@@ -44,9 +45,20 @@ def relationship_digest(rows: list[Row]) -> tuple[str, int]:
     return combined_digest({(r[a], r[b]): row_hash(r[a], r[b], r[c], r[d], r[e]) for r in rows})
 
 
-async def compare(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None,
-                   spec: Projection = OBJECTS) -> dict[str, Any]:
-    live_scope = sql.SQL(" WHERE scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
+def selection(scope_id: str | None, partitions: tuple[int, ...] | None) -> sql.Composable:
+    """The WHERE clause (or nothing) picking a rebuild's rows out of a projection or the content store: one
+    scope's, the rows of the scopes created in `partitions` (None: every partition), or all."""
+    if scope_id:
+        return sql.SQL(" WHERE scope_id = {}").format(sql.Literal(scope_id))
+    if partitions is None:
+        return sql.SQL("")
+    return sql.SQL(" WHERE scope_id IN ({})").format(scopes_in_partitions(list(partitions)))
+
+
+async def compare(conn: psycopg.AsyncConnection[Any], table: str, where: sql.Composable | None,
+                  spec: Projection = OBJECTS) -> dict[str, Any]:
+    """Compare a rebuild with the rows of the live projection it stands for (`where`, from `selection`)."""
+    live_scope = where or sql.SQL("")
     statement = sql.SQL(
         "SELECT coalesce(l.scope_id, r.scope_id), coalesce(l.{key}, r.{key}),"
         " l.{key} IS NULL, r.{key} IS NULL"
@@ -55,7 +67,7 @@ async def compare(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str 
     ).format(key=sql.Identifier(spec.key), live=sql.Identifier(spec.live), live_scope=live_scope,
              rebuild=sql.Identifier(table))
     differing = await (await conn.execute(statement)).fetchall()
-    live_digest, live_rows = await projection_digest(conn, spec.live, scope_id, spec)
+    live_digest, live_rows = await projection_digest(conn, spec.live, where, spec)
     return {
         "equal": not differing, "live_digest": live_digest, "live_rows": live_rows,
         "differences": len(differing),
@@ -124,10 +136,11 @@ def combined_digest(row_hashes: dict[tuple[str, str], bytes]) -> tuple[str, int]
     return "sha256:" + digest.hexdigest(), len(row_hashes)
 
 
-async def projection_digest(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None,
+async def projection_digest(conn: psycopg.AsyncConnection[Any], table: str, where: sql.Composable | None,
                             spec: Projection = OBJECTS) -> tuple[str, int]:
-    """`combined_digest` of a projection table (or one scope of it); `spec` says which kind of rows it holds."""
-    scope = sql.SQL(" WHERE scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
+    """`combined_digest` of a projection table (or the rows `where` picks, from `selection`); `spec` says which
+    kind of rows it holds."""
+    scope = where or sql.SQL("")
     statement = sql.SQL("COPY (SELECT scope_id, {}, ledger_sequence, content_digest, meta FROM {}{})"
                         " TO STDOUT (FORMAT BINARY)").format(sql.Identifier(spec.key), sql.Identifier(table), scope)
     row_hashes: dict[tuple[str, str], bytes] = {}

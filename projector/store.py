@@ -95,15 +95,14 @@ def _insert(table: str, source: sql.Composable, search: sql.Composable, content:
     return statement
 
 
-async def precompute_search(conn: psycopg.AsyncConnection[Any], table: str, scope_id: str | None,
+async def precompute_search(conn: psycopg.AsyncConnection[Any], table: str, where: sql.Composable,
                             comment: str) -> None:
-    """(content_digest, search) of the content store (one scope, or all) into a new unlogged `table`, so a
-    bulk rebuild can compute vectors on another connection while it reads the ledger. The table appears
-    with `comment` (its owner), never without."""
-    scope = sql.SQL(" WHERE c.scope_id = {}").format(sql.Literal(scope_id)) if scope_id else sql.SQL("")
+    """(content_digest, search) of the content store (the rows `where` picks by scope_id, or all) into a new
+    unlogged `table`, so a bulk rebuild can compute vectors on another connection while it reads the ledger.
+    The table appears with `comment` (its owner), never without."""
     async with conn.transaction():
         await conn.execute(sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT c.content_digest, " + SEARCH_EXPRESSION +
-                                   " AS search FROM content_store c{}").format(sql.Identifier(table), scope))
+                                   " AS search FROM content_store c{}").format(sql.Identifier(table), where))
         await comment_table(conn, table, comment)
     await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
 

@@ -100,6 +100,7 @@ def service_environment(env: "Env", database_url: str | None = None, **extra: st
             "PAMLEDGER_INDEXER__DEFAULT_SPACE": env.settings.indexer.default_space,
             "PAMLEDGER_AUTH__MODE": env.settings.auth.mode,
             "PAMLEDGER_METRICS__PORT": str(env.settings.metrics.port),
+            **({"PAMLEDGER_PARTITIONS": str(env.settings.partitions)} if env.settings.partitions != 1 else {}),
             **({"PAMLEDGER_WRITER__ERASURE_JOURNAL": str(env.settings.writer.erasure_journal)}
                if env.settings.writer.erasure_journal else {}),
             **({"PAMLEDGER_QUERY__CURSOR_KEYS": str(env.settings.query.cursor_keys)}

@@ -16,10 +16,11 @@ from typing import Any
 import psycopg
 
 from schemas.common import SYSTEM_SCOPE
+from schemas.errors import PamledgerError
 
 
-class PartitionCountChanged(Exception):
-    """The `partitions` setting disagrees with the count this ledger was made with."""
+class PartitionCountChanged(PamledgerError):
+    """The `partitions` setting disagrees with the count this ledger was made with (`invalid_request`)."""
 
     def __init__(self, recorded: int, wanted: int):
         self.recorded = recorded
@@ -27,7 +28,8 @@ class PartitionCountChanged(Exception):
         super().__init__(
             f"this ledger was made with partitions={recorded}, the settings ask for partitions={wanted};"
             f" the count of an existing ledger cannot change (its scopes are assigned to partitions for good):"
-            f" set PAMLEDGER_PARTITIONS={recorded}, or start a new ledger and `pamledger import` an export into it")
+            f" set PAMLEDGER_PARTITIONS={recorded}, or start a new ledger and `pamledger import` an export into it",
+            details={"recorded_partitions": recorded, "partitions": wanted}, code="invalid_request")
 
 
 def partition_of(scope_id: str, partitions: int) -> int:
@@ -69,3 +71,24 @@ async def recorded_partitions_async(conn: psycopg.AsyncConnection[Any], wanted: 
     if int(row[0]) != wanted:
         raise PartitionCountChanged(int(row[0]), wanted)
     return int(row[0])
+
+
+async def check_partition_count(conn: psycopg.AsyncConnection[Any], wanted: int) -> None:
+    """Raise PartitionCountChanged when the ledger records another count than `wanted`; a ledger that records
+    none yet agrees (only a writer records it). For every process and command that acts per partition: with
+    a wrong count it would act on some partitions only, or on a partition that holds no scope."""
+    _refuse_another(await (await conn.execute(_COUNT_SQL)).fetchone(), wanted)
+
+
+def check_partition_count_at(database_url: str, wanted: int) -> None:
+    """check_partition_count on a connection of its own (for commands before their event loop)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        _refuse_another(conn.execute(_COUNT_SQL).fetchone(), wanted)
+
+
+_COUNT_SQL = "SELECT partitions FROM ledger_layout"
+
+
+def _refuse_another(row: tuple[Any, ...] | None, wanted: int) -> None:
+    if row is not None and int(row[0]) != wanted:
+        raise PartitionCountChanged(int(row[0]), wanted)

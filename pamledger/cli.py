@@ -139,9 +139,9 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     roles = parse_roles(args.roles, enabled_optional_roles(settings.retention.enabled))
     if roles == ("indexer",) and settings.indexer.nice:
         os.nice(settings.indexer.nice)  # the embedder yields the CPU to the writer (`run`: a process per role)
-    if "writer" in roles and settings.database_url:
+    if settings.database_url:
         try:
-            refused = partition_count_refused(settings.database_url, settings.partitions)
+            refused = partition_count_refused(settings.database_url, settings.partitions, record="writer" in roles)
         except Exception:  # noqa: BLE001 - the database away: the writer checks again before it appends
             refused = None
         if refused is not None:
@@ -151,16 +151,20 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def partition_count_refused(database_url: str, partitions: int) -> str | None:
+def partition_count_refused(database_url: str, partitions: int, record: bool = True) -> str | None:
     """Why this ledger refuses the `partitions` setting (infra.partitions), None when it agrees. Recorded on
-    the first start; a ledger of another count is never re-hashed."""
+    the first start of a writer (`record`); a ledger of another count is never re-hashed, and a follower,
+    query or gateway with another count would serve some partitions only."""
     import psycopg
 
-    from infra.partitions import PartitionCountChanged, recorded_partitions
+    from infra.partitions import PartitionCountChanged, check_partition_count_at, recorded_partitions
 
     try:
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            recorded_partitions(conn, partitions)
+        if record:
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                recorded_partitions(conn, partitions)
+        else:
+            check_partition_count_at(database_url, partitions)
     except PartitionCountChanged as exc:
         return str(exc)
     return None

@@ -13,7 +13,7 @@ from typing import Any
 
 from authz.operator import require_operator
 from infra.endpoints import resolve
-from infra.partitions import partition_stream
+from infra.partitions import check_partition_count_at, partition_stream
 from infra.settings import Settings
 from pamledger_client.cli_common import invalid, progress_for
 
@@ -41,6 +41,7 @@ def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
 
     endpoints = resolve(settings)
     asyncio.run(require_operator(settings, endpoints.database_url))
+    check_partition_count_at(endpoints.database_url, settings.partitions)  # "every" partition must be every one
     progress = progress_for(args, "verify", "rows_checked", "head", "rows")
     if settings.partitions == 1 or args.partition is not None:
         partition = settings.partition if args.partition is None else args.partition

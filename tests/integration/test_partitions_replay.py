@@ -195,3 +195,18 @@ async def test_a_swap_repairs_a_damaged_row_of_any_partition_and_the_projectors_
                             scope, made["object_id"]) == 1
     assert (await replay(env.database_url, options(verify=True)))["verify"]["equal"]
 
+
+
+@pytest.mark.parametrize("command", [("replay", "--verify"), ("replay", "--swap"), ("verify",),
+                                     ("serve", "--roles", "projector"), ("serve", "--roles", "query")])
+def test_a_command_with_another_partition_count_is_refused(history: dict[str, list[str]], env: Env,
+                                                           command: tuple[str, ...]) -> None:
+    """With PAMLEDGER_PARTITIONS unset (1) on a ledger of 3, `replay --swap` of "every" partition would have
+    replaced the projection by partition 0's rows, and a projector would have followed partition 0 alone."""
+    done = subprocess.run([sys.executable, "-m", "pamledger", *command], cwd=ROOT, text=True, capture_output=True,
+                          timeout=120, env={**service_environment(env), "PAMLEDGER_PARTITIONS": "1"})
+    said = done.stderr.strip().splitlines()[-1]
+    assert done.returncode != 0 and done.stdout == "", done.stderr
+    assert f"made with partitions={PARTITIONS}" in said and "ask for partitions=1" in said
+    if command[0] != "serve":
+        assert json.loads(said)["error"]["details"] == {"recorded_partitions": PARTITIONS, "partitions": 1}

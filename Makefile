@@ -32,12 +32,13 @@ run: venv
 	$(PAMLEDGER) run --local
 
 test: venv
-	$(PYTHON) -m pytest -q --durations=15 $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q --durations=15 -m "not soak" $(PYTEST_ARGS)
 
 bench: venv
 	$(PYTHON) -m bench $(BENCH_ARGS)
 
 soak: venv
+	$(PYTHON) -m pytest -q -m soak tests/integration/test_soak.py
 	$(PYTHON) -m soak $(SOAK_ARGS)
 
 up: venv

@@ -30,9 +30,10 @@ class WriterSettings(_Group):
     # Every leading role (writer, projector, gateway): a run that fails is retried after a wait doubling from
     # lock_poll_seconds up to 10x it; only a run that lasts this long counts as serving again (backoff afresh).
     role_healthy_seconds: float = Field(default=30.0, gt=0)
-    # With several partitions: how many a writer process takes at once (0: every free one). Past its share it
-    # takes a partition only once it stayed free for TAKEOVER_POLLS polls (pamledger.leadership), so writer
-    # processes started together split the partitions, and a dead one's are still taken over.
+    # With several partitions: how many partitions a process leads at once in each role (writer, projector,
+    # indexer, gateway; 0: every free one). Past its share it takes a partition only once it stayed free for
+    # TAKEOVER_POLLS polls (pamledger.leadership), so processes started together split the partitions, and a
+    # dead one's are still taken over.
     partition_share: int = Field(default=0, ge=0)
     # The relay's wait for JetStream to acknowledge a run; past it (or on a reconnect) it resyncs.
     relay_publish_timeout_seconds: float = Field(default=5.0, gt=0)

@@ -7,8 +7,9 @@ the same way, and a process leading several partitions takes one lock per partit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import psycopg
@@ -48,8 +49,8 @@ async def wait_for_lock(conn: psycopg.AsyncConnection[Any], key: int, settings: 
 
 async def wait_for_partition_lock(conn: psycopg.AsyncConnection[Any], key: int, settings: Settings, role: str,
                                   partition: int, held: set[int], quiet: bool = False) -> None:
-    """wait_for_lock for one of several partitions, `held` those this process leads (the partition is added
-    when its lock is taken). Within writer.partition_share (0: no share) a free partition is taken at once;
+    """wait_for_lock for one of several partitions, `held` those this process leads in `role` (the partition
+    is added when its lock is taken). Within writer.partition_share (0: no share; every role of a process) a free partition is taken at once;
     past it, only once it has been free for TAKEOVER_POLLS polls in a row (the lock is taken and given back
     meanwhile), so a process started beside this one takes its share first, and the partitions of a process
     that died are taken over all the same."""
@@ -74,3 +75,20 @@ async def wait_for_partition_lock(conn: psycopg.AsyncConnection[Any], key: int, 
             log.info("leadership.waiting", role=role, partition=partition)
             announced = True
         await asyncio.sleep(poll)
+
+
+@contextlib.asynccontextmanager
+async def partition_lock(conn: psycopg.AsyncConnection[Any], key: int, settings: Settings, role: str,
+                         partition: int, held: set[int] | None, quiet: bool = False) -> AsyncIterator[None]:
+    """Lead `role` in `partition` for the block: wait for its lock `key` on `conn`'s session, within this
+    process's share of the role's partitions (`held`, wait_for_partition_lock) or, with None (one partition),
+    as soon as it is free. The lock ends with the session; the partition leaves `held` with the block."""
+    if held is None:
+        await wait_for_lock(conn, key, settings, role, quiet, partition)
+        yield
+        return
+    await wait_for_partition_lock(conn, key, settings, role, partition, held, quiet)
+    try:
+        yield
+    finally:
+        held.discard(partition)

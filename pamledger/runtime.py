@@ -43,7 +43,7 @@ from pamledger_client.protocol.subjects import status_subject
 from pamledger_client.protocol.tasks import stop_task
 from pamledger.auth import auth_for, delegated_reads
 from pamledger.followers import FOLLOWERS
-from pamledger.leadership import role_failures, wait_for_lock
+from pamledger.leadership import partition_lock, role_failures, wait_for_lock
 from pamledger.writer_role import lead_forever
 from pamledger.nats_users import nats_is_ours, nats_users, operator_nats_options
 from pamledger.supervisor import ROLES
@@ -208,14 +208,17 @@ async def follow_forever(settings: Settings, nc: RawClient, database_url: str, s
     if settings.partitions == 1:
         await follow_partition_forever(settings, nc, database_url, spec, settings.partition, probes, policy)
         return
-    await asyncio.gather(*(follow_partition_forever(settings, nc, database_url, spec, partition, probes, policy)
-                           for partition in range(settings.partitions)))
+    held: set[int] = set()  # the partitions this process leads the follower of: its share (writer.partition_share)
+    await asyncio.gather(*(follow_partition_forever(settings, nc, database_url, spec, partition, probes, policy,
+                                                    held) for partition in range(settings.partitions)))
 
 
 async def follow_partition_forever(settings: Settings, nc: RawClient, database_url: str, spec: FollowerSpec,
-                                   partition: int, probes: Probes | None = None, policy: Policy | None = None) -> None:
-    """Lead the partition's `spec` follower (its own advisory lock), reconnecting when the database goes
-    away. Its stuck state outlives reconnects, so status keeps saying since when an event has been failing."""
+                                   partition: int, probes: Probes | None = None, policy: Policy | None = None,
+                                   held: set[int] | None = None) -> None:
+    """Lead the partition's `spec` follower (its own advisory lock; `held`: this process's share of the
+    partitions, pamledger.leadership), reconnecting when the database goes away. Its stuck state outlives
+    reconnects, so status keeps saying since when an event has been failing."""
     stuck = StuckState(settings.follower.retry_first_seconds, settings.follower.retry_max_seconds)
     name = spec.name if partition == 0 else f"{spec.name}.p{partition}"  # status subject, metrics, probes
     failures = role_failures(settings, name)
@@ -231,10 +234,10 @@ async def follow_partition_forever(settings: Settings, nc: RawClient, database_u
                 # (and must not compete with the writer's).
                 await conn.execute("SET synchronous_commit = off")
                 # A retry of a stuck event takes the lock again: said once, when the state changed.
-                await wait_for_lock(conn, spec.lock_key(partition), settings, spec.name,
-                                    quiet=stuck.current is not None or failures.attempts > 0, partition=partition)
-                async with answering_status(nc, settings, name, lambda: {"stuck": stuck.report()}, policy,
-                                            lambda: stuck.current is None, partition):
+                quiet = stuck.current is not None or failures.attempts > 0
+                async with partition_lock(conn, spec.lock_key(partition), settings, spec.name, partition, held, quiet), \
+                        answering_status(nc, settings, name, lambda: {"stuck": stuck.report()}, policy,
+                                         lambda: stuck.current is None, partition):
                     try:
                         with failures.running():
                             follower = Follower(
@@ -270,33 +273,34 @@ async def gateway_forever(settings: Settings, nc: NATS, database_url: str, autho
         await gateway_partition_forever(settings, nc, database_url, authorizer, settings.partition, policy, denials,
                                         service_token, delegations)
         return
+    held: set[int] = set()  # the partitions this process leads the gateway of: its share (writer.partition_share)
     await asyncio.gather(*(gateway_partition_forever(settings, nc, database_url, authorizer, partition, policy,
-                                                     denials, service_token, delegations)
+                                                     denials, service_token, delegations, held)
                            for partition in range(settings.partitions)))
 
 
 async def gateway_partition_forever(settings: Settings, nc: NATS, database_url: str, authorizer: Authorizer,
                                     partition: int, policy: Policy | None = None, denials: DenialSink | None = None,
-                                    service_token: str | None = None,
-                                    delegations: DelegationGate | None = None) -> None:
-    """Lead one partition's Subscribe gateway (its own advisory lock), taking its subscriptions over again
-    after a failure or a lost lock."""
+                                    service_token: str | None = None, delegations: DelegationGate | None = None,
+                                    held: set[int] | None = None) -> None:
+    """Lead one partition's Subscribe gateway (its own advisory lock; `held`: this process's share of the
+    partitions, pamledger.leadership), taking its subscriptions over again after a failure or a lost lock."""
     name = "gateway" if settings.partitions == 1 or partition == 0 else f"gateway.p{partition}"  # as Gateway.role
     failures = role_failures(settings, name)
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
                 key = locks.gateway_key(partition)
-                await wait_for_lock(conn, key, settings, "gateway", quiet=failures.attempts > 0, partition=partition)
-                store = SubscriptionStore(conn, database_url, key, partition, settings.writer.lock_poll_seconds)
-                try:
-                    with failures.running():
-                        leads(name, True)  # answers status.gateway (status.gateway.p<p>) once serving
-                        await Gateway(settings, nc, store, authorizer, policy, denials, service_token,
-                                      delegations, partition).serve()
-                finally:
-                    leads(name, False)
-                    await run_to_end(store.close())  # a session it reconnected holds the lock: closed for sure
+                async with partition_lock(conn, key, settings, "gateway", partition, held, failures.attempts > 0):
+                    store = SubscriptionStore(conn, database_url, key, partition, settings.writer.lock_poll_seconds)
+                    try:
+                        with failures.running():
+                            leads(name, True)  # answers status.gateway (status.gateway.p<p>) once serving
+                            await Gateway(settings, nc, store, authorizer, policy, denials, service_token,
+                                          delegations, partition).serve()
+                    finally:
+                        leads(name, False)
+                        await run_to_end(store.close())  # a session it reconnected holds the lock: closed for sure
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             await asyncio.sleep(failures.failed(exc, expected=True))
             continue

@@ -2,14 +2,21 @@
 
 Why in the kernel: every role, the CLI and the SDK connect with the same list (nats-py fails over between
 them), and the relay sizes the stream's replicas from it. PAMLEDGER_NATS_URL and servers.json carry the
-list as one comma-separated string, so it passes through environments and settings unchanged.
+list as one comma-separated string, so it passes through environments and settings unchanged. `greeting`
+probes one node alone (`pamledger status` reports every node of a cluster).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
 
 MAX_DEFAULT_REPLICAS = 3
+DEFAULT_PORT = 4222
 
 
 @dataclass(frozen=True)
@@ -36,3 +43,35 @@ def stream_replicas(url: str, configured: int | None) -> StreamReplicas:
     if configured is not None:
         return StreamReplicas(configured, exact=True)
     return StreamReplicas(max(1, min(len(server_urls(url)), MAX_DEFAULT_REPLICAS)))
+
+
+def shown_nats_url(url: str) -> str:
+    """scheme://host:port of a server URL, for status and logs: never its user, password or token."""
+    parts = urlsplit(url if "://" in url else f"nats://{url}")
+    return f"{parts.scheme}://{parts.hostname or ''}:{parts.port or DEFAULT_PORT}"
+
+
+async def greeting(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
+    """The INFO a NATS server at `url` greets every connection with (server_name, version, jetstream ...),
+    None when nothing greets within `timeout`. No login: a node that greets is up, whatever its users."""
+    parts = urlsplit(url if "://" in url else f"nats://{url}")
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or DEFAULT_PORT), timeout)
+    except (OSError, asyncio.TimeoutError):
+        return None
+    try:
+        line = await asyncio.wait_for(reader.readline(), timeout)
+    except (OSError, asyncio.TimeoutError):
+        return None
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    if not line.startswith(b"INFO "):
+        return None
+    try:
+        info = json.loads(line[5:])
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) else None

@@ -185,7 +185,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     endpoints = resolve(settings)  # none found: dispatch prints the envelope on stderr, like every error
     report: dict[str, Any] = {"state_dir": str(settings.state_dir)}
     report.update(nats_url=endpoints.nats_url, database_url=endpoints.database_url, source=endpoints.source)
-    report.update(asyncio.run(_probe(settings, endpoints.nats_url, endpoints.database_url)))
+    report.update(asyncio.run(_probe(settings, endpoints.nats_url, endpoints.database_url, endpoints.read_urls)))
     report["probes"] = probe_urls(settings)
     report["problems"] = _problems(report)
     _print(report)
@@ -207,21 +207,26 @@ def probe_urls(settings: Settings) -> dict[str, str]:
 
 
 def _problems(report: dict[str, Any]) -> list[str]:
-    """One sentence per role that reports itself stuck (a follower retrying an event it cannot apply)."""
+    """One sentence per role that reports itself stuck (a follower retrying an event it cannot apply), and per
+    NATS node, stream replica or read replica that is away (pamledger.status_servers)."""
+    from pamledger.status_servers import degraded
+
     problems = []
     for role in ROLES:
         stuck = report.get(role, {}).get("stuck")
         if stuck:
             problems.append(f"{role} stuck at ledger sequence {stuck['sequence']} since {stuck['since']}"
                             f" ({stuck['attempts']} attempts): {stuck['reason']}")
-    return problems
+    return problems + degraded(report)
 
 
-async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[str, Any]:
+async def _probe(settings: Settings, nats_url: str, database_url: str,
+                 read_urls: tuple[str, ...]) -> dict[str, Any]:
     import psycopg
 
     from infra.ledger import ledger_head
     from infra.projections import checkpoint
+    from pamledger.status_servers import nats_nodes, read_replicas
 
     out: dict[str, Any] = {"nats": {"answers": False}, "postgres": {"answers": False}}
     try:
@@ -236,6 +241,9 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
                 out["postgres"]["partitions"] = await _partition_positions(conn, settings.partitions)
     except psycopg.Error as exc:
         out["postgres"] = {"answers": False, "error": type(exc).__name__}
+    if read_urls:  # each replica on its own (the query role's view of them is in `query.database`)
+        out["postgres"]["read_replicas"] = await read_replicas(database_url, read_urls)
+    nodes = await nats_nodes(nats_url)  # a cluster: every node, reachable or not
     from pamledger.cli_dispatch import client_config
     from pamledger_client.connection import open_nats
     from pamledger.nats_users import operator_nats_options
@@ -246,9 +254,9 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
                               settings.subject_prefix, 2.0, token=client_config(settings).find_token())  # `caller`: whoami
         client._owns = True
     except Exception as exc:  # noqa: BLE001 - any connect failure means "does not answer"
-        out["nats"] = {"answers": False, "error": type(exc).__name__}
+        out["nats"] = {"answers": False, "error": type(exc).__name__, **({"nodes": nodes} if nodes else {})}
         return out
-    out["nats"] = {"answers": True}
+    out["nats"] = {"answers": True, **await _cluster(settings, client.nc, nodes)}
     if out["postgres"]["answers"]:
         out["ledger"] = await identity_report(settings, client.nc, database_url)
     client.retries = 0
@@ -263,6 +271,18 @@ async def _probe(settings: Settings, nats_url: str, database_url: str) -> dict[s
     out["caller"] = await _caller(client)
     await client.close()
     return out
+
+
+async def _cluster(settings: Settings, nc: Any, nodes: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """With a JetStream cluster: every node and where each partition's stream leads and has replicas."""
+    from infra.partitions import partition_stream
+    from pamledger.status_servers import stream_placements, with_leads
+
+    streams = [partition_stream(settings.stream_name, p) for p in range(settings.partitions)]
+    placements = await stream_placements(nc, streams)
+    if nodes is None and all(p.get("replicas", 1) < 2 for p in placements):
+        return {}  # one server, streams of one copy: as before clusters
+    return {"nodes": with_leads(nodes or [], placements), "streams": placements}
 
 
 async def _partition_positions(conn: Any, partitions: int) -> dict[str, dict[str, int]]:

@@ -40,6 +40,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from infra import locks, tracing
+from infra.cleanup import run_to_end
 from infra.ledger_identity import REBUILD_PROJECTION, follower_disagreement, wait_for_agreement
 from infra.nats_raw import RawClient, stream_sequence
 from infra.pg_pipeline import pipelined_transaction
@@ -163,13 +164,19 @@ class Follower:
                             applied=self.applied)
                 await asyncio.sleep(0.5)
             finally:
-                if self.ahead is not None:
-                    await self.ahead.discard()
-                if sub is not None:
-                    try:
-                        await self.nc.unsubscribe_raw(sub)
-                    except nats.errors.Error:
-                        pass
+                # To its end even under a role's repeated cancels (infra.cleanup): a subscription left behind
+                # would go on pushing into a follower that stopped.
+                await run_to_end(self._release(sub))
+
+    async def _release(self, sub: Any) -> None:
+        """Drop the batch being prepared ahead and the push subscription."""
+        if self.ahead is not None:
+            await self.ahead.discard()
+        if sub is not None:
+            try:
+                await self.nc.unsubscribe_raw(sub)
+            except nats.errors.Error:
+                pass
 
     async def close(self) -> None:
         """Close what the follower opened itself (the prepare connection)."""

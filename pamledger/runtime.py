@@ -250,7 +250,7 @@ async def follow_partition_forever(settings: Settings, nc: RawClient, database_u
                                 await follower.run()
                             finally:
                                 leads(name, False)
-                                await follower.close()
+                                await run_to_end(follower.close())  # its prepare connection, closed for sure
                     except EventFailed:  # logged once per state change; wait (still leading), then retry
                         await asyncio.sleep(stuck.delay())
                         continue

@@ -221,7 +221,7 @@ def _problems(report: dict[str, Any]) -> list[str]:
 
 
 async def _probe(settings: Settings, nats_url: str, database_url: str,
-                 read_urls: tuple[str, ...]) -> dict[str, Any]:
+                 read_urls: tuple[str, ...] = ()) -> dict[str, Any]:
     import psycopg
 
     from infra.ledger import ledger_head

@@ -40,6 +40,12 @@ def partition_of(scope_id: str, partitions: int) -> int:
     return int.from_bytes(hashlib.sha256(scope_id.encode()).digest()[:8], "big") % partitions
 
 
+def ledger_partitions(partition: int, partitions: int) -> list[int]:
+    """The partitions a whole-ledger reader goes over: the settings' `partition` with one (as before
+    partitions), every one with several."""
+    return [partition] if partitions <= 1 else list(range(partitions))
+
+
 def partition_stream(stream_name: str, partition: int) -> str:
     """The JetStream stream of one partition: partition 0's is the configured name (as with one partition),
     partition p's the name with `_P{p}` added (a stream's sequence is its partition's ledger sequence)."""
@@ -92,3 +98,9 @@ _COUNT_SQL = "SELECT partitions FROM ledger_layout"
 def _refuse_another(row: tuple[Any, ...] | None, wanted: int) -> None:
     if row is not None and int(row[0]) != wanted:
         raise PartitionCountChanged(int(row[0]), wanted)
+
+
+async def recorded_count_async(conn: psycopg.AsyncConnection[Any]) -> int | None:
+    """The ledger's recorded partition count, None when no role has recorded one yet (read only)."""
+    row = await (await conn.execute(_COUNT_SQL)).fetchone()
+    return int(row[0]) if row else None

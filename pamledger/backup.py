@@ -1,8 +1,8 @@
 """`pamledger backup --out DIR`: one consistent online snapshot of the database, with a manifest.
 
-Consistent: a REPEATABLE READ transaction exports its snapshot, reads the ledger head and hash in it, and
-pg_dump dumps that very snapshot (`--snapshot`), so the manifest's head is the dump's head exactly, while
-the service goes on writing. The backup is made in `DIR.partial` and renamed when complete: a backup folder
+Consistent: a REPEATABLE READ transaction exports its snapshot, reads every partition's ledger head and hash
+in it, and pg_dump dumps that very snapshot (`--snapshot`), so the manifest's heads are the dump's heads
+exactly, while the service goes on writing. The backup is made in `DIR.partial` and renamed when complete: a backup folder
 is whole or absent.
 
 Secrets: the database holds token digests and NATS password hashes only (no token can be recovered from
@@ -31,6 +31,7 @@ from authz.nats_auth import service_password_path
 from infra.ledger import ledger_tail
 from infra.ledger_identity import IDENTITY
 from infra.migrations import schema_version
+from infra.partitions import recorded_count_async
 from infra.settings import Settings
 from local_servers.pg_tools import pg_tool, tool_version
 from pamledger_client.cli_common import installed_version
@@ -39,7 +40,9 @@ from schemas.common import timestamp_text
 from schemas.errors import InvalidRequest, PamledgerError
 
 FORMAT = "pamledger-backup"
-FORMAT_VERSION = 1
+# 2: `partitions` holds every partition's mark (infra.partitions); 1 (still read): `ledger` alone, one partition.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 DUMP = "database.dump"
 Progress = Callable[[dict[str, Any]], None]
@@ -74,9 +77,14 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True):
     pamledger_version: str
     schema_version: int
     taken_at: str
-    ledger: LedgerMark
+    ledger: LedgerMark  # partition 0's (the whole ledger's with one partition)
     database: DumpFile
     secrets: SecretsNote
+    partitions: list[LedgerMark] = []  # every partition's, in order (format 2); empty in format 1
+
+    def marks(self) -> list[LedgerMark]:
+        """Every partition's mark: format 2's list, or format 1's one mark (a ledger of one partition)."""
+        return self.partitions or [self.ledger]
 
 
 def read_manifest(folder: Path) -> Manifest:
@@ -93,9 +101,13 @@ def read_manifest(folder: Path) -> Manifest:
     if manifest.database.file != DUMP:  # the dump restored is always this one: a manifest naming another is forged
         raise InvalidRequest(f"{path} names the dump {manifest.database.file!r}; a pamledger backup's dump is {DUMP}",
                              details={"backup": str(folder)})
-    if manifest.format != FORMAT or manifest.format_version != FORMAT_VERSION:
+    if manifest.format != FORMAT or manifest.format_version not in READABLE_VERSIONS:
         raise InvalidRequest(f"{path} is {manifest.format} version {manifest.format_version}; this pamledger reads"
-                             f" {FORMAT} version {FORMAT_VERSION}", details={"backup": str(folder)})
+                             f" {FORMAT} versions {', '.join(map(str, READABLE_VERSIONS))}",
+                             details={"backup": str(folder)})
+    if manifest.partitions and [m.partition for m in manifest.partitions] != list(range(len(manifest.partitions))):
+        raise InvalidRequest(f"{path} lists partitions {[m.partition for m in manifest.partitions]}; a backup lists"
+                             " every partition of its ledger once, in order", details={"backup": str(folder)})
     return manifest
 
 
@@ -119,17 +131,18 @@ async def take_backup(settings: Settings, database_url: str, out: Path, include_
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         snapshot = str((await (await conn.execute("SELECT pg_export_snapshot()")).fetchone() or [""])[0])
-        mark = await _ledger_mark(conn, settings.partition)
+        count = await recorded_count_async(conn) or settings.partitions  # a ledger never started: the settings'
+        marks = [await _ledger_mark(conn, partition) for partition in range(count)]
         version = await schema_version(conn)
         server = str((await (await conn.execute("SHOW server_version")).fetchone() or [""])[0])
-        progress({"step": "dump", "ledger_sequence": mark.head_sequence})
+        progress({"step": "dump", "ledger_sequence": marks[0].head_sequence})
         await _pg_dump(database_url, snapshot, partial / DUMP, progress)  # while the snapshot's transaction is open
         await conn.rollback()
     dump = DumpFile(file=DUMP, bytes=(partial / DUMP).stat().st_size, sha256=file_sha256(partial / DUMP),
                     tool=tool_version("pg_dump"), server_version=server)
     manifest = Manifest(format=FORMAT, format_version=FORMAT_VERSION, pamledger_version=installed_version(),
-                        schema_version=version, taken_at=timestamp_text(datetime.now(timezone.utc)), ledger=mark,
-                        database=dump, secrets=_secrets(settings, partial, include_secrets))
+                        schema_version=version, taken_at=timestamp_text(datetime.now(timezone.utc)), ledger=marks[0],
+                        database=dump, secrets=_secrets(settings, partial, include_secrets), partitions=marks)
     _write_synced(partial / MANIFEST, canonical_bytes(manifest) + b"\n")
     if out.exists():
         out.rmdir()

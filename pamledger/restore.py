@@ -45,7 +45,8 @@ from infra import locks
 from infra.ledger import known_event_ids, ledger_head, ledger_tail
 from infra.ledger_identity import ledger_identity
 from infra.migrations import migrate, migration_files
-from infra.projections import PROJECTION, checkpoint
+from infra.partitions import recorded_count_async
+from infra.projections import PROJECTION, checkpoint, partition_checkpoint
 from infra.settings import Settings
 from local_servers.pg_tools import pg_tool
 from pamledger_client.client import MemoryClient
@@ -71,35 +72,61 @@ async def restore(settings: Settings, nats_url: str, database_url: str, folder: 
         raise InvalidRequest(f"the backup's schema is version {manifest.schema_version}, newer than this pamledger"
                              f" knows ({newest}): restore it with pamledger {manifest.pamledger_version} or later",
                              details={"rule": "restore.schema_too_new", "backup_schema": manifest.schema_version})
+    _refuse_another_count(settings, len(manifest.marks()), "the backup's ledger")
     journal = journal_for(settings)
     vouched = _journal_vouches(journal, manifest, accept_unverified)
-    await _refuse_if_serving(database_url, settings.partition)
-    await _refuse_if_occupied(database_url, settings.partition, replace)
+    partitions = range(settings.partitions)
+    await _refuse_if_serving(database_url, partitions)
+    await _refuse_if_occupied(database_url, partitions, replace)
     progress({"step": "restore_database", "bytes": manifest.database.bytes})
     await _replace_database(database_url, folder / DUMP)
     migrate(database_url)
-    await _check_head(database_url, manifest)
+    await _check_heads(database_url, manifest)
     progress({"step": "rebuild_stream"})
-    from pamledger.cli_ledger import rebuild_stream
-
-    stream = await rebuild_stream(settings, nats_url, database_url, force=True)
+    stream = await _rebuild_streams(settings, nats_url, database_url)
     outcome = await reapply_erasures(settings, nats_url, database_url, journal, progress)
+    several = {"partitions": {str(m.partition): {"ledger_id": m.ledger_id, "backup_head": m.head_sequence}
+                              for m in manifest.marks()}} if len(manifest.marks()) > 1 else {}
     return {"restored": str(folder), "ledger_id": manifest.ledger.ledger_id,
-            "backup_head": manifest.ledger.head_sequence, "taken_at": manifest.taken_at,
-            "stream": {"republished_through": stream["republished_through"],
-                       "discarded": len((stream.get("previous") or {}).get("discarded") or [])},
-            "erasures": {**outcome, "journal": str(journal.path), "verified": vouched}}
+            "backup_head": manifest.ledger.head_sequence, "taken_at": manifest.taken_at, **several,
+            "stream": stream, "erasures": {**outcome, "journal": str(journal.path), "verified": vouched}}
+
+
+def _refuse_another_count(settings: Settings, count: int, whose: str) -> None:
+    """The service restore runs (and the one started after it) refuses a ledger of another partition count."""
+    if count != settings.partitions:
+        raise InvalidRequest(f"{whose} has {count} partition(s), the settings ask for partitions={settings.partitions}:"
+                             f" set PAMLEDGER_PARTITIONS={count} (a ledger keeps its partition count)",
+                             details={"rule": "restore.partitions_differ", "ledger_partitions": count,
+                                      "settings_partitions": settings.partitions})
+
+
+async def _rebuild_streams(settings: Settings, nats_url: str, database_url: str) -> dict[str, Any]:
+    """Every partition's stream made anew from the restored ledger (the old ones hold entries it lost, hence
+    forced): `{republished_through, discarded}`, partition 0's, and with several partitions each one's."""
+    from pamledger.cli_ledger import rebuild_stream, rebuild_streams
+
+    def summary(stream: dict[str, Any]) -> dict[str, Any]:
+        return {"republished_through": stream["republished_through"],
+                "discarded": len((stream.get("previous") or {}).get("discarded") or [])}
+
+    if settings.partitions == 1:
+        return summary(await rebuild_stream(settings, nats_url, database_url, force=True))
+    each = await rebuild_streams(settings, nats_url, database_url, list(range(settings.partitions)), force=True)
+    return {**summary(each[0]), "partitions": {str(p): summary(r) for p, r in each.items()}}
 
 
 def _journal_vouches(journal: ErasureJournal, manifest: Manifest, accept_unverified: bool) -> bool:
     """Whether the journal speaks for the backup's ledger; refuses where it does not, unless accepted."""
-    ledger_id = manifest.ledger.ledger_id
-    if ledger_id is None:
-        return True  # a ledger without entries: nothing of it can have been erased before the backup
-    if journal.coverage(ledger_id, manifest.ledger.partition).through is not None:
+    # A partition without entries: nothing of it can have been erased before the backup.
+    unvouched = [m for m in manifest.marks() if m.ledger_id is not None
+                 and journal.coverage(m.ledger_id, m.partition).through is None]
+    if not unvouched:
         return True
+    ledger_id = unvouched[0].ledger_id
     why = (f"the erasure journal {journal.path} does not exist" if not journal.exists()
-           else f"the erasure journal {journal.path} has no record of ledger {ledger_id}")
+           else f"the erasure journal {journal.path} has no record of ledger {ledger_id}"
+                + (f" (partition {unvouched[0].partition})" if len(manifest.marks()) > 1 else ""))
     if accept_unverified:
         return False
     raise InvalidRequest(
@@ -109,10 +136,11 @@ def _journal_vouches(journal: ErasureJournal, manifest: Manifest, accept_unverif
         details={"rule": "restore.erasures_unverified", "journal": str(journal.path), "ledger_id": ledger_id})
 
 
-async def _refuse_if_serving(database_url: str, partition: int) -> None:
-    """A role leading on this database holds its advisory lock: the service must be stopped first."""
+async def _refuse_if_serving(database_url: str, partitions: range) -> None:
+    """A role leading on this database holds its advisory lock (in any partition): the service must be
+    stopped first."""
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        for role, base in locks.PARTITIONED_BASES.items():
+        for (role, base), partition in ((r, p) for r in locks.PARTITIONED_BASES.items() for p in partitions):
             key = locks.partition_key(base, partition)
             row = await (await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))).fetchone()
             if not (row and row[0]):
@@ -121,17 +149,23 @@ async def _refuse_if_serving(database_url: str, partition: int) -> None:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
 
-async def _refuse_if_occupied(database_url: str, partition: int, replace: bool) -> None:
+async def _refuse_if_occupied(database_url: str, partitions: range, replace: bool) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        try:
-            head, _ = await ledger_tail(conn, partition)
-        except psycopg.errors.UndefinedTable:
-            return  # a database never migrated: nothing to lose
-        if head and not replace:
-            ledger_id = await ledger_identity(conn, partition)
-            raise InvalidRequest(f"the database holds ledger {ledger_id} (head {head}): restoring replaces it"
-                                 " with the backup's; pass --replace to do so",
-                                 details={"rule": "restore.database_not_empty", "ledger_id": ledger_id, "ledger_head": head})
+        for partition in partitions:
+            try:
+                head, _ = await ledger_tail(conn, partition)
+            except psycopg.errors.UndefinedTable:
+                return  # a database never migrated: nothing to lose
+            if head and not replace:
+                await _refuse_occupied(conn, partition, head)
+
+
+async def _refuse_occupied(conn: psycopg.AsyncConnection[Any], partition: int, head: int) -> None:
+    ledger_id = await ledger_identity(conn, partition)
+    raise InvalidRequest(f"the database holds ledger {ledger_id} (head {head}): restoring replaces it"
+                         " with the backup's; pass --replace to do so",
+                         details={"rule": "restore.database_not_empty", "ledger_id": ledger_id, "ledger_head": head,
+                                  "partition": partition})
 
 
 async def _replace_database(database_url: str, dump: Path) -> None:
@@ -154,14 +188,16 @@ async def _replace_database(database_url: str, dump: Path) -> None:
                              f"{stderr.decode(errors='replace')[-2000:]}")
 
 
-async def _check_head(database_url: str, manifest: Manifest) -> None:
+async def _check_heads(database_url: str, manifest: Manifest) -> None:
+    """Every partition's restored head (sequence and hash) is the manifest's."""
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        sequence, row_hash = await ledger_tail(conn, manifest.ledger.partition)
-    found = (sequence, row_hash.hex() if row_hash is not None else None)
-    if found != (manifest.ledger.head_sequence, manifest.ledger.head_hash):
-        raise PamledgerError("the restored ledger's head is not the manifest's", details={
-            "restored": {"sequence": found[0], "hash": found[1]},
-            "manifest": {"sequence": manifest.ledger.head_sequence, "hash": manifest.ledger.head_hash}})
+        for mark in manifest.marks():
+            sequence, row_hash = await ledger_tail(conn, mark.partition)
+            found = (sequence, row_hash.hex() if row_hash is not None else None)
+            if found != (mark.head_sequence, mark.head_hash):
+                raise PamledgerError("the restored ledger's head is not the manifest's", details={
+                    "partition": mark.partition, "restored": {"sequence": found[0], "hash": found[1]},
+                    "manifest": {"sequence": mark.head_sequence, "hash": mark.head_hash}})
 
 
 async def pending_erasures(journal: ErasureJournal, database_url: str, partition: int) -> tuple[str, int, list[Erasure]]:
@@ -195,10 +231,16 @@ async def reapply_erasures(settings: Settings, nats_url: str, database_url: str,
                            progress: Progress = lambda _: None) -> dict[str, Any]:
     """Do again, through the writer, every journaled erasure the ledger lacks; run the followers until they
     applied them. Returns counts by outcome and the refusals (an erasure that could not be done again)."""
-    ledger_id, head, pending = await pending_erasures(journal, database_url, settings.partition)
-    # Recorded first: the writer's start then finds the journal in step with the restored head.
-    journal.append([Restored(ledger_id=ledger_id, partition=settings.partition, backup_head=head, through=head,
-                             at=now_text(), reapplied=len(pending))])
+    partitions = await _partitions_of(settings, database_url)
+    pending: list[Erasure] = []
+    restored: list[Restored] = []
+    for partition in partitions:  # each partition's ledger id, head and erasures are its own
+        ledger_id, head, missing = await pending_erasures(journal, database_url, partition)
+        pending.extend(missing)
+        restored.append(Restored(ledger_id=ledger_id, partition=partition, backup_head=head, through=head,
+                                 at=now_text(), reapplied=len(missing)))
+    # Recorded first: each partition's writer then finds the journal in step with the restored head.
+    journal.append(list(restored))
     outcomes: dict[str, int] = {}
     refused: list[dict[str, Any]] = []
     if pending:
@@ -211,7 +253,8 @@ async def reapply_erasures(settings: Settings, nats_url: str, database_url: str,
                 if outcome["outcome"] == "refused":
                     refused.append(outcome)
                 progress({"step": "reapply_erasures", "done": number, "of": len(pending)})
-            await _followers_caught_up(database_url, settings.partition)
+            for partition in partitions:
+                await _followers_caught_up(database_url, partition)
     return {"pending": len(pending), "outcomes": outcomes, "refused": refused}
 
 
@@ -283,12 +326,22 @@ async def _answers(client: MemoryClient) -> bool:
     return True
 
 
+async def _partitions_of(settings: Settings, database_url: str) -> range:
+    """The ledger's partitions (its recorded count, which the settings must name: the service refuses another)."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        count = await recorded_count_async(conn) or settings.partitions
+    _refuse_another_count(settings, count, "the database's ledger")
+    return range(count)
+
+
 async def _followers_caught_up(database_url: str, partition: int) -> None:
-    """Wait until the projector and the indexer have applied the ledger up to its head (they erase there)."""
+    """Wait until the partition's projector and indexer have applied its ledger up to its head (they erase
+    there)."""
     async def caught_up() -> bool:
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
             head = await ledger_head(conn, partition)
-            return min(await checkpoint(conn, PROJECTION), await checkpoint(conn, INDEX_CHECKPOINT)) >= head
+            return min(await checkpoint(conn, partition_checkpoint(PROJECTION, partition)),
+                       await checkpoint(conn, partition_checkpoint(INDEX_CHECKPOINT, partition))) >= head
     await _until(caught_up, 300.0, "the projector and the indexer to apply the re-applied erasures")
 
 

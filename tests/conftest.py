@@ -359,3 +359,44 @@ async def take(subscription: Any, count: int, timeout: float = 60) -> list[dict[
 
     await asyncio.wait_for(collect(), timeout)
     return got
+
+
+@contextlib.contextmanager
+def primary_and_replica(root: Path, database: str) -> Iterator[dict[str, Any]]:
+    """A Postgres primary of a module's own (the session's serves every module) with `database` made and
+    migrated, and a streaming replica of it: {"primary", "replica", "root"}. Whatever server stands under
+    "primary" and "replica" at the end (a test may restart one in place) is destroyed."""
+    from local_servers.launch import free_port
+    from local_servers.postgres_server import launch_postgres, launch_replica
+
+    primary = launch_postgres(root / "primary", free_port())
+    handles: dict[str, Any] = {"primary": primary, "root": root}
+    try:
+        with psycopg.connect(primary.url, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {database}")
+        migrate(in_database(primary.url, database))
+        handles["replica"] = launch_replica(primary.port, root / "replica", free_port())
+        yield handles
+    finally:
+        for name in ("replica", "primary"):
+            if name in handles:
+                handles[name].destroy()
+
+
+def in_database(url: str, database: str) -> str:
+    """A server's URL naming another database of it."""
+    return url.rsplit("/", 1)[0] + "/" + database
+
+
+@contextlib.contextmanager
+def nats_cluster(root: Path, nodes: int = 3) -> Iterator[list[Any]]:
+    """A JetStream cluster of `nodes` on loopback (local_servers.nats_cluster), stopped at the end."""
+    from local_servers.launch import free_port
+    from local_servers.nats_cluster import start_cluster
+
+    started = start_cluster(root, nodes, free_port)
+    try:
+        yield started
+    finally:
+        for node in started:
+            node.stop()

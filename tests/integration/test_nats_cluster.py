@@ -21,11 +21,10 @@ import psycopg
 import pytest
 
 from embedding.store import INDEX_CHECKPOINT
-from local_servers.launch import free_port
-from local_servers.nats_cluster import cluster_url, start_cluster
+from local_servers.nats_cluster import cluster_url
 from local_servers.nats_server import NatsServer
 from pamledger_client.client import MemoryClient, PamspecError
-from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, wait_for
+from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_database, fresh_settings, nats_cluster, wait_for
 from tests.integration.test_faults import ServiceProcess, assert_ledger_whole, leader_pid
 from tests.integration.test_writer import assert_stream_equals_ledger
 
@@ -44,10 +43,8 @@ MAX_ACK_PAUSE_SECONDS = REQUEST_TIMEOUT_SECONDS + 3.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NatsServer]]:
-    nodes = start_cluster(tmp_path_factory.mktemp("cluster-nats"), 3, free_port)
-    yield nodes
-    for node in nodes:
-        node.stop()
+    with nats_cluster(tmp_path_factory.mktemp("cluster-nats")) as nodes:
+        yield nodes
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from infra.migrations import migrate
 from infra.settings import DatabaseSettings
-from local_servers.launch import free_port
-from local_servers.postgres_server import PostgresServer, launch_postgres, launch_replica
-from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_settings, serving, wait_for
+from local_servers.postgres_server import PostgresServer, launch_replica
+from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_settings, in_database, primary_and_replica, \
+    serving, wait_for
 
 DATABASE = "pamledger_replica_test"
 
@@ -30,23 +29,12 @@ DATABASE = "pamledger_replica_test"
 @pytest.fixture(scope="module")
 def pair(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A primary of this module's own (the session's serves every module) and a streaming replica of it."""
-    root = tmp_path_factory.mktemp("replica")
-    primary = launch_postgres(root / "primary", free_port())
-    handles: dict[str, Any] = {"primary": primary, "root": root}
-    try:
-        with psycopg.connect(primary.url, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {DATABASE}")
-        migrate(_in_database(primary.url))
-        handles["replica"] = launch_replica(primary.port, root / "replica", free_port())
+    with primary_and_replica(tmp_path_factory.mktemp("replica"), DATABASE) as handles:
         yield handles
-    finally:
-        for name in ("replica", "primary"):
-            if name in handles:
-                handles[name].destroy()
 
 
 def _in_database(url: str) -> str:
-    return url.rsplit("/", 1)[0] + "/" + DATABASE
+    return in_database(url, DATABASE)
 
 
 @pytest.fixture(scope="module")

@@ -15,18 +15,15 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
-from infra.migrations import migrate
 from infra.partitions import partition_of, partition_stream
 from infra.settings import DatabaseSettings
-from local_servers.launch import free_port
-from local_servers.nats_cluster import cluster_url, start_cluster
+from local_servers.nats_cluster import cluster_url
 from local_servers.nats_server import NatsServer
-from local_servers.postgres_server import launch_postgres, launch_replica
 from pamledger_client.client import MemoryClient
-from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_settings, serving, service_environment, wait_for
+from tests.conftest import ACTOR, PROVENANCE, Env, Servers, fresh_settings, in_database, nats_cluster, \
+    primary_and_replica, serving, service_environment, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 2
@@ -36,38 +33,20 @@ DATABASE = "pamledger_status_cluster"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NatsServer]]:
-    nodes = start_cluster(tmp_path_factory.mktemp("status-nats"), 3, free_port)
-    yield nodes
-    for node in nodes:
-        node.stop()
+    with nats_cluster(tmp_path_factory.mktemp("status-nats")) as nodes:
+        yield nodes
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A primary of this module's own and a streaming replica of it."""
-    root = tmp_path_factory.mktemp("status-pg")
-    primary = launch_postgres(root / "primary", free_port())
-    handles: dict[str, Any] = {"primary": primary}
-    try:
-        with psycopg.connect(primary.url, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {DATABASE}")
-        migrate(in_database(primary.url))
-        handles["replica"] = launch_replica(primary.port, root / "replica", free_port())
+    with primary_and_replica(tmp_path_factory.mktemp("status-pg"), DATABASE) as handles:
         yield handles
-    finally:
-        for name in ("replica", "primary"):
-            if name in handles:
-                handles[name].destroy()
-
-
-def in_database(url: str) -> str:
-    return url.rsplit("/", 1)[0] + "/" + DATABASE
 
 
 @pytest.fixture(scope="module")
 def status_env(cluster: list[NatsServer], pair: dict[str, Any]) -> Env:
-    database = DatabaseSettings(read_urls=[in_database(pair["replica"].url)], replica_retry_seconds=0.2)
-    return Env(Servers(cluster_url(cluster), pair["primary"].url), in_database(pair["primary"].url),
+    database = DatabaseSettings(read_urls=[in_database(pair["replica"].url, DATABASE)], replica_retry_seconds=0.2)
+    return Env(Servers(cluster_url(cluster), pair["primary"].url), in_database(pair["primary"].url, DATABASE),
                fresh_settings("statuscluster", partitions=PARTITIONS, database=database))
 
 

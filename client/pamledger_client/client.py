@@ -23,6 +23,7 @@ from pamledger_client.protocol.canonical import canonical_bytes, decode_json
 from pamledger_client.protocol.headers import ACTOR_HEADER, AUTHORIZATION_HEADER, OPERATION_HEADER
 from pamledger_client.protocol.requests import request_with_retries
 from pamledger_client.protocol.subjects import command_subject, query_subject, status_subject, subscription_subject
+from pamledger_client.protocol.tasks import reraise_if_cancelled
 from pamledger_client.protocol.values import refusal
 from pamledger_client.subscription import Subscription
 from pamledger_client.tracing import request_span
@@ -96,7 +97,13 @@ class MemoryClient(ObjectCommands):
             try:
                 await self.nc.drain()
             except nats.errors.Error:
-                await self.nc.close()
+                try:
+                    await self.nc.close()
+                except asyncio.CancelledError:
+                    # nats-py closing a connection the server is cutting can raise the cancel of its own
+                    # transport's close waiter (seen once in a fresh-clone run, a token revoked mid-connect);
+                    # only a cancel of this task is ours to pass on.
+                    reraise_if_cancelled()
 
     async def __aenter__(self) -> MemoryClient:
         return self

@@ -437,12 +437,13 @@ class Writer:
             a = outcome.accepted
             if a.parsed.refusal is not None:  # the refusal is recorded: now it may be answered
                 return error_reply(a.parsed.refusal, (msg.headers or {}).get(OPERATION_HEADER) or a.parsed.operation_id)
+            extra = {**(a.decision.result or {}), **a.written_through()}
             if a.decision.head is not None:
                 return result_bytes(a.decision.head, a.ledger_sequence, a.decision.event.event_id, a.content,
-                                    a.decision.result)
-            if a.decision.result is not None:  # a delegation's entry: its own result fields too
+                                    extra or None)
+            if extra:  # a delegation's entry (its own result fields), an import chunk of event-only entries
                 return canonical_bytes({"result": {"ledger_sequence": a.ledger_sequence,
-                                                   "event_id": a.decision.event.event_id, **a.decision.result}})
+                                                   "event_id": a.decision.event.event_id, **extra}})
             return entry_result_bytes(a.ledger_sequence, a.decision.event.event_id)
         if outcome.error is not None:
             return error_reply(outcome.error, _op_id(msg, item))

@@ -379,7 +379,9 @@ class MemoryClient(ObjectCommands):
         if name != "create_scope" and not body.get("idempotency_key"):
             headers["Pam-Idempotency-Key"] = f"sdk:{uuid.uuid4()}"
         result = await self._request(command_subject(self.prefix, name), body, headers, retry=True)
-        self.last_sequence = max(self.last_sequence, int(result.get("ledger_sequence", 0)))
+        # A command of several entries says where its last one is (`through_sequence`): read-your-writes waits for it.
+        self.last_sequence = max(self.last_sequence, int(result.get("ledger_sequence", 0)),
+                                 int(result.get("through_sequence", 0)))
         return result
 
     def request_headers(self, headers: dict[str, str]) -> dict[str, str]:

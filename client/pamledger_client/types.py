@@ -79,6 +79,7 @@ class WriteResult(TypedDict, total=False):
     version_id: str
     sequence: int  # the object's version number
     ledger_sequence: int  # where the write sits in the ledger: read-your-writes asks for it (min_sequence)
+    through_sequence: int  # a command of several entries (promote, an import chunk): its last entry's sequence
     event_id: str
     envelope: MemoryEnvelope
     idempotency_result: str  # "replayed_original_result" when an idempotency key replayed an earlier write

@@ -52,6 +52,13 @@ class Accepted:
     ledger_sequence: int
     content: bytes | None
 
+    def written_through(self) -> dict[str, int]:
+        """For a command of several entries (an import chunk, a promotion, a tool call's entry), the last
+        ledger sequence it wrote (`through_sequence`: its entries are consecutive), so a client's
+        read-your-writes waits for all of them and not only for its first entry's `ledger_sequence`."""
+        followers = len(self.decision.followers)
+        return {"through_sequence": self.ledger_sequence + followers} if followers else {}
+
 
 @dataclass
 class Outcome:
@@ -432,7 +439,8 @@ def known_result_bytes(outcome: Outcome) -> bytes | None:
     result: dict[str, Any]
     if outcome.accepted is not None:
         accepted, head = outcome.accepted, outcome.accepted.decision.head
-        result = {"ledger_sequence": accepted.ledger_sequence, "event_id": accepted.decision.event.event_id}
+        result = {"ledger_sequence": accepted.ledger_sequence, "event_id": accepted.decision.event.event_id,
+                  **accepted.written_through()}
         if head is not None:
             result.update(object_id=head.object_id, version_id=head.version_id, sequence=head.sequence)
     elif outcome.replay_of is not None:

@@ -235,6 +235,8 @@ async def test_promote_is_one_atomic_batch_of_four_entries(client: MemoryClient,
         "target_object_type": "claim", "target_canonical_content": {"statement": "the db is slow"},
         "actor": ACTOR, "provenance": {**PROVENANCE, "activity": "consolidated"}})
     assert await ledger_count(service) == before + 4
+    # Read-your-writes covers all four: the reply names the last entry, and the SDK asks for it next.
+    assert promoted["through_sequence"] == promoted["ledger_sequence"] + 3 == client.last_sequence
     envelope, links = promoted["envelope"], promoted["promotion"]
     assert envelope["object_type"] == "claim"
     assert envelope["provenance"]["transformation_parent"] == scratch["version_id"]

@@ -186,6 +186,8 @@ async def test_a_scope_of_partition_2_exports_and_imports_across_partition_count
         # (b) into a one-partition ledger
         imported = await import_bundle(o, bundle, ACTOR)
         assert imported["result"] == "imported" and imported["scope_id"] == source
+        async with await psycopg.AsyncConnection.connect(one.database_url) as conn:
+            assert o.last_sequence == await ledger_head(conn, 0)  # a chunk's reply names its last entry
         await assert_reads_its_own(o, source, {"one, again", "two"})
         assert (await import_bundle(o, bundle, ACTOR))["result"] == "already_imported"
 

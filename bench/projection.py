@@ -107,8 +107,8 @@ def _ledger_steps(servers: Servers, cfg: ProjectionConfig, out: dict[str, Any]) 
         out["replay"] = asyncio.run(replay_benchmark(url, log))
         out["projection"] = asyncio.run(build_projection(url, log))
         out["query"] = asyncio.run(query_benchmark(servers, url, out["load"], cfg))
-        if cfg.verify:
-            out["verify_after_probe"] = _verify(url, cfg.events + 1)
+        if cfg.verify:  # the service's start adds its own entries (the system scope's actors) before the probe's
+            out["verify_after_probe"] = _verify(url, cfg.events + 1, exact=False)
     finally:
         servers.drop_database(db_name)
 
@@ -121,12 +121,13 @@ def _checkpoint(servers: Servers) -> None:
     log(f"CHECKPOINT before the lag benchmark: {time.perf_counter() - t0:.1f} s")
 
 
-def _verify(url: str, head: int) -> dict[str, Any]:
+def _verify(url: str, head: int, exact: bool = True) -> dict[str, Any]:
+    """verify_tables over the ledger, which must hold `head` rows (`exact`) or at least that many."""
     t0 = time.perf_counter()
     report = verify_tables(url)  # the loaded ledger has no stream to anchor its head on
     report["seconds"] = round(time.perf_counter() - t0, 2)
     log(f"verify_ledger: {report}")
-    if not report["ok"] or report["rows_checked"] != head:
+    if not report["ok"] or report["rows_checked"] < head or (exact and report["rows_checked"] != head):
         raise RuntimeError(f"the loaded ledger does not verify: {report}")
     return report
 

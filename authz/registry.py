@@ -83,7 +83,9 @@ class GrantsRegistry:
         return self.loaded.is_set() and \
             time.monotonic() - self.refreshed_at > STALE_AFTER_REFRESHES * self.refresh_seconds
 
-    async def refresh(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def refresh(self, conn: psycopg.AsyncConnection[Any], quiet: bool = False) -> None:
+        """Read the grants again if the system scope moved; the first load is logged (`quiet`: not, for a
+        one-off look whose command prints its own output)."""
         cur = await conn.execute(_MARK)
         row = await cur.fetchone()
         through = int(row[0]) if row else 0
@@ -93,7 +95,7 @@ class GrantsRegistry:
         cur = await conn.execute(_LATEST, (SYSTEM_SCOPE,))
         rows = [(r[0], bytes(r[1]), bytes(r[2]) if r[2] is not None else None) for r in await cur.fetchall()]
         self.grants = grants_of(rows, through, self.bootstrap)
-        if not self.loaded.is_set():
+        if not self.loaded.is_set() and not quiet:
             log.info("grants.loaded", actors=len(self.grants.actors), credentials=len(self.grants.credentials))
         self.loaded.set()
 
@@ -102,7 +104,7 @@ class GrantsRegistry:
         """The grants as the ledger holds them now (a one-off tool's look, no refreshing)."""
         registry = cls(database_url, bootstrap)
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-            await registry.refresh(conn)
+            await registry.refresh(conn, quiet=True)
         return registry.grants
 
     async def run(self) -> None:

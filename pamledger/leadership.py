@@ -50,10 +50,10 @@ async def wait_for_lock(conn: psycopg.AsyncConnection[Any], key: int, settings: 
 async def wait_for_partition_lock(conn: psycopg.AsyncConnection[Any], key: int, settings: Settings, role: str,
                                   partition: int, held: set[int], quiet: bool = False) -> None:
     """wait_for_lock for one of several partitions, `held` those this process leads in `role` (the partition
-    is added when its lock is taken). Within writer.partition_share (0: no share; every role of a process) a free partition is taken at once;
-    past it, only once it has been free for TAKEOVER_POLLS polls in a row (the lock is taken and given back
-    meanwhile), so a process started beside this one takes its share first, and the partitions of a process
-    that died are taken over all the same."""
+    is added when its lock is taken). Within writer.partition_share (0: no share; a count per role of a
+    process) a free partition is taken at once; past it, only once it has been free for TAKEOVER_POLLS polls
+    in a row (the lock is taken and given back meanwhile), so a process started beside this one takes its
+    share first, and the partitions of a process that died are taken over all the same."""
     share = settings.writer.partition_share
     poll = settings.writer.lock_poll_seconds
     free_since: float | None = None

@@ -235,7 +235,8 @@ async def follow_partition_forever(settings: Settings, nc: RawClient, database_u
                 await conn.execute("SET synchronous_commit = off")
                 # A retry of a stuck event takes the lock again: said once, when the state changed.
                 quiet = stuck.current is not None or failures.attempts > 0
-                async with partition_lock(conn, spec.lock_key(partition), settings, spec.name, partition, held, quiet), \
+                lock = spec.lock_key(partition)
+                async with partition_lock(conn, lock, settings, spec.name, partition, held, quiet), \
                         answering_status(nc, settings, name, lambda: {"stuck": stuck.report()}, policy,
                                          lambda: stuck.current is None, partition):
                     try:

@@ -228,7 +228,8 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConn
             for partition, (after, through) in sorted(ranges.items()):
                 statement = sql.SQL(query).format(partition=sql.Literal(partition), after=sql.Literal(after),
                                                   through=sql.Literal(through), scope=scope)
-                async with reader.cursor().copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(statement)) as out:
+                copy_out = sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(statement)
+                async with reader.cursor().copy(copy_out) as out:
                     out.set_types(["int8", "text", "text", "bytea"])
                     async for sequence, row_scope, object_id, event in out.rows():
                         count += 1
@@ -238,7 +239,8 @@ async def _rebuild(conn: psycopg.AsyncConnection[Any], reader: psycopg.AsyncConn
                             lines[(row_scope, object_id)] = b""  # digested below, with the relationships' own columns
                         elif found is not None:  # a catch-up (after > 0) is not digested: it only needs the key
                             row = found.row
-                            lines[(row_scope, object_id)] = row_hash(row[a], row[b], row[c], row[d], row[e]) if first else b""
+                            lines[(row_scope, object_id)] = (row_hash(row[a], row[b], row[c], row[d], row[e])
+                                                             if first else b"")
                             await into.write_row(row)
                         if progress and count % 50_000 == 0 and time.perf_counter() - last_report > 1.0:
                             last_report = time.perf_counter()

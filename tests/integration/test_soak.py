@@ -1,8 +1,10 @@
 """The soak's 60-second version (`make soak` runs it, then minutes of the same; `make test` leaves it out to
 stay near ten minutes; the kills have quicker tests of their own there: test_faults, test_subscribe_faults,
-test_indexer_restart, test_run_restarts_servers, test_nats_cluster, test_partitions): a mixed load through the SDK on a real `pamledger
-run`, auth enforced, while the writer, query, projector, indexer, gateway, nats-server and Postgres are each
-SIGKILLed at least once; then every check of the audit passes (soak/audit.py). Real servers, no mocks.
+test_indexer_restart, test_run_restarts_servers, test_nats_cluster, test_partitions).
+
+A mixed load through the SDK on a real `pamledger run`, auth enforced, while the writer, query, projector,
+indexer, gateway, nats-server and Postgres are each SIGKILLed at least once; then every check of the audit
+passes (soak/audit.py). Real servers, no mocks.
 """
 
 from __future__ import annotations

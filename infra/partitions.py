@@ -40,12 +40,6 @@ def partition_of(scope_id: str, partitions: int) -> int:
     return int.from_bytes(hashlib.sha256(scope_id.encode()).digest()[:8], "big") % partitions
 
 
-def ledger_partitions(partition: int, partitions: int) -> list[int]:
-    """The partitions a whole-ledger reader goes over: the settings' `partition` with one (as before
-    partitions), every one with several."""
-    return [partition] if partitions <= 1 else list(range(partitions))
-
-
 def partition_stream(stream_name: str, partition: int) -> str:
     """The JetStream stream of one partition: partition 0's is the configured name (as with one partition),
     partition p's the name with `_P{p}` added (a stream's sequence is its partition's ledger sequence)."""

@@ -78,6 +78,7 @@ TABLES: dict[str, Table] = {
         "command_handler.store_reads": _WRITER_READS["command_handler.store_reads"],
         "command_handler.verify": "a partition's rows of the other tables are those of the scopes created in it",
         "infra.scopes": "the kernel's scope reads: whether a scope exists, its record, policies by key",
+        "retention.evaluator": "an object's first ledger row is in its scope's recorded partition",
     }),
     "ledger_identity": Table("infra.ledger_identity"),
     "ledger_layout": Table("infra.partitions"),

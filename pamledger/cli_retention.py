@@ -19,7 +19,6 @@ import psycopg
 from authz.bootstrap import service_token
 from authz.operator import require_operator
 from infra.endpoints import resolve
-from infra.partitions import ledger_partitions
 from infra.requester import CommandRequester
 from infra.settings import Settings
 from pamledger_client.cli_common import invalid, pam_id
@@ -52,14 +51,13 @@ async def _evaluate(settings: Settings, nats_url: str, database_url: str, scope_
     from pamledger.runtime import connect_nats
 
     now = datetime.now(timezone.utc)
-    partitions = ledger_partitions(settings.partition, settings.partitions)  # one evaluation over every partition
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         if dry_run:
-            return (await evaluate(conn, None, now, partitions, scope_id, limit)).report()
+            return (await evaluate(conn, None, now, scope_id, limit)).report()
         token = service_token(settings)
         nc = await connect_nats(nats_url, "pamledger-retention-cli", settings)
         try:
             requester = CommandRequester(nc, settings.subject_prefix, settings.request_timeout_seconds, token=token)
-            return (await evaluate(conn, requester, now, partitions, scope_id, limit)).report()
+            return (await evaluate(conn, requester, now, scope_id, limit)).report()
         finally:
             await nc.close()

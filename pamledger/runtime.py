@@ -34,7 +34,7 @@ from infra.nats_raw import RawClient, connect_raw
 from infra.nats_servers import stream_replicas
 from infra.probes import Probes, serving_probes
 from infra.request_shell import AllowAll, DelegationGate, DenialSink, Policy
-from infra.partitions import ledger_partitions, partition_stream
+from infra.partitions import partition_stream
 from infra.settings import Settings
 from infra.role_failures import RoleFailures
 from infra.status import status_reply
@@ -327,8 +327,7 @@ async def retention_forever(settings: Settings, nc: RawClient, database_url: str
                                      quiet=failures.attempts > 0)
                 async with answering_status(nc, settings, "retention", lambda: {"last_round": dict(last)}, policy):
                     with failures.running():
-                        await run_rounds(conn, requester, settings.retention,
-                                         ledger_partitions(settings.partition, settings.partitions), last)
+                        await run_rounds(conn, requester, settings.retention, last)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             await asyncio.sleep(failures.failed(exc, expected=True))
         except Exception as exc:  # noqa: BLE001 - the writer away, a bug: come back with backoff

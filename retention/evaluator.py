@@ -10,7 +10,7 @@ The system scope (actors, credentials) is never evaluated.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -36,8 +36,8 @@ SKIPPED = frozenset({"version_conflict", "object_deleted", "object_not_found"})
 # An object's age is its first version's commit (its ledger row's recorded_at). The candidates are found by
 # two index-friendly halves (a partial index on valid_until of retained objects, migration 014; and the objects
 # of the scopes whose policy sets a cutoff), and only they are joined to their first version's ledger row. That
-# row is in its scope's partition (infra.partitions): the ledger's key is (partition, sequence), so the row is
-# looked for in each partition evaluated (one index probe each) at the version's sequence and of its scope.
+# row is in its scope's partition (recorded on the scope, infra.partitions): the ledger's key is (partition,
+# sequence), so one probe finds it, whatever the partition count. Every scope is evaluated, in every partition.
 CANDIDATES_SQL = """
 WITH cutoffs AS (SELECT * FROM json_to_recordset(%(cutoffs)s::json) AS c(scope_id text, cutoff timestamptz)),
 candidates AS (
@@ -48,7 +48,8 @@ candidates AS (
   SELECT o.scope_id, o.object_id FROM cutoffs c
   JOIN current_objects o ON o.scope_id = c.scope_id AND o.retention_state = 'retained'
   JOIN memory_versions v ON v.scope_id = o.scope_id AND v.object_id = o.object_id AND v.sequence = 1
-  JOIN ledger l ON l.partition = ANY(%(partitions)s) AND l.ledger_sequence = v.ledger_sequence AND l.scope_id = v.scope_id
+  JOIN scopes s ON s.scope_id = v.scope_id
+  JOIN ledger l ON l.partition = s.partition AND l.ledger_sequence = v.ledger_sequence
   WHERE l.recorded_at < c.cutoff AND o.scope_id <> %(system)s AND (%(scope)s::text IS NULL OR o.scope_id = %(scope)s)
 )
 SELECT o.scope_id, o.object_id, o.version_id, o.retention_state, o.availability_state, o.valid_until,
@@ -56,7 +57,8 @@ SELECT o.scope_id, o.object_id, o.version_id, o.retention_state, o.availability_
 FROM candidates k
 JOIN current_objects o ON o.scope_id = k.scope_id AND o.object_id = k.object_id
 JOIN memory_versions v ON v.scope_id = o.scope_id AND v.object_id = o.object_id AND v.sequence = 1
-JOIN ledger l ON l.partition = ANY(%(partitions)s) AND l.ledger_sequence = v.ledger_sequence AND l.scope_id = v.scope_id
+JOIN scopes s ON s.scope_id = v.scope_id
+JOIN ledger l ON l.partition = s.partition AND l.ledger_sequence = v.ledger_sequence
 WHERE o.availability_state <> 'deleted'
   AND NOT EXISTS (SELECT 1 FROM memory_versions w WHERE w.scope_id = o.scope_id AND w.object_id = o.object_id
                   AND convert_from(w.meta, 'UTF8')::jsonb ->> 'retention_state' = 'expired')
@@ -91,14 +93,14 @@ class Round:
         return {**self.counts(), "problems": list(self.problems), "proposals": [p.as_json() for p in self.proposals]}
 
 
-async def read_plan(conn: psycopg.AsyncConnection[Any], now: datetime, partitions: Sequence[int],
-                    scope_id: str | None = None, limit: int = 10_000) -> tuple[list[Proposal], ScopeRules]:
-    """The proposals as of `now` (at most `limit`) over the scopes of `partitions` (every partition of the
-    ledger: one leader evaluates them all), and the scope rules they were made with."""
+async def read_plan(conn: psycopg.AsyncConnection[Any], now: datetime, scope_id: str | None = None,
+                    limit: int = 10_000) -> tuple[list[Proposal], ScopeRules]:
+    """The proposals as of `now` (at most `limit`) over every scope of every partition (one leader evaluates
+    them all), and the scope rules they were made with."""
     params: dict[str, Any] = {"system": SYSTEM_SCOPE, "scope": scope_id}
     rules = scope_rules(await scopes_with_policy(conn, "retention", SYSTEM_SCOPE, scope_id))
     cutoffs = [{"scope_id": s, "cutoff": c.isoformat()} for s, c in rules.cutoffs(now).items()]
-    params.update(partitions=list(partitions), cutoffs=canonical_bytes(cutoffs).decode(), now=now, limit=limit)
+    params.update(cutoffs=canonical_bytes(cutoffs).decode(), now=now, limit=limit)
     rows = await (await conn.execute(CANDIDATES_SQL, params)).fetchall()
     candidates = [Candidate(*row) for row in rows]
     return plan(candidates, rules, now), rules
@@ -135,9 +137,9 @@ async def send(requester: Requester, proposals: list[Proposal], evaluation: Roun
 
 
 async def evaluate(conn: psycopg.AsyncConnection[Any], requester: Requester | None, now: datetime,
-                   partitions: Sequence[int], scope_id: str | None = None, limit: int = 10_000) -> Round:
+                   scope_id: str | None = None, limit: int = 10_000) -> Round:
     """One round: plan, then send unless `requester` is None (a dry run, which writes nothing)."""
-    proposals, rules = await read_plan(conn, now, partitions, scope_id, limit)
+    proposals, rules = await read_plan(conn, now, scope_id, limit)
     evaluation = Round(now, requester is None, proposals, rules.problems)
     if requester is not None:
         await send(requester, proposals, evaluation)
@@ -145,11 +147,11 @@ async def evaluate(conn: psycopg.AsyncConnection[Any], requester: Requester | No
 
 
 async def run_rounds(conn: psycopg.AsyncConnection[Any], requester: Requester, settings: RetentionSettings,
-                     partitions: Sequence[int], last: dict[str, Any]) -> None:
+                     last: dict[str, Any]) -> None:
     """The role: a round now, then one every `every_seconds`, forever; `last` holds the last round's counts
     (the role's status). Failures propagate to the role loop, which backs off and comes back."""
     while True:
-        evaluation = await evaluate(conn, requester, datetime.now(timezone.utc), partitions,
+        evaluation = await evaluate(conn, requester, datetime.now(timezone.utc),
                                     limit=settings.max_per_round)
         last.clear()
         last.update(evaluation.counts())

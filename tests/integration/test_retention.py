@@ -79,8 +79,7 @@ async def run_round(env: Env, client: MemoryClient, now: datetime | None = None,
                     dry_run: bool = False, token: str | None = None) -> Any:
     requester = None if dry_run else CommandRequester(client.nc, env.settings.subject_prefix, retries=0, token=token)
     async with await psycopg.AsyncConnection.connect(env.database_url, autocommit=True) as conn:
-        return await evaluate(conn, requester, now or datetime.now(timezone.utc), [env.settings.partition],
-                              scope_id)
+        return await evaluate(conn, requester, now or datetime.now(timezone.utc), scope_id)
 
 
 async def test_past_valid_until_expires_with_lifecycle_unchanged_and_holds_are_never_proposed(
@@ -172,7 +171,7 @@ async def test_an_object_that_moved_is_skipped_and_taken_next_round(client: Memo
     made = await claim(client, valid_until=PAST)
     await caught_up(service)
     async with await psycopg.AsyncConnection.connect(service.database_url, autocommit=True) as conn:
-        proposals, _ = await read_plan(conn, datetime.now(timezone.utc), [service.settings.partition], PLAIN_SCOPE)
+        proposals, _ = await read_plan(conn, datetime.now(timezone.utc), PLAIN_SCOPE)
     mine = [p for p in proposals if p.object_id == made["object_id"]]
     assert mine and mine[0].expected_version_id == made["version_id"]
     moved = await client.update(PLAIN_SCOPE, made["object_id"], made["version_id"], {"statement": "the tide"},

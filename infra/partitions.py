@@ -49,6 +49,7 @@ def partition_stream(stream_name: str, partition: int) -> str:
 _RECORD_SQL = (
     "INSERT INTO ledger_layout (partitions) SELECT CASE WHEN EXISTS (SELECT 1 FROM ledger) THEN 1 ELSE %s END"
     " ON CONFLICT DO NOTHING")
+_COUNT_SQL = "SELECT partitions FROM ledger_layout"
 
 
 def recorded_partitions(conn: psycopg.Connection[Any], wanted: int) -> int:
@@ -56,45 +57,42 @@ def recorded_partitions(conn: psycopg.Connection[Any], wanted: int) -> int:
     already holds rows (every ledger before partitions had one). Raises PartitionCountChanged when `wanted`
     differs from it."""
     conn.execute(_RECORD_SQL, (wanted,))
-    row = conn.execute("SELECT partitions FROM ledger_layout").fetchone()
+    row = conn.execute(_COUNT_SQL).fetchone()
     assert row is not None
-    if int(row[0]) != wanted:
-        raise PartitionCountChanged(int(row[0]), wanted)
-    return int(row[0])
+    _refuse_another(int(row[0]), wanted)
+    return wanted
 
 
 async def recorded_partitions_async(conn: psycopg.AsyncConnection[Any], wanted: int) -> int:
     """recorded_partitions on an async connection."""
     await conn.execute(_RECORD_SQL, (wanted,))
-    row = await (await conn.execute("SELECT partitions FROM ledger_layout")).fetchone()
-    assert row is not None
-    if int(row[0]) != wanted:
-        raise PartitionCountChanged(int(row[0]), wanted)
-    return int(row[0])
-
-
-async def check_partition_count(conn: psycopg.AsyncConnection[Any], wanted: int) -> None:
-    """Raise PartitionCountChanged when the ledger records another count than `wanted`; a ledger that records
-    none yet agrees (only a writer records it). For every process and command that acts per partition: with
-    a wrong count it would act on some partitions only, or on a partition that holds no scope."""
-    _refuse_another(await (await conn.execute(_COUNT_SQL)).fetchone(), wanted)
-
-
-def check_partition_count_at(database_url: str, wanted: int) -> None:
-    """check_partition_count on a connection of its own (for commands before their event loop)."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        _refuse_another(conn.execute(_COUNT_SQL).fetchone(), wanted)
-
-
-_COUNT_SQL = "SELECT partitions FROM ledger_layout"
-
-
-def _refuse_another(row: tuple[Any, ...] | None, wanted: int) -> None:
-    if row is not None and int(row[0]) != wanted:
-        raise PartitionCountChanged(int(row[0]), wanted)
+    recorded = await recorded_count_async(conn)
+    assert recorded is not None
+    _refuse_another(recorded, wanted)
+    return wanted
 
 
 async def recorded_count_async(conn: psycopg.AsyncConnection[Any]) -> int | None:
     """The ledger's recorded partition count, None when no role has recorded one yet (read only)."""
     row = await (await conn.execute(_COUNT_SQL)).fetchone()
     return int(row[0]) if row else None
+
+
+async def check_partition_count(conn: psycopg.AsyncConnection[Any], wanted: int) -> None:
+    """Raise PartitionCountChanged when the ledger records another count than `wanted`; a ledger that records
+    none yet agrees (only a writer records it). For every process and command that acts per partition: with
+    a wrong count it would act on some partitions only, or on a partition that holds no scope."""
+    _refuse_another(await recorded_count_async(conn), wanted)
+
+
+def check_partition_count_at(database_url: str, wanted: int) -> None:
+    """check_partition_count on a connection of its own (for commands before their event loop)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(_COUNT_SQL).fetchone()
+    _refuse_another(int(row[0]) if row else None, wanted)
+
+
+
+def _refuse_another(recorded: int | None, wanted: int) -> None:
+    if recorded is not None and recorded != wanted:
+        raise PartitionCountChanged(recorded, wanted)

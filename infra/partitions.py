@@ -40,6 +40,16 @@ def partition_of(scope_id: str, partitions: int) -> int:
     return int.from_bytes(hashlib.sha256(scope_id.encode()).digest()[:8], "big") % partitions
 
 
+def chosen_partitions(wanted: int | None, partitions: int) -> list[int]:
+    """The partitions a per-partition command acts on (`replay`, `verify`, `stream rebuild`): `--partition N`,
+    or every one; a partition the ledger does not have is `invalid_request`, never an empty one checked."""
+    if wanted is not None and not 0 <= wanted < partitions:
+        raise PamledgerError(f"--partition {wanted}: this ledger has partitions 0 to {partitions - 1}"
+                             " (PAMLEDGER_PARTITIONS)", details={"partition": wanted, "partitions": partitions},
+                             code="invalid_request")
+    return list(range(partitions)) if wanted is None else [wanted]
+
+
 def partition_stream(stream_name: str, partition: int) -> str:
     """The JetStream stream of one partition: partition 0's is the configured name (as with one partition),
     partition p's the name with `_P{p}` added (a stream's sequence is its partition's ledger sequence)."""

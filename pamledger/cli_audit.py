@@ -12,7 +12,7 @@ import psycopg
 from authz.operator import require_operator
 from infra.endpoints import resolve
 from infra.ledger import ledger_head
-from infra.partitions import check_partition_count
+from infra.partitions import check_partition_count, chosen_partitions
 from infra.scopes import scope_partitions
 from infra.settings import Settings
 from pamledger_client.cli_common import invalid, pam_id, progress_for, sequence
@@ -77,10 +77,7 @@ async def _replay_partitions(database_url: str, settings: Settings, args: argpar
     count = settings.partitions
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         await check_partition_count(conn, count)  # else a swap of "every" partition would drop the others' rows
-        if args.partition is not None and not 0 <= args.partition < count:
-            raise invalid(f"--partition must be one of this ledger's partitions, 0 to {count - 1}",
-                          partition=args.partition, partitions=count)
-        chosen = tuple(range(count)) if args.partition is None else (args.partition,)
+        chosen = tuple(chosen_partitions(args.partition, count))
         if args.scope_id is not None:
             found = (await scope_partitions(conn, [args.scope_id])).get(args.scope_id)
             if found is None:

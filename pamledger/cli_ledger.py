@@ -13,9 +13,9 @@ from typing import Any
 
 from authz.operator import require_operator
 from infra.endpoints import resolve
-from infra.partitions import check_partition_count_at, partition_stream
+from infra.partitions import check_partition_count_at, chosen_partitions, partition_stream
 from infra.settings import Settings
-from pamledger_client.cli_common import invalid, progress_for
+from pamledger_client.cli_common import progress_for
 
 Found = tuple[dict[str, Any], Any] | None  # a partition's stream as found, and why it refuses appends (or None)
 
@@ -46,9 +46,10 @@ def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
     endpoints = resolve(settings)
     asyncio.run(require_operator(settings, endpoints.database_url))
     check_partition_count_at(endpoints.database_url, settings.partitions)  # "every" partition must be every one
+    chosen = chosen_partitions(args.partition, settings.partitions)
     progress = progress_for(args, "verify", "rows_checked", "head", "rows")
-    if settings.partitions == 1 or args.partition is not None:
-        partition = settings.partition if args.partition is None else args.partition
+    if len(chosen) == 1:
+        partition = settings.partition if settings.partitions == 1 else chosen[0]
         result = asyncio.run(verify_ledger(endpoints.database_url, endpoints.nats_url,
                                            partition_stream(settings.stream_name, partition), partition,
                                            operator_nats_options(settings), progress))
@@ -66,10 +67,10 @@ def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
     endpoints = resolve(settings)
-    partitions = _partitions_to_rebuild(settings, args.partition)
+    partitions = chosen_partitions(args.partition, settings.partitions)
     asyncio.run(require_operator(settings, endpoints.database_url))
     check_partition_count_at(endpoints.database_url, settings.partitions)  # "every" partition must be every one
-    if partitions is None:  # one partition: its stream, its report (as before partitions)
+    if settings.partitions == 1:  # one partition: its stream, its report (as before partitions)
         report = asyncio.run(rebuild_stream(settings, endpoints.nats_url, endpoints.database_url, force=args.force))
     else:
         each = asyncio.run(rebuild_streams(settings, endpoints.nats_url, endpoints.database_url, partitions,
@@ -79,17 +80,6 @@ def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
             "closed_subscriptions": sum(len(r["closed_subscriptions"]) for r in each.values())}}
     print(json.dumps(report, indent=2, sort_keys=True))
     return 0
-
-
-def _partitions_to_rebuild(settings: Settings, wanted: int | None) -> list[int] | None:
-    """The partitions `stream rebuild` acts on: None for a ledger of one (its stream, as before partitions),
-    else `--partition N` or every one."""
-    if wanted is not None and not 0 <= wanted < settings.partitions:
-        raise invalid(f"--partition {wanted}: this ledger has partitions 0 to {settings.partitions - 1}"
-                      " (PAMLEDGER_PARTITIONS)", partition=wanted, partitions=settings.partitions)
-    if settings.partitions == 1:
-        return None
-    return [wanted] if wanted is not None else list(range(settings.partitions))
 
 
 async def rebuild_stream(settings: Settings, nats_url: str, database_url: str, force: bool = False) -> dict[str, Any]:

@@ -164,7 +164,8 @@ async def test_a_scope_is_read_in_its_own_partition_up_to_a_sequence_of_it(histo
 @pytest.mark.parametrize("args, says", [
     (("--swap", "--partition", "1"), "--swap replaces the whole projection"),
     (("--to-sequence", "3"), "--to-sequence is a sequence of one partition"),
-    (("--partition", str(PARTITIONS)), "--partition must be one of this ledger's partitions"),
+    (("--partition", str(PARTITIONS)), f"--partition {PARTITIONS}: this ledger has partitions 0 to {PARTITIONS - 1}"),
+    (("--partition", "-1"), "--partition -1: this ledger has partitions 0 to"),
     (("--scope", SCOPES[1], "--partition", "0"), f"is in partition 1, not in --partition 0"),
 ])
 def test_what_cannot_be_meant_is_refused(history: dict[str, list[str]], env: Env, args: tuple[str, ...],
@@ -195,6 +196,15 @@ async def test_a_swap_repairs_a_damaged_row_of_any_partition_and_the_projectors_
                             scope, made["object_id"]) == 1
     assert (await replay(env.database_url, options(verify=True)))["verify"]["equal"]
 
+
+
+def test_verify_of_a_partition_the_ledger_does_not_have_is_refused(history: dict[str, list[str]], env: Env) -> None:
+    """Not an empty partition checked and found ok."""
+    done = subprocess.run([sys.executable, "-m", "pamledger", "verify", "--partition", str(PARTITIONS)], cwd=ROOT,
+                          text=True, capture_output=True, timeout=120, env=service_environment(env))
+    refusal = json.loads(done.stderr.strip().splitlines()[-1])["error"]
+    assert done.returncode == 1 and done.stdout == "" and refusal["code"] == "invalid_request"
+    assert refusal["details"] == {"partition": PARTITIONS, "partitions": PARTITIONS}
 
 
 @pytest.mark.parametrize("command", [("replay", "--verify"), ("replay", "--swap"), ("verify",),
